@@ -1,0 +1,46 @@
+"""PyTorch eager: what a PyTorch user runs, in the layer's dtype.
+
+A `quant: int8` layer runs unquantized in its dtype: that is the baseline a quantized kernel
+has to beat, and the result's note says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from opbench.backends.base import Built, Weights, cast_weights, singles
+from opbench.ops.registry import get_op
+from opbench.spec.model import LayerSpec, ModelSpec
+
+
+class TorchEager:
+    name = "torch"
+
+    def unavailable_reason(self, device: str) -> str | None:
+        return None
+
+    def plan(self, model: ModelSpec) -> list[tuple[int, ...]]:
+        return singles(model)
+
+    def build(self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str) -> Built:
+        import torch
+
+        (layer,) = layers
+        op = get_op(layer.op)
+        w = cast_weights(weights[0], layer.dtype)
+        notes = []
+        if layer.quant == "int8":
+            notes.append(f"torch runs quant=int8 layers unquantized in {layer.dtype}")
+        prepare = None
+        if layer.op == "conv2d" and layer.params.get("channels_last"):
+            w["weight"] = w["weight"].contiguous(memory_format=torch.channels_last)
+
+            def prepare(x: torch.Tensor) -> torch.Tensor:
+                return x.contiguous(memory_format=torch.channels_last)
+
+            notes.append("channels_last: input converted before timing, as if the previous layer produced it")
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            return op.forward(x, w, layer)
+
+        return Built(fn=torch.no_grad()(run), prepare_input=prepare, note="; ".join(notes) or None)

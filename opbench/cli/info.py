@@ -1,0 +1,90 @@
+"""`opbench validate`, `opbench list`, `opbench env`: look, without running anything."""
+
+from __future__ import annotations
+
+import json
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from opbench.cli.console import console, handles_errors
+from opbench.spec.load import load_suite
+
+
+@handles_errors
+def validate_command(suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file.")) -> None:
+    """Check a suite without running it: structure, ops, parameters and every shape."""
+    suite = load_suite(suite_path)
+    layers = sum(len(m.layers) for m in suite.models)
+    table = Table(title=f"{suite.name}: {len(suite.models)} model instance(s), {layers} layers", title_justify="left")
+    for column in ("model", "layer", "op", "dtype", "input", "output", "backends"):
+        table.add_column(column)
+    for model in suite.models:
+        for layer in model.layers:
+            table.add_row(model.name, layer.name, layer.op, layer.dtype, str(list(layer.input_shape)),
+                          str(list(layer.output_shape)), ", ".join(layer.backends))
+    console.print(table)
+    console.print(f"[green]{suite_path} is valid[/]")
+
+
+class ListWhat(str, Enum):
+    ops = "ops"
+    backends = "backends"
+
+
+@handles_errors
+def list_command(what: ListWhat = typer.Argument(..., help="ops or backends")) -> None:
+    """List the ops or the backends opbench knows."""
+    if what == ListWhat.ops:
+        from opbench.ops.base import REQUIRED
+        from opbench.ops.registry import OPS
+
+        table = Table(title="ops")
+        for column in ("op", "parameters (= default)", "what it computes"):
+            table.add_column(column)
+        for op in OPS.values():
+            params = ", ".join(p.name if p.default is REQUIRED else f"{p.name}={_show(p.default)}" for p in op.params)
+            table.add_row(op.name, params or "—", op.summary)
+        console.print(table)
+        return
+    from opbench.backends.registry import BACKEND_NAMES, get_backend
+    from opbench.pipeline import default_device, prepare_device
+
+    device = default_device()
+    prepare_device(device)
+    table = Table(title=f"backends (device {device})")
+    table.add_column("backend")
+    table.add_column("status")
+    for name in BACKEND_NAMES:
+        try:
+            reason = get_backend(name).unavailable_reason(device)
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        table.add_row(name, "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}")
+    console.print(table)
+
+
+def _show(value) -> str:
+    if isinstance(value, tuple):
+        return str(list(value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+@handles_errors
+def env_command(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Print the environment fingerprint that every run records."""
+    from opbench.measure.env import fingerprint
+    from opbench.pipeline import default_device
+
+    env = fingerprint(default_device())
+    if as_json:
+        console.print_json(json.dumps(env))
+        return
+    table = Table(title="environment")
+    table.add_column("key")
+    table.add_column("value", overflow="fold")
+    for key, value in env.items():
+        table.add_row(key, str(value))
+    console.print(table)

@@ -1,0 +1,36 @@
+"""The Typer root: one line per command. Commands render; the stages compute."""
+
+from __future__ import annotations
+
+import typer
+
+from opbench.cli.info import env_command, list_command, validate_command
+from opbench.cli.run import run_command
+
+app = typer.Typer(
+    name="opbench",
+    help="Prove, layer by layer, that Triton kernels beat a reference engine.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.command("run")(run_command)
+app.command("validate")(validate_command)
+app.command("list")(list_command)
+app.command("env")(env_command)
+
+try:  # wired as the compare/report/reference commands land
+    from opbench.cli.compare import compare_command
+    from opbench.cli.reference import reference_app
+    from opbench.cli.report import report_command
+
+    app.command("compare")(compare_command)
+    app.command("report")(report_command)
+    app.add_typer(reference_app, name="reference")
+except ImportError:
+    pass
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,132 @@
+"""`opbench run SUITE`: build, check and time every layer; write run.json; print the table."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from opbench.cli.console import console, handles_errors
+from opbench.errors import ExitCode, InputError, Location
+from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run
+from opbench.spec.load import load_suite
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise InputError(f"--shard takes K/N, e.g. 2/4; got {text!r}", Location(field="--shard")) from None
+    if not (n >= 1 and 1 <= k <= n):
+        raise InputError(f"--shard K/N needs 1 <= K <= N; got {text!r}", Location(field="--shard"))
+    return (k, n)
+
+
+@handles_errors
+def run_command(
+    suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
+    backend: list[str] = typer.Option([], "--backend", "-b", help="Only these backends (repeatable)."),
+    model: list[str] = typer.Option([], "--model", "-m", help="Only these models (repeatable)."),
+    layer: list[str] = typer.Option([], "--layer", "-l", help="Only these layers (repeatable)."),
+    device: str | None = typer.Option(None, "--device", help="cuda or cpu; default cuda when a GPU is present."),
+    out: Path = typer.Option(Path("reports"), "--out", help="Folder that receives <suite>/<timestamp>/run.json."),
+    quick: bool = typer.Option(False, "--quick", help="Short timing schedule, for smoke runs."),
+    rounds: int | None = typer.Option(None, "--rounds", min=1, help="Override the number of timing rounds."),
+    shard: str | None = typer.Option(None, "--shard", help="Run share K of N (K/N) and write a partial run."),
+) -> None:
+    """Build every layer with each backend, check it against the reference, and time it."""
+    suite = load_suite(suite_path)
+    shard_kn = parse_shard(shard)
+    from opbench.backends.registry import BACKEND_NAMES
+    from opbench.ops.registry import suggest
+
+    for name in backend:
+        if name not in BACKEND_NAMES:
+            raise InputError(f"unknown backend {name!r}{suggest(name, BACKEND_NAMES)}", Location(field="--backend"))
+    known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}
+    for name in model:
+        if name not in known_models:
+            raise InputError(f"no model {name!r} in the suite{suggest(name, known_models)}", Location(file=str(suite_path), field="--model"))
+    known_layers = {la.name for m in suite.models for la in m.layers}
+    for name in layer:
+        if name not in known_layers:
+            raise InputError(f"no layer {name!r} in the suite{suggest(name, known_layers)}", Location(file=str(suite_path), field="--layer"))
+    if device is not None and device != "cpu" and not device.startswith("cuda"):
+        raise InputError(f"--device must be cuda or cpu, got {device!r}", Location(field="--device"))
+
+    from opbench.pipeline import RunOptions, default_device, prepare_device
+
+    chosen = device or default_device()
+    if chosen.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("--device cuda was asked for, but no GPU is visible", Location(field="--device"))
+    prepare_device(chosen)
+    note = "" if device else " (default: " + ("a GPU is present)" if chosen.startswith("cuda") else "no GPU found)")
+    console.print(f"device: [bold]{chosen}[/]{note}")
+    if chosen == "cpu":
+        console.print("[dim]on the CPU, Triton kernels run in Triton's interpreter: their times are not performance figures[/]")
+
+    run_with_progress(suite, RunOptions(device=chosen, backends=backend, models=model, layers=layer,
+                                        quick=quick, rounds=rounds, shard=shard_kn), out)
+
+
+def run_with_progress(suite, options, out: Path) -> None:
+    from opbench.measure.env import fingerprint
+    from opbench.pipeline import run_suite
+    from opbench.report.run_table import end_to_end_table, failures, run_table
+
+    run_dir = new_run_dir(out, suite.name)
+    run_path = run_dir / RUN_FILE
+    env = fingerprint(options.device)
+    progress = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal and os.environ.get("OPBENCH_PROGRESS") != "1",
+    )
+    task = None
+
+    def on_event(event: str, payload) -> None:
+        nonlocal task
+        if event == "plan":
+            task = progress.add_task("layers × backends", total=payload)
+        elif event == "start":
+            names = "+".join(layer.name for layer in payload.layers)
+            progress.update(task, description=f"{payload.model.name} · {names} · {payload.backend}")
+        elif event == "done":
+            progress.advance(task)
+            if not console.is_terminal:
+                result = payload
+                console.print(f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.status}", markup=False)
+
+    try:
+        with progress:
+            run = run_suite(suite, options, run_path=run_path, env=env, progress=on_event)
+    except KeyboardInterrupt:
+        point_latest(run_dir)
+        partial = read_run(run_path)
+        console.print(run_table(partial))
+        console.print(f"[bold yellow]interrupted[/]: kept {len(partial.layers)} of {partial.planned} results, "
+                      f"marked incomplete in {run_path}")
+        raise typer.Exit(130) from None
+    point_latest(run_dir)
+    console.print(run_table(run))
+    e2e = end_to_end_table(run)
+    if e2e is not None:
+        console.print(e2e)
+    console.print(f"run written to [bold]{run_path}[/]")
+    bad = failures(run)
+    if bad:
+        names = ", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        console.print(f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}")
+        raise typer.Exit(ExitCode.LAYER_ERROR)

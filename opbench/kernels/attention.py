@@ -1,0 +1,423 @@
+"""Fused multi-head attention forward (flash attention) in Triton.
+
+For every batch b, head h and query row i, with scale c = 1/sqrt(D):
+
+    o_i = sum_j p_ij v_j,    p_ij = exp(c q_i.k_j) / sum_j' exp(c q_i.k_j')    (j <= i when causal)
+
+The S x S score matrix never reaches memory. One program owns BLOCK_M query rows of one
+(b, h) and walks the keys BLOCK_N at a time, keeping per row the running maximum m, the
+running denominator l and an unnormalised accumulator (the online softmax):
+
+    m' = max(m, max_j s_ij)      alpha = 2^(m - m')      p_ij = 2^(s_ij - m')
+    l' = alpha l + sum_j p_ij    acc' = alpha acc + p V_block
+
+with s = (c log2 e) q.k, so the exponentials are `exp2` (one MUFU instruction each). The
+result is acc / l. Causal programs visit only the key blocks left of and on the diagonal:
+the blocks strictly left of it run without any mask, the diagonal ones with one.
+
+Cost per call, E = H D:
+    FLOPs  4 B H S^2 D (QK^T and PV, 2 S^2 D each per head); half of it when causal.
+    bytes  floor (B S E) (3 reads + 1 write) x element size; K and V are re-read once per
+           query block, from L2 when the programs of one head run together (the grid puts
+           the query blocks of one head next to each other for that reason).
+At S = 4096, D = 128 the arithmetic intensity is ~1000 FLOP/byte: matrix bound.
+
+Layout: q, k and v are strided views of the layer input x, [B, S, H, D] (for packed input,
+views into [B, S, 3, H, D]); the kernel writes o straight into [B, S, H, D] = [B, S, E].
+On Hopper the K/V tiles may come through tensor descriptors (TMA), chosen by the autotuner.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+
+import torch
+import triton
+import triton.language as tl
+
+from opbench.kernels import Unsupported
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+LOG2E = 1.4426950408889634
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# Key-mask modes of one pass over key blocks.
+NO_MASK, KEY_BOUND_MASK, CAUSAL_MASK = 0, 1, 2
+
+
+@triton.jit
+def load_rows(
+    base,
+    desc,
+    row0,
+    seq_len,
+    stride_row,
+    stride_col,
+    ROWS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    USE_DESC: tl.constexpr,
+    CHECK_ROWS: tl.constexpr,
+):
+    """Load rows [row0, row0 + ROWS) x [0, HEAD_DIM) of one head; rows past seq_len read 0.
+
+    base: pointer to row 0, column 0 of this (batch, head); desc: a tensor descriptor over
+    the same [seq_len, HEAD_DIM] matrix (None unless USE_DESC). The descriptor zero-fills
+    rows past seq_len by itself; the pointer path needs CHECK_ROWS for blocks that cross it.
+    """
+    if USE_DESC:
+        tile = desc.load([row0, 0])
+    else:
+        rows = row0 + tl.arange(0, ROWS)
+        cols = tl.arange(0, HEAD_DIM)
+        ptrs = base + rows[:, None] * stride_row + cols[None, :] * stride_col
+        if CHECK_ROWS:
+            tile = tl.load(ptrs, mask=rows[:, None] < seq_len, other=0.0)
+        else:
+            tile = tl.load(ptrs)
+    return tile
+
+
+@triton.jit
+def online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION: tl.constexpr):
+    """Fold one key block into the running (acc, m, l) of the online softmax.
+
+    scores: [BLOCK_M, BLOCK_N] fp32 logits already multiplied by log2(e) (masked ones -inf);
+    every row has seen at least one finite logit by the time this runs, so m stays finite.
+    """
+    m_new = tl.maximum(m_i, tl.max(scores, 1))
+    p = tl.math.exp2(scores - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def key_mask(offs_m, offs_n, seq_len, MASK: tl.constexpr):
+    """Which (query, key) pairs of a block are visible under the pass's mask mode."""
+    visible = offs_n[None, :] < seq_len
+    if MASK == 2:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    return visible
+
+
+@triton.jit
+def _attend_key_blocks(
+    acc,
+    m_i,
+    l_i,
+    q,
+    k_base,
+    v_base,
+    k_desc,
+    v_desc,
+    offs_m,
+    lo,
+    hi,
+    seq_len,
+    stride_xs,
+    stride_xd,
+    qk_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASK: tl.constexpr,
+    USE_DESC: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """One pass over the key blocks starting at lo (a multiple of BLOCK_N) below hi."""
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        k = load_rows(
+            k_base, k_desc, start_n, seq_len, stride_xs, stride_xd,
+            BLOCK_N, HEAD_DIM, USE_DESC, MASK != 0,
+        )  # fmt: skip
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        if MASK != 0:
+            visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, MASK)
+            scores = tl.where(visible, scores, float("-inf"))
+        v = load_rows(
+            v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
+            BLOCK_N, HEAD_DIM, USE_DESC, MASK != 0,
+        )  # fmt: skip
+        acc, m_i, l_i = online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION)
+    return acc, m_i, l_i
+
+
+@triton.jit
+def _attention_fwd_kernel(
+    # pointers: q, k, v share the strides of the input x; out has its own
+    q_ptr,  # [B, S, H, D] view of x (first third of each row when packed)
+    k_ptr,  # [B, S, H, D] view of x
+    v_ptr,  # [B, S, H, D] view of x
+    out_ptr,  # [B, S, H, D] view of the [B, S, E] output
+    # shapes
+    seq_len,  # S
+    heads,  # H
+    # strides (elements) of the q/k/v views and of the output view
+    stride_xb,
+    stride_xs,
+    stride_xh,
+    stride_xd,
+    stride_ob,
+    stride_os,
+    stride_oh,
+    stride_od,
+    # scalars
+    qk_scale,  # log2(e) / sqrt(D)
+    # meta-parameters
+    HEAD_DIM: tl.constexpr,  # D, a power of two
+    CAUSAL: tl.constexpr,  # mask keys j > i
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (exact enough for 1e-4), else "tf32"
+    BLOCK_M: tl.constexpr,  # query rows per program
+    BLOCK_N: tl.constexpr,  # keys per inner step; BLOCK_M % BLOCK_N == 0
+    USE_DESC: tl.constexpr,  # load K/V (and Q, store O) through tensor descriptors (TMA)
+):
+    """Grid (cdiv(S, BLOCK_M), B * H): one program per query block of one (batch, head)."""
+    tl.static_assert(BLOCK_M % BLOCK_N == 0)
+    num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
+    pid_m = tl.program_id(0)
+    if CAUSAL:
+        # Longest rows first: the last wave then holds short programs.
+        pid_m = num_m_blocks - 1 - pid_m
+    pid_bh = tl.program_id(1)
+    batch = pid_bh // heads
+    head = pid_bh % heads
+    x_offset = batch.to(tl.int64) * stride_xb + head.to(tl.int64) * stride_xh
+    o_offset = batch.to(tl.int64) * stride_ob + head.to(tl.int64) * stride_oh
+    q_base = q_ptr + x_offset
+    k_base = k_ptr + x_offset
+    v_base = v_ptr + x_offset
+    o_base = out_ptr + o_offset
+
+    if USE_DESC:
+        q_desc = tl.make_tensor_descriptor(
+            q_base, [seq_len, HEAD_DIM], [stride_xs, 1], [BLOCK_M, HEAD_DIM]
+        )
+        k_desc = tl.make_tensor_descriptor(
+            k_base, [seq_len, HEAD_DIM], [stride_xs, 1], [BLOCK_N, HEAD_DIM]
+        )
+        v_desc = tl.make_tensor_descriptor(
+            v_base, [seq_len, HEAD_DIM], [stride_xs, 1], [BLOCK_N, HEAD_DIM]
+        )
+        o_desc = tl.make_tensor_descriptor(
+            o_base, [seq_len, HEAD_DIM], [stride_os, 1], [BLOCK_M, HEAD_DIM]
+        )
+    else:
+        q_desc = None
+        k_desc = None
+        v_desc = None
+        o_desc = None
+
+    start_m = pid_m * BLOCK_M
+    offs_m = start_m + tl.arange(0, BLOCK_M)
+    q = load_rows(
+        q_base, q_desc, start_m, seq_len, stride_xs, stride_xd, BLOCK_M, HEAD_DIM, USE_DESC, True
+    )
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    if CAUSAL:
+        # Left of the diagonal block every key is visible to every row (and < S).
+        unmasked_end = start_m
+        masked_end = tl.minimum(start_m + BLOCK_M, seq_len)
+        mode: tl.constexpr = 2
+    else:
+        unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
+        masked_end = seq_len
+        mode: tl.constexpr = 1
+    acc, m_i, l_i = _attend_key_blocks(
+        acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, 0, unmasked_end,
+        seq_len, stride_xs, stride_xd, qk_scale, HEAD_DIM, BLOCK_N, 0, USE_DESC, DOT_PRECISION,
+    )  # fmt: skip
+    acc, m_i, l_i = _attend_key_blocks(
+        acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, unmasked_end, masked_end,
+        seq_len, stride_xs, stride_xd, qk_scale, HEAD_DIM, BLOCK_N, mode, USE_DESC, DOT_PRECISION,
+    )  # fmt: skip
+
+    out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
+    if USE_DESC:
+        o_desc.store([start_m, 0], out)
+    else:
+        cols = tl.arange(0, HEAD_DIM)
+        o_ptrs = o_base + offs_m[:, None] * stride_os + cols[None, :] * stride_od
+        tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
+
+
+def fwd_configs() -> list[triton.Config]:
+    """Autotune candidates; one small config under the interpreter.
+
+    Hopper favours 128-row query blocks on two warpgroups (8 warps) with 3-4 pipeline stages;
+    64-row blocks on 4 warps serve head dim 256 and fp32. Each shape also comes in a TMA
+    variant; `_prune_configs` drops what a call cannot use.
+    """
+    if INTERPRET:
+        return [
+            triton.Config(
+                {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False}, num_warps=4, num_stages=1
+            )
+        ]
+    shapes = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (64, 32, 4, 2)]
+    return [
+        triton.Config(
+            {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc}, num_warps=warps, num_stages=stages
+        )
+        for bm, bn, warps, stages in shapes
+        for desc in (False, True)
+    ]
+
+
+def descriptors_usable(*tensors: torch.Tensor) -> bool:
+    """TMA needs a Hopper+ GPU, unit last stride, 16-byte aligned bases and other strides."""
+    if INTERPRET:
+        return True
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return False
+    for t in tensors:
+        size = t.element_size()
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any((s * size) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _fits(config: triton.Config, head_dim: int, elem_size: int) -> bool:
+    """Register and shared-memory budget of one config (from sm_90 compiles: no spills)."""
+    bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    if elem_size == 4 or head_dim >= 256:
+        return bm == 64 and bn <= 64 and config.num_stages <= 2
+    if bm == 64 and bn == 32:
+        return head_dim <= 32
+    return not (head_dim == 128 and bn == 64 and config.num_stages == 4) or True
+
+
+def _prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    q, out = named_args["q_ptr"], named_args["out_ptr"]
+    head_dim = kwargs["HEAD_DIM"]
+    desc_ok = descriptors_usable(q, out)
+    kept = [
+        c
+        for c in configs
+        if (desc_ok or not c.kwargs["USE_DESC"]) and _fits(c, head_dim, q.element_size())
+    ]
+    return kept or configs[-1:]
+
+
+_attention_fwd_tuned = triton.autotune(
+    configs=fwd_configs(),
+    key=["seq_len", "HEAD_DIM", "CAUSAL"],
+    prune_configs_by={"early_config_prune": _prune_configs},
+)(_attention_fwd_kernel)
+
+
+def _tma_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """Global scratch where device-side tensor descriptors are built."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+_allocator_set = False
+
+
+def ensure_descriptor_allocator() -> None:
+    """Device-side descriptors need a scratch allocator; install ours once."""
+    global _allocator_set
+    if not _allocator_set and not INTERPRET:
+        triton.set_allocator(_tma_scratch)
+        _allocator_set = True
+
+
+def check_head_dim(head_dim: int, dtype: torch.dtype) -> None:
+    if head_dim not in SUPPORTED_HEAD_DIMS:
+        raise Unsupported(
+            f"attention head dim {head_dim} is not a power of two in 16..256 "
+            "(tl.dot and the register tiles need power-of-two sizes)"
+        )
+    if dtype not in SUPPORTED_DTYPES:
+        raise Unsupported(f"attention kernel takes float16/bfloat16/float32, not {dtype}")
+
+
+def attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """Launch the fused kernel on [B, S, H, D] views; q, k and v must share strides.
+
+    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
+    to bypass the autotuner (tests use it to cover each code path).
+    """
+    batch, seq_len, heads, head_dim = q.shape
+    check_head_dim(head_dim, q.dtype)
+    assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
+    ensure_descriptor_allocator()
+    kernel = _attention_fwd_tuned if config is None else _attention_fwd_kernel
+    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)  # noqa: E731
+    kernel[grid](
+        q, k, v, out,
+        seq_len, heads,
+        *q.stride(), *out.stride(),
+        LOG2E / math.sqrt(head_dim),
+        HEAD_DIM=head_dim,
+        CAUSAL=causal,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        **(config or {}),
+    )  # fmt: skip
+    return out
+
+
+def split_heads(
+    x: torch.Tensor, heads: int, packed_qkv: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v as [B, S, H, D] views of x (no copy)."""
+    if x.dim() != 3:
+        raise Unsupported(f"attention input must be [B, S, E], got shape {tuple(x.shape)}")
+    width = x.shape[-1]
+    parts = 3 if packed_qkv else 1
+    if width % (parts * heads):
+        raise Unsupported(f"last dim {width} does not split into {parts} x {heads} heads")
+    if packed_qkv:
+        qkv = x.unflatten(-1, (3, heads, width // (3 * heads)))
+        return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    q = x.unflatten(-1, (heads, width // heads))
+    return q, q, q
+
+
+def prepare_attention(
+    *, heads: int, causal: bool, packed_qkv: bool, quant: str = "none"
+) -> Callable[..., torch.Tensor]:
+    """Build the attention callable fn(x, out=None) -> [B, S, E] in x's dtype.
+
+    x is [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as [3, H, D].
+    quant="int8" runs the SageAttention-style path of `attention_int8`.
+    Raises Unsupported for settings no kernel covers (at build time when they are known
+    then, else on the first call, when the head dim and dtype are).
+    """
+    if heads < 1:
+        raise Unsupported(f"attention needs heads >= 1, got {heads}")
+    if quant not in ("none", "int8"):
+        raise Unsupported(f"attention quant must be 'none' or 'int8', got {quant!r}")
+    if quant == "int8":
+        from opbench.kernels.attention_int8 import attention_int8_forward as forward
+    else:
+        forward = attention_forward
+
+    def attention(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        q, k, v = split_heads(x, heads, packed_qkv)
+        batch, seq_len, _, head_dim = q.shape
+        embed = heads * head_dim
+        if out is None:
+            out = torch.empty((batch, seq_len, embed), dtype=x.dtype, device=x.device)
+        elif out.shape != (batch, seq_len, embed) or out.dtype != x.dtype:
+            raise ValueError(f"out must be {(batch, seq_len, embed)} {x.dtype}")
+        forward(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal)
+        return out
+
+    return attention

@@ -1,0 +1,277 @@
+"""Permute and transpose: move a tensor's axes and write the result contiguously.
+
+    y = x.permute(dims).contiguous()        # transpose(x, a, b) swaps two axes
+
+Bytes: every element is read once and written once, so the floor is
+2 * numel * element_size bytes and the kernel should run at copy bandwidth. There are no FLOPs.
+
+How the kernel sees a tensor. The launcher first describes the *output* axes with two stride
+lists (where each output axis walks in x, and in y), drops size-1 axes and merges neighbours
+that both tensors walk as one axis (NCHW -> NHWC becomes [N, H*W, C] with x strides
+[C*H*W, 1, H*W]). At most four axes remain, and one program copies a 2-D tile spanned by
+two of them:
+
+* the inner axis (fastest in y), so that stores are coalesced;
+* the tile axis: the axis fastest in x when that is not the inner axis (a transposing tile:
+  loads are coalesced along the tile axis, stores along the inner axis, and the compiler
+  swaps the tile through shared memory in between), or otherwise the next axis of y (a
+  copy-like tile: both sides coalesced along the inner axis).
+
+The two other axes are batch axes indexed by the program id. Both cases run the same
+`@triton.jit` function, autotuned over different tile shapes.
+
+The helpers at the bottom (`collapse_dims`, `resolve_out`, ...) are shared with the other
+memory-bound kernels (softmax, norm, activation, pool, batchnorm).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+import triton
+import triton.language as tl
+
+from opbench.kernels import Unsupported
+from opbench.kernels.epilogue import apply_activation
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_INT32_OFFSET = 2**31 - 1
+
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _permute_kernel(
+    # pointers
+    x_ptr,  # input, any strides
+    y_ptr,  # output, same dtype
+    # shapes (output axes, after collapsing; unused batch axes have size 1)
+    size_b1,  # second batch axis (the first one's size is implied by the grid)
+    size_t,  # tile axis
+    size_i,  # inner axis
+    # strides, in elements, of each output axis in x and in y
+    x_stride_b0,
+    x_stride_b1,
+    x_stride_t,
+    x_stride_i,
+    y_stride_b0,
+    y_stride_b1,
+    y_stride_t,
+    y_stride_i,
+    # meta-parameters
+    ACTIVATION: tl.constexpr,  # epilogue activation code (0: plain permute)
+    BLOCK_T: tl.constexpr,  # tile rows (along the tile axis)
+    BLOCK_I: tl.constexpr,  # tile columns (along the inner axis)
+):
+    # One program per (batch0, batch1, tile row block, inner block); inner blocks vary fastest
+    # so that neighbouring programs write neighbouring output.
+    pid = tl.program_id(0)
+    blocks_i = tl.cdiv(size_i, BLOCK_I)
+    blocks_t = tl.cdiv(size_t, BLOCK_T)
+    block_i = pid % blocks_i
+    block_t = (pid // blocks_i) % blocks_t
+    batch = pid // (blocks_i * blocks_t)
+    # Batch offsets can exceed 2**31 elements on large tensors: compute them in int64.
+    b1 = (batch % size_b1).to(tl.int64)
+    b0 = (batch // size_b1).to(tl.int64)
+    x_base = x_ptr + b0 * x_stride_b0 + b1 * x_stride_b1
+    y_base = y_ptr + b0 * y_stride_b0 + b1 * y_stride_b1
+
+    offs_t = block_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_i = block_i * BLOCK_I + tl.arange(0, BLOCK_I)
+    mask = (offs_t < size_t)[:, None] & (offs_i < size_i)[None, :]
+    # When x_stride_t == 1 the load is contiguous along rows and the store along columns;
+    # the compiler sees this from the specialised strides and converts the tile's layout
+    # (through shared memory) between the two, so both sides stay coalesced.
+    tile = tl.load(x_base + offs_t[:, None] * x_stride_t + offs_i[None, :] * x_stride_i, mask=mask)
+    if ACTIVATION != 0:
+        tile = apply_activation(tile.to(tl.float32), ACTIVATION).to(y_ptr.dtype.element_ty)
+    tl.store(y_base + offs_t[:, None] * y_stride_t + offs_i[None, :] * y_stride_i, tile, mask=mask)
+
+
+# --------------------------------------------------------------------------------------
+# Autotuning
+# --------------------------------------------------------------------------------------
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _transposing_configs() -> list[triton.Config]:
+    """Square-ish tiles: both the load rows and the store rows must be >= 64 bytes."""
+    if _interpreting():
+        return [triton.Config({"BLOCK_T": 16, "BLOCK_I": 16}, num_warps=4)]
+    shapes = [(32, 32, 4), (64, 64, 4), (64, 64, 8), (128, 64, 8), (64, 128, 8), (128, 128, 8)]
+    return [triton.Config({"BLOCK_T": t, "BLOCK_I": i}, num_warps=w) for t, i, w in shapes]
+
+
+def _copying_configs() -> list[triton.Config]:
+    """Wide tiles: only the inner axis matters for coalescing, so favour long rows."""
+    if _interpreting():
+        return [triton.Config({"BLOCK_T": 4, "BLOCK_I": 32}, num_warps=4)]
+    shapes = [(1, 2048, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 4), (8, 1024, 8), (16, 256, 4)]
+    return [triton.Config({"BLOCK_T": t, "BLOCK_I": i}, num_warps=w) for t, i, w in shapes]
+
+
+def _fit_tile_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
+    """Shrink tiles to the axes they cover, moving the spare elements to the other axis."""
+    fitted: dict[tuple[int, int, int], triton.Config] = {}
+    max_t = triton.next_power_of_2(named_args["size_t"])
+    max_i = triton.next_power_of_2(named_args["size_i"])
+    for config in configs:
+        block_t, block_i = config.kwargs["BLOCK_T"], config.kwargs["BLOCK_I"]
+        if block_i > max_i:
+            block_t, block_i = block_t * (block_i // max_i), max_i
+        if block_t > max_t:
+            block_i, block_t = min(max_i, block_i * (block_t // max_t)), max_t
+        key = (block_t, block_i, config.num_warps)
+        fitted.setdefault(key, triton.Config({"BLOCK_T": block_t, "BLOCK_I": block_i}, **_launch(config)))
+    return list(fitted.values())
+
+
+def _launch(config: triton.Config) -> dict:
+    return {"num_warps": config.num_warps, "num_stages": config.num_stages}
+
+
+_AUTOTUNE_KEY = ["size_b1", "size_t", "size_i", "x_stride_t", "x_stride_i"]
+_permute_transposing = triton.autotune(
+    configs=_transposing_configs(),
+    key=_AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": _fit_tile_to_shape},
+)(_permute_kernel)
+_permute_copying = triton.autotune(
+    configs=_copying_configs(),
+    key=_AUTOTUNE_KEY,
+    prune_configs_by={"early_config_prune": _fit_tile_to_shape},
+)(_permute_kernel)
+
+
+# --------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------
+
+
+def permute(x: torch.Tensor, dims: Sequence[int], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Contiguous `x.permute(dims)`, for any input strides."""
+    check_float(x, "permute")
+    dims = _normalize_permutation(dims, x.dim())
+    out = resolve_out(out, [x.shape[d] for d in dims], x)
+    launch_strided_map(x.permute(dims), out, activation=0)
+    return out
+
+
+def transpose(
+    x: torch.Tensor, dim0: int, dim1: int, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Contiguous `x.transpose(dim0, dim1)`."""
+    dims = list(range(x.dim()))
+    if x.dim() == 0:
+        raise Unsupported("transpose needs at least one dimension")
+    dim0, dim1 = dim0 % x.dim(), dim1 % x.dim()
+    dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+    return permute(x, dims, out)
+
+
+def launch_strided_map(x: torch.Tensor, y: torch.Tensor, activation: int) -> None:
+    """y[...] = activation(x[...]) elementwise, x and y of one shape and any strides.
+
+    Used by `permute` (with x a permuted view) and by `activation` for strided inputs.
+    """
+    if x.numel() == 0:
+        return
+    sizes, (x_strides, y_strides) = collapse_dims(list(y.shape), list(x.stride()), list(y.stride()))
+    if len(sizes) > 4:
+        raise Unsupported(f"strided copy of {len(sizes)} non-mergeable axes (at most 4)")
+    inner = min(range(len(sizes)), key=lambda a: (y_strides[a], -a))
+    x_fastest = min(range(len(sizes)), key=lambda a: (x_strides[a], a != inner, -a))
+    copying = len(sizes) == 1 or x_fastest == inner
+    if copying:  # the tile axis is the next-fastest axis of y
+        others = [a for a in range(len(sizes)) if a != inner]
+        tile = min(others, key=lambda a: (y_strides[a], -a)) if others else None
+    else:
+        tile = x_fastest
+    batch = sorted(
+        (a for a in range(len(sizes)) if a not in (inner, tile)), key=lambda a: -y_strides[a]
+    )
+    axes = [None] * (2 - len(batch)) + batch + [tile, inner]
+
+    def pick(values: list[int], axis: int | None, empty: int) -> int:
+        return empty if axis is None else values[axis]
+
+    size = [pick(sizes, a, 1) for a in axes]
+    xs = [pick(x_strides, a, 0) for a in axes]
+    ys = [pick(y_strides, a, 0) for a in axes]
+    for strides in (xs, ys):
+        if (size[2] - 1) * strides[2] + (size[3] - 1) * strides[3] > MAX_INT32_OFFSET:
+            raise Unsupported("one permute tile spans more than 2**31 elements")
+    kernel = _permute_copying if copying else _permute_transposing
+
+    def grid(meta: dict) -> tuple[int]:
+        tiles = triton.cdiv(size[2], meta["BLOCK_T"]) * triton.cdiv(size[3], meta["BLOCK_I"])
+        return (size[0] * size[1] * tiles,)
+
+    kernel[grid](x, y, size[1], size[2], size[3], *xs, *ys, ACTIVATION=activation)
+
+
+# --------------------------------------------------------------------------------------
+# Shared helpers for the memory-bound kernels
+# --------------------------------------------------------------------------------------
+
+
+def collapse_dims(
+    shape: Sequence[int], *strides: Sequence[int]
+) -> tuple[list[int], list[list[int]]]:
+    """Drop size-1 axes and merge neighbouring axes that every layout walks as one.
+
+    Axes k and k+1 merge when, for every stride list, stride[k] == stride[k+1] * shape[k+1].
+    Returns the new sizes and one stride list per input list (an empty shape becomes [1]).
+    """
+    sizes: list[int] = []
+    merged: list[list[int]] = [[] for _ in strides]
+    for axis, size in enumerate(shape):
+        if size == 1:
+            continue
+        current = [s[axis] for s in strides]
+        if sizes and all(m[-1] == c * size for m, c in zip(merged, current)):
+            sizes[-1] *= size
+            for m, c in zip(merged, current):
+                m[-1] = c
+            continue
+        sizes.append(size)
+        for m, c in zip(merged, current):
+            m.append(c)
+    if not sizes:
+        return [1], [[0] for _ in strides]
+    return sizes, merged
+
+
+def check_float(x: torch.Tensor, op: str) -> None:
+    """Raise Unsupported unless x is a float32/float16/bfloat16 tensor."""
+    if x.dtype not in FLOAT_DTYPES:
+        raise Unsupported(f"{op} supports float32, float16 and bfloat16, not {x.dtype}")
+
+
+def resolve_out(out: torch.Tensor | None, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """The output tensor: `out` after checking it, or a new contiguous tensor."""
+    shape = torch.Size(shape)
+    if out is None:
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if out.shape != shape or out.dtype != like.dtype or out.device != like.device:
+        raise ValueError(
+            f"out is {tuple(out.shape)} {out.dtype} on {out.device}, "
+            f"expected {tuple(shape)} {like.dtype} on {like.device}"
+        )
+    return out
+
+
+def _normalize_permutation(dims: Sequence[int], ndim: int) -> list[int]:
+    normalized = [d % ndim if ndim else d for d in dims]
+    if sorted(normalized) != list(range(ndim)):
+        raise ValueError(f"dims {list(dims)} is not a permutation of {ndim} axes")
+    return normalized

@@ -1,0 +1,151 @@
+"""What every op provides, independent of any backend.
+
+The shape and cost methods are pure Python (the suite loader uses them to validate a suite
+without torch). `make_weights` and `forward` import torch lazily: they are only called by the
+stages that run layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from opbench.spec.model import LayerSpec
+
+Shape = tuple[int, ...]
+REQUIRED = object()
+
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
+
+
+class ShapeError(ValueError):
+    """The op cannot take this input shape or these parameters; the message says why."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Param:
+    """One op parameter as written in a suite.
+
+    kind: "int", "pos_int", "nonneg_int", "float", "pos_float", "bool", "choice",
+        "pair" (an int or [a, b]; stored as a 2-tuple), "int_list".
+    """
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+def coerce_param(param: Param, value: Any) -> Any:
+    """Check and normalise one parameter value; raise ValueError with a user-facing reason."""
+    kind = param.kind
+    if value is None and param.default is None:
+        return None
+
+    def is_int(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if kind in ("int", "pos_int", "nonneg_int"):
+        if not is_int(value):
+            raise ValueError(f"must be an integer, got {value!r}")
+        if kind == "pos_int" and value < 1:
+            raise ValueError(f"must be at least 1, got {value}")
+        if kind == "nonneg_int" and value < 0:
+            raise ValueError(f"must not be negative, got {value}")
+        return value
+    if kind in ("float", "pos_float"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"must be a number, got {value!r}")
+        if kind == "pos_float" and value <= 0:
+            raise ValueError(f"must be positive, got {value}")
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+    if kind == "choice":
+        if value is None:
+            value = "none"
+        if not isinstance(value, str) or value.lower() not in param.choices:
+            raise ValueError(f"must be one of {', '.join(param.choices)}; got {value!r}")
+        return value.lower()
+    if kind == "pair":
+        if is_int(value):
+            pair = (value, value)
+        elif isinstance(value, (list, tuple)) and len(value) == 2 and all(is_int(v) for v in value):
+            pair = (int(value[0]), int(value[1]))
+        else:
+            raise ValueError(f"must be an integer or a pair [a, b], got {value!r}")
+        if any(v < 0 for v in pair):
+            raise ValueError(f"must not be negative, got {value!r}")
+        return pair
+    if kind == "int_list":
+        if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
+            raise ValueError(f"must be a list of integers, got {value!r}")
+        return tuple(int(v) for v in value)
+    raise AssertionError(f"unknown parameter kind {kind}")
+
+
+ACTIVATION = Param("activation", "choice", "none", ("none", "relu", "gelu", "silu"))
+QUANT = Param("quant", "choice", "none", ("none", "int8"))
+EPS = Param("eps", "pos_float", 1e-5)
+
+
+def numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+class Op:
+    """Base class of an op. Subclasses set `name`, `params`, `summary` and override methods."""
+
+    name: str = ""
+    summary: str = ""
+    params: tuple[Param, ...] = ()
+    #: The op only re-labels memory (a view); backends need no kernel for it.
+    is_view: bool = False
+
+    # ---- pure: shapes and costs -------------------------------------------------------
+    def infer_shape(self, in_shape: Shape, p: Mapping[str, Any]) -> Shape:
+        return in_shape
+
+    def weight_shapes(self, in_shape: Shape, p: Mapping[str, Any]) -> dict[str, Shape]:
+        return {}
+
+    def flops(self, in_shape: Shape, out_shape: Shape, p: Mapping[str, Any]) -> int:
+        return 0
+
+    def min_bytes(self, in_shape: Shape, out_shape: Shape, p: Mapping[str, Any], dtype: str) -> int:
+        """Each input read once, each output written once, each weight read once."""
+        size = ITEMSIZE[dtype]
+        weight_size = 1 if p.get("quant") == "int8" else size
+        weights = sum(numel(s) for s in self.weight_shapes(in_shape, p).values())
+        return (numel(in_shape) + numel(out_shape)) * size + weights * weight_size
+
+    # ---- torch: data and the computation ------------------------------------------------
+    def make_weights(self, layer: LayerSpec, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Seeded random-normal weights in float32 (never zeros), scaled to keep outputs O(1)."""
+        import torch
+
+        weights = {}
+        for key, shape in self.weight_shapes(layer.input_shape, layer.params).items():
+            weights[key] = torch.randn(shape, generator=generator, dtype=torch.float32)
+        return weights
+
+    def forward(self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec) -> torch.Tensor:
+        raise NotImplementedError

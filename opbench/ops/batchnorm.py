@@ -1,0 +1,44 @@
+"""batchnorm2d in inference: y = (x - mean) / sqrt(var + eps) · weight + bias, per channel."""
+
+from __future__ import annotations
+
+from opbench.ops.base import EPS, Op, ShapeError, numel
+
+
+class BatchNorm2d(Op):
+    name = "batchnorm2d"
+    summary = "inference batch norm over [C,H,W] with running statistics"
+    params = (EPS,)
+
+    def infer_shape(self, in_shape, p):
+        if len(in_shape) != 4:
+            raise ShapeError(f"batchnorm2d needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
+        return in_shape
+
+    def weight_shapes(self, in_shape, p):
+        c = in_shape[1]
+        return {"running_mean": (c,), "running_var": (c,), "weight": (c,), "bias": (c,)}
+
+    def flops(self, in_shape, out_shape, p):
+        return 2 * numel(in_shape)
+
+    def make_weights(self, layer, generator):
+        import torch
+
+        weights = super().make_weights(layer, generator)
+        # Variances must be positive; keep them near 1 like a trained network's.
+        weights["running_var"] = 0.5 + torch.rand(weights["running_var"].shape, generator=generator)
+        return weights
+
+    def forward(self, x, weights, layer):
+        import torch.nn.functional as F
+
+        return F.batch_norm(
+            x,
+            weights["running_mean"].to(x.dtype),
+            weights["running_var"].to(x.dtype),
+            weights["weight"],
+            weights["bias"],
+            training=False,
+            eps=layer.params["eps"],
+        )

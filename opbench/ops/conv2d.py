@@ -1,0 +1,77 @@
+"""conv2d on [N, C, H, W] input (NCHW, PyTorch's layout), with optional fused activation."""
+
+from __future__ import annotations
+
+import math
+
+from opbench.ops.base import ACTIVATION, QUANT, Op, Param, ShapeError, numel
+from opbench.ops.functional import activate
+
+
+def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+class Conv2d(Op):
+    name = "conv2d"
+    summary = "2-D convolution on [C,H,W] input (NCHW), bias and activation"
+    params = (
+        Param("out_channels", "pos_int"),
+        Param("kernel_size", "pair"),
+        Param("stride", "pair", (1, 1)),
+        Param("padding", "pair", (0, 0)),
+        Param("dilation", "pair", (1, 1)),
+        Param("groups", "pos_int", 1),
+        Param("bias", "bool", True),
+        ACTIVATION,
+        QUANT,
+        Param("channels_last", "bool", False, help="torch backend: run cuDNN in channels_last"),
+    )
+
+    def infer_shape(self, in_shape, p):
+        if len(in_shape) != 4:
+            raise ShapeError(f"conv2d needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
+        n, c, h, w = in_shape
+        kh, kw = p["kernel_size"]
+        if kh < 1 or kw < 1:
+            raise ShapeError("kernel_size must be at least 1", "kernel_size")
+        for key in ("stride", "dilation"):
+            if min(p[key]) < 1:
+                raise ShapeError(f"{key} must be at least 1", key)
+        groups = p["groups"]
+        if c % groups or p["out_channels"] % groups:
+            raise ShapeError(
+                f"groups={groups} must divide in_channels={c} and out_channels={p['out_channels']}", "groups"
+            )
+        (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["padding"], p["dilation"]
+        span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
+        if span_h > h + 2 * ph or span_w > w + 2 * pw:
+            raise ShapeError(
+                f"kernel {kh}x{kw} (dilation {dh}x{dw}) is larger than the padded input {h + 2 * ph}x{w + 2 * pw}",
+                "kernel_size",
+            )
+        return (n, p["out_channels"], conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw))
+
+    def weight_shapes(self, in_shape, p):
+        kh, kw = p["kernel_size"]
+        shapes = {"weight": (p["out_channels"], in_shape[1] // p["groups"], kh, kw)}
+        if p["bias"]:
+            shapes["bias"] = (p["out_channels"],)
+        return shapes
+
+    def flops(self, in_shape, out_shape, p):
+        kh, kw = p["kernel_size"]
+        return 2 * numel(out_shape) * (in_shape[1] // p["groups"]) * kh * kw
+
+    def make_weights(self, layer, generator):
+        weights = super().make_weights(layer, generator)
+        fan_in = numel(weights["weight"].shape[1:])
+        weights["weight"] /= math.sqrt(fan_in)
+        return weights
+
+    def forward(self, x, weights, layer):
+        import torch.nn.functional as F
+
+        p = layer.params
+        y = F.conv2d(x, weights["weight"], weights.get("bias"), p["stride"], p["padding"], p["dilation"], p["groups"])
+        return activate(y, p["activation"])

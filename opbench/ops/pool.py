@@ -1,0 +1,58 @@
+"""maxpool2d and avgpool2d on [N, C, H, W] input, with PyTorch's defaults
+(floor output size, average counts padding, max pads with -inf)."""
+
+from __future__ import annotations
+
+from opbench.ops.base import Op, Param, ShapeError, numel
+from opbench.ops.conv2d import conv_out_size
+
+
+class _Pool2d(Op):
+    params = (
+        Param("kernel_size", "pair"),
+        Param("stride", "pair", None),
+        Param("padding", "pair", (0, 0)),
+    )
+
+    @staticmethod
+    def stride(p) -> tuple[int, int]:
+        return p["stride"] if p.get("stride") is not None else p["kernel_size"]
+
+    def infer_shape(self, in_shape, p):
+        if len(in_shape) != 4:
+            raise ShapeError(f"{self.name} needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
+        n, c, h, w = in_shape
+        (kh, kw), (sh, sw), (ph, pw) = p["kernel_size"], self.stride(p), p["padding"]
+        if min(kh, kw) < 1 or min(sh, sw) < 1:
+            raise ShapeError("kernel_size and stride must be at least 1", "kernel_size")
+        if ph > kh // 2 or pw > kw // 2:
+            raise ShapeError(f"padding {ph}x{pw} must be at most half the kernel {kh}x{kw}", "padding")
+        if kh > h + 2 * ph or kw > w + 2 * pw:
+            raise ShapeError(f"kernel {kh}x{kw} is larger than the padded input {h + 2 * ph}x{w + 2 * pw}", "kernel_size")
+        return (n, c, conv_out_size(h, kh, sh, ph, 1), conv_out_size(w, kw, sw, pw, 1))
+
+    def flops(self, in_shape, out_shape, p):
+        kh, kw = p["kernel_size"]
+        return numel(out_shape) * kh * kw
+
+
+class MaxPool2d(_Pool2d):
+    name = "maxpool2d"
+    summary = "max pooling over [C,H,W]"
+
+    def forward(self, x, weights, layer):
+        import torch.nn.functional as F
+
+        p = layer.params
+        return F.max_pool2d(x, p["kernel_size"], self.stride(p), p["padding"])
+
+
+class AvgPool2d(_Pool2d):
+    name = "avgpool2d"
+    summary = "average pooling over [C,H,W] (padding counted, as PyTorch's default)"
+
+    def forward(self, x, weights, layer):
+        import torch.nn.functional as F
+
+        p = layer.params
+        return F.avg_pool2d(x, p["kernel_size"], self.stride(p), p["padding"])

@@ -1,0 +1,47 @@
+"""Every op opbench knows, in one explicit list."""
+
+from __future__ import annotations
+
+import difflib
+
+from opbench.ops.activation import GELU, ReLU, SiLU
+from opbench.ops.attention import Attention
+from opbench.ops.base import Op
+from opbench.ops.batchnorm import BatchNorm2d
+from opbench.ops.conv2d import Conv2d
+from opbench.ops.flatten import Flatten
+from opbench.ops.linear import Linear
+from opbench.ops.norm import LayerNorm, RMSNorm
+from opbench.ops.pool import AvgPool2d, MaxPool2d
+from opbench.ops.softmax import Softmax
+from opbench.ops.transpose import Permute, Transpose
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Linear(),
+        Conv2d(),
+        MaxPool2d(),
+        AvgPool2d(),
+        BatchNorm2d(),
+        LayerNorm(),
+        RMSNorm(),
+        Softmax(),
+        ReLU(),
+        GELU(),
+        SiLU(),
+        Transpose(),
+        Permute(),
+        Flatten(),
+        Attention(),
+    )
+}
+
+
+def get_op(name: str) -> Op:
+    return OPS[name]
+
+
+def suggest(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,29 @@
+"""softmax over one dimension (dims count the batch dimension as 0)."""
+
+from __future__ import annotations
+
+from opbench.ops.base import Op, Param, ShapeError, numel
+
+
+def normalise_dim(dim: int, ndim: int) -> int:
+    if not -ndim <= dim < ndim:
+        raise ShapeError(f"dim {dim} is out of range for a {ndim}-d tensor", "dim")
+    return dim % ndim
+
+
+class Softmax(Op):
+    name = "softmax"
+    summary = "softmax over one dim"
+    params = (Param("dim", "int", -1),)
+
+    def infer_shape(self, in_shape, p):
+        normalise_dim(p["dim"], len(in_shape))
+        return in_shape
+
+    def flops(self, in_shape, out_shape, p):
+        return 5 * numel(in_shape)
+
+    def forward(self, x, weights, layer):
+        import torch
+
+        return torch.softmax(x, dim=layer.params["dim"])

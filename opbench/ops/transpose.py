@@ -1,0 +1,40 @@
+"""transpose and permute. The result is made contiguous: the data movement is what gets timed."""
+
+from __future__ import annotations
+
+from opbench.ops.base import Op, Param, ShapeError
+from opbench.ops.softmax import normalise_dim
+
+
+class Permute(Op):
+    name = "permute"
+    summary = "reorder all dims (batch is dim 0); contiguous result"
+    params = (Param("dims", "int_list"),)
+
+    def permutation(self, ndim: int, p) -> tuple[int, ...]:
+        dims = tuple(d % ndim if -ndim <= d < ndim else d for d in p["dims"])
+        if sorted(dims) != list(range(ndim)):
+            raise ShapeError(f"dims {list(p['dims'])} is not a permutation of the {ndim} dims 0..{ndim - 1}", "dims")
+        return dims
+
+    def infer_shape(self, in_shape, p):
+        dims = self.permutation(len(in_shape), p)
+        return tuple(in_shape[d] for d in dims)
+
+    def forward(self, x, weights, layer):
+        return x.permute(self.permutation(x.dim(), layer.params)).contiguous()
+
+
+class Transpose(Permute):
+    name = "transpose"
+    summary = "swap two dims (batch is dim 0); contiguous result"
+    params = (Param("dims", "int_list"),)
+
+    def permutation(self, ndim: int, p) -> tuple[int, ...]:
+        dims = p["dims"]
+        if len(dims) != 2:
+            raise ShapeError(f"transpose takes two dims [a, b], got {list(dims)}", "dims")
+        a, b = (normalise_dim(d, ndim) for d in dims)
+        order = list(range(ndim))
+        order[a], order[b] = order[b], order[a]
+        return tuple(order)

@@ -1,0 +1,185 @@
+"""The only JSON (de)serializer for run results.
+
+Writes are atomic (temporary file + rename), so a run killed mid-write leaves the previous
+complete file, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from opbench.errors import InputError, Location
+from opbench.results.model import SCHEMA_VERSION, Correctness, EndToEnd, LayerResult, RunResult
+
+RUN_FILE = "run.json"
+LATEST = "latest"
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/Inf: store them as strings so a round trip keeps them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _float(value: Any) -> float:
+    return float(value)
+
+
+def run_to_dict(run: RunResult) -> dict[str, Any]:
+    data = asdict(run)
+    data["suite_spec"] = dict(run.suite_spec)
+    data["env"] = dict(run.env)
+    return _clean(data)
+
+
+def _tuple_shape(value: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in value or ())
+
+
+def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
+    known = {f.name for f in fields(LayerResult)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["input_shape"] = _tuple_shape(values.get("input_shape"))
+    values["output_shape"] = _tuple_shape(values.get("output_shape"))
+    values["covers"] = tuple(values.get("covers") or ())
+    values["samples_ms"] = tuple(tuple(_float(t) for t in r) for r in values.get("samples_ms") or ())
+    corr = values.get("correctness")
+    if corr is not None:
+        values["correctness"] = Correctness(
+            rel_l2=_float(corr["rel_l2"]),
+            max_abs=_float(corr["max_abs"]),
+            nonfinite=int(corr["nonfinite"]),
+            tolerance=_float(corr["tolerance"]),
+            reference=corr.get("reference", "float64-cpu"),
+        )
+    return LayerResult(**values)
+
+
+def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
+    known = {f.name for f in fields(EndToEnd)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["samples_ms"] = tuple(tuple(_float(t) for t in r) for r in values.get("samples_ms") or ())
+    return EndToEnd(**values)
+
+
+def run_from_dict(data: dict[str, Any]) -> RunResult:
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version!r} is not supported (this opbench reads {SCHEMA_VERSION})")
+    known = {f.name for f in fields(RunResult)}
+    values = {k: v for k, v in data.items() if k in known}
+    values["layers"] = tuple(_layer_from_dict(d) for d in data.get("layers") or ())
+    values["end_to_end"] = tuple(_e2e_from_dict(d) for d in data.get("end_to_end") or ())
+    if values.get("shard") is not None:
+        values["shard"] = tuple(values["shard"])
+    return RunResult(**values)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, allow_nan=False)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run(run: RunResult, path: Path) -> None:
+    write_json_atomic(path, run_to_dict(run))
+
+
+def read_run(path: Path | str) -> RunResult:
+    """Read a run.json, or the run.json inside a run folder. Bad files raise InputError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RUN_FILE
+    where = Location(file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no such run file", where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read run file: {exc.strerror}", where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"not valid JSON: {exc.msg}", Location(file=str(path), line=exc.lineno, column=exc.colno)) from None
+    if not isinstance(data, dict):
+        raise InputError("a run file holds a JSON object", where)
+    try:
+        return run_from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"not an opbench run: {exc}", where) from None
+
+
+def utc_stamp(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def new_run_dir(out_root: Path, suite: str, stamp: str | None = None) -> Path:
+    base = out_root / suite / (stamp or utc_stamp())
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def point_latest(run_dir: Path) -> None:
+    """Make `<suite>/latest` point to run_dir: a relative symlink, or a text file where links fail."""
+    link = run_dir.parent / LATEST
+    tmp = run_dir.parent / f".{LATEST}.tmp"
+    try:
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(run_dir.name, target_is_directory=True)
+        os.replace(tmp, link)
+    except OSError:
+        if link.is_symlink():
+            link.unlink()
+        link.write_text(run_dir.name + "\n", encoding="utf-8")
+
+
+def resolve_latest(suite_dir: Path) -> Path | None:
+    link = suite_dir / LATEST
+    if link.is_symlink() or link.is_dir():
+        target = link.resolve()
+        return target if target.is_dir() else None
+    if link.is_file():
+        target = suite_dir / link.read_text(encoding="utf-8").strip()
+        return target if target.is_dir() else None
+    return None
+
+
+def find_latest_run(reports_root: Path, suite: str | None = None) -> Path | None:
+    """The newest run folder: of `suite` if given, else of any suite under reports_root."""
+    if suite:
+        return resolve_latest(reports_root / suite)
+    candidates = []
+    if reports_root.is_dir():
+        for suite_dir in reports_root.iterdir():
+            if suite_dir.is_dir():
+                latest = resolve_latest(suite_dir)
+                if latest and (latest / RUN_FILE).is_file():
+                    candidates.append(latest)
+    if not candidates:
+        return None
+    return max(candidates, key=lambda p: (p / RUN_FILE).stat().st_mtime)

@@ -1,0 +1,186 @@
+"""What a run produces: frozen dataclasses holding raw samples, never only summaries.
+
+Pure Python. `opbench.results.io` is the only place that turns these into JSON and back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from opbench.results.stats import TimingStats
+
+SCHEMA_VERSION = 1
+
+
+class Status:
+    OK = "ok"
+    UNSUPPORTED = "unsupported"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Correctness:
+    """One backend's output against the high-precision reference, on the same inputs.
+
+    rel_l2: ||out - ref|| / ||ref|| over all elements.
+    max_abs: largest absolute difference.
+    nonfinite: NaN/Inf count in the backend's output.
+    tolerance: the rel_l2 limit the layer had to meet.
+    reference: how the reference was computed ("float64-cpu" or "float32-cuda").
+    """
+
+    rel_l2: float
+    max_abs: float
+    nonfinite: int
+    tolerance: float
+    reference: str = "float64-cpu"
+
+    @property
+    def passed(self) -> bool:
+        return self.nonfinite == 0 and self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One layer built by one backend: its samples, its error, its cost model.
+
+    model: the model instance name, sweeps expanded (e.g. "mlp[batch=8]").
+    layer: the suite layer name; for a fused result, the first layer it covers.
+    covers: every suite layer this measurement stands for, in order (fusion), else (layer,).
+    samples_ms: raw samples, grouped by timing round.
+    timer: "cuda-events", "cuda-graph" or "perf_counter".
+    interpreted: Triton ran in its CPU interpreter: times are not performance figures.
+    flops / bytes: the op's FLOP count and minimum bytes moved (each input read once,
+        each output written once), for TFLOP/s and GB/s.
+    tuning_s: one-off autotuning time spent before timing, never counted in samples.
+    gpu: which GPU ran it (name and index/rank), for runs spread over several.
+    note: anything a reader needs, e.g. a layout the backend used internally.
+    """
+
+    model: str
+    layer: str
+    op: str
+    backend: str
+    status: str
+    dtype: str
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    flops: int = 0
+    bytes: int = 0
+    quant: str = "none"
+    covers: tuple[str, ...] = ()
+    samples_ms: tuple[tuple[float, ...], ...] = ()
+    timer: str = ""
+    interpreted: bool = False
+    correctness: Correctness | None = None
+    message: str | None = None
+    reference_name: str | None = None
+    target_speedup: float = 1.5
+    regression_threshold: float | None = None
+    device: str = "cpu"
+    gpu: str | None = None
+    tuning_s: float | None = None
+    note: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.model, self.layer, self.backend)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        return self.covers or (self.layer,)
+
+    @property
+    def stats(self) -> TimingStats | None:
+        if not self.samples_ms or not any(self.samples_ms):
+            return None
+        return TimingStats(self.samples_ms)
+
+    @property
+    def median_ms(self) -> float | None:
+        stats = self.stats
+        return stats.median if stats else None
+
+    @property
+    def correct(self) -> bool:
+        """Ran and met its tolerance. A layer that is not correct can never count as a pass."""
+        return self.status == Status.OK and self.correctness is not None and self.correctness.passed
+
+    @property
+    def tflops(self) -> float | None:
+        med = self.median_ms
+        return self.flops / med / 1e9 if med and self.flops else None
+
+    @property
+    def gbps(self) -> float | None:
+        med = self.median_ms
+        return self.bytes / med / 1e6 if med and self.bytes else None
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    """The whole model's forward, chained layer to layer, on one backend."""
+
+    model: str
+    backend: str
+    status: str
+    samples_ms: tuple[tuple[float, ...], ...] = ()
+    timer: str = ""
+    interpreted: bool = False
+    message: str | None = None
+
+    @property
+    def stats(self) -> TimingStats | None:
+        return TimingStats(self.samples_ms) if self.samples_ms and any(self.samples_ms) else None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One `opbench run`.
+
+    suite_spec: the suite as loaded (defaults applied, sweeps expanded), as plain data.
+    env: the environment fingerprint (GPU, driver, CUDA, torch, triton, python, opbench,
+        git commit, clocks at start and end).
+    complete: False until every planned layer has a result; an interrupted run stays False.
+    shard: (k, n) when this run is share k of n (1-based), else None.
+    planned: number of (model, layer, backend) results this run set out to produce.
+    """
+
+    suite: str
+    started_at: str
+    device: str
+    env: Mapping[str, Any] = field(default_factory=dict)
+    suite_spec: Mapping[str, Any] = field(default_factory=dict)
+    suite_source: str | None = None
+    layers: tuple[LayerResult, ...] = ()
+    end_to_end: tuple[EndToEnd, ...] = ()
+    finished_at: str | None = None
+    complete: bool = False
+    shard: tuple[int, int] | None = None
+    planned: int = 0
+    schema_version: int = SCHEMA_VERSION
+
+    def with_layer(self, result: LayerResult) -> RunResult:
+        return replace(self, layers=self.layers + (result,))
+
+    def find(self, model: str, layer: str, backend: str) -> LayerResult | None:
+        for result in self.layers:
+            if result.model == model and backend == result.backend and layer in result.members:
+                return result
+        return None
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for result in self.layers:
+            seen.setdefault(result.backend, None)
+        return tuple(seen)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for result in self.layers:
+            seen.setdefault(result.model, None)
+        return tuple(seen)

@@ -1,0 +1,129 @@
+"""The loaded suite: frozen, fully resolved (defaults applied, sweeps expanded,
+shapes inferred). Everything after the loader reads these and nothing else.
+
+Pure Python: no torch, no triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+# Relative L2 error limits when a layer sets no `tolerance`.
+DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
+INT8_TOLERANCE = 5e-2
+
+DEFAULT_TARGET_SPEEDUP = 1.5
+
+
+@dataclass(frozen=True)
+class TimingSpec:
+    """How one layer is timed.
+
+    warmup_ms: time spent calling the layer before anything is recorded.
+    rep_ms: length of one round of recorded calls.
+    rounds: number of rounds; the gate compares round medians.
+    flush_l2: write a buffer larger than L2 before every timed call (outside the events).
+    cuda_graph: replay a captured CUDA graph instead of launching from Python.
+    """
+
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    rounds: int = 5
+    flush_l2: bool = True
+    cuda_graph: bool = False
+
+    def quick(self) -> TimingSpec:
+        """A much shorter schedule, for smoke runs (`--quick`)."""
+        return TimingSpec(
+            warmup_ms=min(self.warmup_ms, 2.0),
+            rep_ms=min(self.rep_ms, 5.0),
+            rounds=min(self.rounds, 2),
+            flush_l2=self.flush_l2,
+            cuda_graph=self.cuda_graph,
+        )
+
+    def with_rounds(self, rounds: int) -> TimingSpec:
+        return TimingSpec(self.warmup_ms, self.rep_ms, rounds, self.flush_l2, self.cuda_graph)
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of one model instance, resolved.
+
+    name: unique within its model.
+    op: registered op name (see `opbench list ops`).
+    params: the op's parameters with defaults filled in.
+    input_shape / output_shape: full shapes, batch dimension first.
+    starts_chain: True when the layer sets its own `input` (or is the first layer):
+        its input is fresh data rather than the previous layer's output.
+    reference_name: the layer's name in a reference engine's export, if it differs.
+    line: line of the layer's mapping in the suite file, for messages.
+    """
+
+    name: str
+    op: str
+    params: Mapping[str, Any]
+    dtype: str
+    backends: tuple[str, ...]
+    tolerance: float | None
+    target_speedup: float
+    timing: TimingSpec
+    input_shape: tuple[int, ...]
+    output_shape: tuple[int, ...]
+    starts_chain: bool = False
+    reference_name: str | None = None
+    regression_threshold: float | None = None
+    line: int | None = None
+
+    @property
+    def quant(self) -> str:
+        return str(self.params.get("quant", "none"))
+
+    @property
+    def effective_tolerance(self) -> float:
+        if self.tolerance is not None:
+            return self.tolerance
+        if self.quant == "int8":
+            return INT8_TOLERANCE
+        return DEFAULT_TOLERANCE[self.dtype]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model instance: a sweep value expanded into its own name, e.g. `mlp[batch=8]`.
+
+    base_name: the name as written in the suite, before sweep expansion.
+    fuse: let backends that can fuse consecutive layers (conv → batchnorm → act) do so.
+    """
+
+    name: str
+    base_name: str
+    batch: int
+    layers: tuple[LayerSpec, ...]
+    fuse: bool = False
+    line: int | None = None
+
+    def layer(self, name: str) -> LayerSpec:
+        for layer in self.layers:
+            if layer.name == name:
+                return layer
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class SuiteSpec:
+    name: str
+    models: tuple[ModelSpec, ...]
+    description: str | None = None
+    source: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def model(self, name: str) -> ModelSpec:
+        for model in self.models:
+            if model.name == name:
+                return model
+        raise KeyError(name)

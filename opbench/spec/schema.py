@@ -1,0 +1,97 @@
+"""The YAML boundary: pydantic models of a suite file as written (before resolution).
+
+Only the loader uses these; everything after it works with opbench.spec.model.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
+Dtype = Literal["float32", "float16", "bfloat16"]
+
+
+class TimingModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    warmup_ms: float | None = Field(default=None, ge=0)
+    rep_ms: float | None = Field(default=None, gt=0)
+    rounds: int | None = Field(default=None, ge=1, le=1000)
+    flush_l2: bool | None = None
+    cuda_graph: bool | None = None
+
+
+class CommonSettings(BaseModel):
+    """Settings that defaults, models and layers may each set; the nearest wins."""
+
+    dtype: Dtype | None = None
+    backends: list[str] | None = Field(default=None, min_length=1)
+    target_speedup: float | None = Field(default=None, gt=0)
+    tolerance: float | None = Field(default=None, gt=0)
+    timing: TimingModel | None = None
+    regression_threshold: float | None = Field(default=None, gt=0)
+
+
+class DefaultsModel(CommonSettings):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LayerModel(CommonSettings):
+    """A layer: common settings, name, op, and the op's own parameters as extra keys."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(pattern=r"^[^\s/]+$")
+    op: str
+    reference_name: str | None = None
+    input: list[int] | None = Field(default=None, min_length=1)
+
+    @field_validator("input")
+    @classmethod
+    def _positive_dims(cls, dims: list[int] | None) -> list[int] | None:
+        if dims is not None and any(d < 1 for d in dims):
+            raise ValueError("every dimension must be at least 1")
+        return dims
+
+    def op_params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ModelModel(CommonSettings):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    batch: int | list[int] = 1
+    input: list[int] = Field(min_length=1)
+    fuse: bool = False
+    layers: list[LayerModel] = Field(min_length=1)
+
+    @field_validator("batch")
+    @classmethod
+    def _positive_batch(cls, batch: int | list[int]) -> int | list[int]:
+        values = batch if isinstance(batch, list) else [batch]
+        if not values:
+            raise ValueError("a batch sweep needs at least one value")
+        if any(b < 1 for b in values):
+            raise ValueError("batch must be at least 1")
+        if len(set(values)) != len(values):
+            raise ValueError("batch sweep values must be distinct")
+        return batch
+
+    @field_validator("input")
+    @classmethod
+    def _positive_dims(cls, dims: list[int]) -> list[int]:
+        if any(d < 1 for d in dims):
+            raise ValueError("every dimension must be at least 1")
+        return dims
+
+
+class SuiteModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str | None = None
+    defaults: DefaultsModel | None = None
+    models: list[ModelModel] = Field(min_length=1)
