@@ -43,8 +43,6 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-# Key-mask modes of one pass over key blocks.
-NO_MASK, KEY_BOUND_MASK, CAUSAL_MASK = 0, 1, 2
 
 
 @triton.jit
@@ -80,28 +78,59 @@ def load_rows(
 
 
 @triton.jit
-def online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION: tl.constexpr):
+def dot_operand(x, UPCAST_DOT: tl.constexpr):
+    """Triton 3.6's interpreter multiplies bfloat16 tiles as raw uint16 bits; under the
+    interpreter bf16 operands go to tl.dot as (exactly converted) fp32 instead."""
+    if UPCAST_DOT:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def online_softmax_update(
+    acc, m_i, l_i, scores, v, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr
+):
     """Fold one key block into the running (acc, m, l) of the online softmax.
 
     scores: [BLOCK_M, BLOCK_N] fp32 logits already multiplied by log2(e) (masked ones -inf);
     every row has seen at least one finite logit by the time this runs, so m stays finite.
+    P is rounded to V's dtype, as the tensor cores take it.
     """
     m_new = tl.maximum(m_i, tl.max(scores, 1))
     p = tl.math.exp2(scores - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+    p = p.to(v.dtype)
+    acc = tl.dot(
+        dot_operand(p, UPCAST_DOT), dot_operand(v, UPCAST_DOT), acc, input_precision=DOT_PRECISION
+    )
     return acc, m_new, l_i
 
 
 @triton.jit
-def key_mask(offs_m, offs_n, seq_len, MASK: tl.constexpr):
-    """Which (query, key) pairs of a block are visible under the pass's mask mode."""
+def key_mask(offs_m, offs_n, seq_len, CAUSAL: tl.constexpr):
+    """Which (query, key) pairs of a block are visible: keys past the end never are."""
     visible = offs_n[None, :] < seq_len
-    if MASK == 2:
+    if CAUSAL:
         visible = visible & (offs_n[None, :] <= offs_m[:, None])
     return visible
+
+
+@triton.jit
+def key_ranges(start_m, seq_len, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Split the keys of query block [start_m, start_m + BLOCK_M) into two passes:
+    [0, unmasked_end) needs no mask at all, [unmasked_end, masked_end) needs `key_mask`.
+    Causal: keys left of the diagonal block are visible to every row; keys right of it to
+    none, so those blocks are never visited. Otherwise only a partial last block is masked.
+    """
+    if CAUSAL:
+        unmasked_end = start_m
+        masked_end = tl.minimum(start_m + BLOCK_M, seq_len)
+    else:
+        unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
+        masked_end = seq_len
+    return unmasked_end, masked_end
 
 
 @triton.jit
@@ -123,26 +152,29 @@ def _attend_key_blocks(
     qk_scale,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    MASK: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    MASKED: tl.constexpr,
     USE_DESC: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
 ):
-    """One pass over the key blocks starting at lo (a multiple of BLOCK_N) below hi."""
+    """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = load_rows(
             k_base, k_desc, start_n, seq_len, stride_xs, stride_xd,
-            BLOCK_N, HEAD_DIM, USE_DESC, MASK != 0,
+            BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
+        k = dot_operand(k, UPCAST_DOT)
         scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
-        if MASK != 0:
-            visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, MASK)
+        if MASKED:
+            visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, CAUSAL)
             scores = tl.where(visible, scores, float("-inf"))
         v = load_rows(
             v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
-            BLOCK_N, HEAD_DIM, USE_DESC, MASK != 0,
+            BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
-        acc, m_i, l_i = online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION)
+        acc, m_i, l_i = online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION, UPCAST_DOT)
     return acc, m_i, l_i
 
 
@@ -171,6 +203,7 @@ def _attention_fwd_kernel(
     HEAD_DIM: tl.constexpr,  # D, a power of two
     CAUSAL: tl.constexpr,  # mask keys j > i
     DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (exact enough for 1e-4), else "tf32"
+    UPCAST_DOT: tl.constexpr,  # interpreter + bf16 only: see dot_operand
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per inner step; BLOCK_M % BLOCK_N == 0
     USE_DESC: tl.constexpr,  # load K/V (and Q, store O) through tensor descriptors (TMA)
@@ -216,26 +249,21 @@ def _attention_fwd_kernel(
     q = load_rows(
         q_base, q_desc, start_m, seq_len, stride_xs, stride_xd, BLOCK_M, HEAD_DIM, USE_DESC, True
     )
+    q = dot_operand(q, UPCAST_DOT)
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
 
-    if CAUSAL:
-        # Left of the diagonal block every key is visible to every row (and < S).
-        unmasked_end = start_m
-        masked_end = tl.minimum(start_m + BLOCK_M, seq_len)
-        mode: tl.constexpr = 2
-    else:
-        unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
-        masked_end = seq_len
-        mode: tl.constexpr = 1
+    unmasked_end, masked_end = key_ranges(start_m, seq_len, CAUSAL, BLOCK_M, BLOCK_N)
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, 0, unmasked_end,
-        seq_len, stride_xs, stride_xd, qk_scale, HEAD_DIM, BLOCK_N, 0, USE_DESC, DOT_PRECISION,
+        seq_len, stride_xs, stride_xd, qk_scale,
+        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, unmasked_end, masked_end,
-        seq_len, stride_xs, stride_xd, qk_scale, HEAD_DIM, BLOCK_N, mode, USE_DESC, DOT_PRECISION,
+        seq_len, stride_xs, stride_xd, qk_scale,
+        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT,
     )  # fmt: skip
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
@@ -368,6 +396,7 @@ def attention_forward(
         HEAD_DIM=head_dim,
         CAUSAL=causal,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
         **(config or {}),
     )  # fmt: skip
     return out

@@ -84,7 +84,9 @@ def conv_configs() -> list[triton.Config]:
         (64, 64, 128, 4, 4),
     ]
     return [
-        triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_warps=w, num_stages=s)
+        triton.Config(
+            {"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_warps=w, num_stages=s
+        )
         for m, n, k, w, s in shapes
     ]
 
@@ -110,6 +112,20 @@ def _prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> 
     return kept or configs[-1:]
 
 
+@triton.jit
+def _accumulate(
+    a, b, acc, IS_INT8: tl.constexpr, INPUT_PRECISION: tl.constexpr, UPCAST: tl.constexpr
+):
+    """acc += a @ b on tensor cores: int8 -> int32, or 16/32-bit floats -> float32."""
+    if IS_INT8:
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+    elif UPCAST:  # CPU interpreter only: it multiplies bf16 bit patterns as integers
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+    return acc
+
+
 @triton.autotune(
     configs=conv_configs(),
     key=["M", "C", "H", "W", "COUT", "OH", "OW", "KH", "KW", "SH", "SW", "K_MODE", "IS_INT8"],
@@ -132,6 +148,7 @@ def _conv2d_kernel(
     COUT,  # output channels, columns of the GEMM
     OH,  # output height
     OW,  # output width
+    OHW,  # OH*OW, passed so the compiler can see when it is a multiple of 16 (vector stores)
     # strides, in elements
     stride_xn,
     stride_xc,
@@ -154,6 +171,7 @@ def _conv2d_kernel(
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
     IS_INT8: tl.constexpr,  # int8 x and w, int32 accumulation, dequantized in the epilogue
     INPUT_PRECISION: tl.constexpr,  # "ieee" for true fp32 products; ignored by 16-bit and int8 dots
+    UPCAST_OPERANDS: tl.constexpr,  # True only under the CPU interpreter with bfloat16 (see _accumulate)
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -174,12 +192,11 @@ def _conv2d_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     m_valid = offs_m < M
     n_valid = offs_n < COUT
-    OHW = OH * OW
     image = offs_m // OHW
     pixel = offs_m % OHW  # kept whole (not as oh*OW + ow) so the compiler sees runs of pixels
     ih0 = (pixel // OW) * SH - PH  # input row seen by tap r = 0
     iw0 = (pixel % OW) * SW - PW
-    if K_MODE == K_POINTWISE:
+    if K_MODE == 2:  # K_POINTWISE
         x_row = image * stride_xn + pixel * stride_xw
     else:
         x_row = image * stride_xn + ih0 * stride_xh + iw0 * stride_xw
@@ -190,7 +207,7 @@ def _conv2d_kernel(
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
 
-    if K_MODE == K_GATHER:
+    if K_MODE == 1:  # K_GATHER
         K = KH * KW * C
         for k0 in range(0, K, BLOCK_K):
             k = k0 + offs_k
@@ -206,10 +223,7 @@ def _conv2d_kernel(
             a = tl.load(x_ptr + x_row[:, None] + k_off[None, :], mask=a_mask, other=0.0)
             # Rows are zero-padded to a multiple of K_ALIGN >= BLOCK_K: no K mask needed.
             b = tl.load(w_col[None, :] + k[:, None], mask=n_valid[None, :], other=0.0)
-            if IS_INT8:
-                acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            else:
-                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            acc = _accumulate(a, b, acc, IS_INT8, INPUT_PRECISION, UPCAST_OPERANDS)
     else:
         c_blocks = tl.cdiv(C, BLOCK_K)
         for step in range(0, KH * KW * c_blocks):
@@ -217,7 +231,7 @@ def _conv2d_kernel(
             c = (step - tap * c_blocks) * BLOCK_K + offs_k
             r = tap // KW
             s = tap % KW
-            if K_MODE == K_POINTWISE:
+            if K_MODE == 2:  # K_POINTWISE
                 row_ok = m_valid
                 a_rows = x_row
             else:
@@ -232,12 +246,11 @@ def _conv2d_kernel(
                 other=0.0,
             )
             b = tl.load(
-                w_col[None, :] + (tap * C + c)[:, None], mask=c_ok[:, None] & n_valid[None, :], other=0.0
+                w_col[None, :] + (tap * C + c)[:, None],
+                mask=c_ok[:, None] & n_valid[None, :],
+                other=0.0,
             )
-            if IS_INT8:
-                acc = tl.dot(a, b, acc, out_dtype=tl.int32)
-            else:
-                acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+            acc = _accumulate(a, b, acc, IS_INT8, INPUT_PRECISION, UPCAST_OPERANDS)
 
     if IS_INT8:
         x_scale = tl.load(x_scale_ptr + image, mask=m_valid, other=0.0)
@@ -291,7 +304,9 @@ def _nchw_to_nhwc_kernel(
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     mask = (offs_c < C)[:, None] & (offs_p < HW)[None, :]
-    tile = tl.load(x_ptr + image * stride_xn + offs_c[:, None] * stride_xc + offs_p[None, :], mask=mask)
+    tile = tl.load(
+        x_ptr + image * stride_xn + offs_c[:, None] * stride_xc + offs_p[None, :], mask=mask
+    )
     y_ptrs = y_ptr + image * HW * C + offs_p[None, :] * C + offs_c[:, None]
     tl.store(y_ptrs, tile, mask=mask)
 
@@ -315,7 +330,9 @@ def fold_batchnorm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fold inference batchnorm into the conv (build time, float64): w' = w*g, b' = (b - mean)*g + beta."""
     inv_std = torch.rsqrt(batchnorm["running_var"].double() + float(batchnorm.get("eps", 1e-5)))
-    gain = batchnorm["weight"].double() * inv_std if batchnorm.get("weight") is not None else inv_std
+    gain = (
+        batchnorm["weight"].double() * inv_std if batchnorm.get("weight") is not None else inv_std
+    )
     shift = batchnorm["bias"].double() if batchnorm.get("bias") is not None else 0.0
     base = bias.double() if bias is not None else torch.zeros_like(gain)
     folded_w = weight.double() * gain[:, None, None, None]
@@ -327,7 +344,9 @@ def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """[Cout, C, KH, KW] -> [Cout, K_pad] in (r, s, c) order, zero-padded to a multiple of K_ALIGN."""
     cout, c, kh, kw = weight.shape
     k = kh * kw * c
-    packed = torch.zeros((cout, triton.cdiv(k, K_ALIGN) * K_ALIGN), dtype=dtype, device=weight.device)
+    packed = torch.zeros(
+        (cout, triton.cdiv(k, K_ALIGN) * K_ALIGN), dtype=dtype, device=weight.device
+    )
     packed[:, :k] = weight.permute(0, 2, 3, 1).reshape(cout, k).to(dtype)
     return packed
 
@@ -433,7 +452,9 @@ def build_conv2d(
         if chosen == "nhwc" and x.stride(1) != 1:
             source = nchw_to_nhwc(x).permute(0, 3, 1, 2)  # a view: strides of NHWC memory
         k_mode = {"gather": K_GATHER, "pointwise": K_POINTWISE}.get(chosen, K_CHANNEL_BLOCKS)
-        launch_conv(source, packed, bias32, None, None, out, geometry, k_mode, act, False, precision)
+        launch_conv(
+            source, packed, bias32, None, None, out, geometry, k_mode, act, False, precision
+        )
         return out
 
     return conv
@@ -453,7 +474,9 @@ def check_input(x: torch.Tensor, cin: int, dtype: torch.dtype) -> tuple[int, int
     return n, c, h, w
 
 
-def output_size(h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int):
+def output_size(
+    h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int
+):
     oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     if oh <= 0 or ow <= 0:
@@ -462,7 +485,10 @@ def output_size(h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw:
 
 
 def check_output(
-    out: torch.Tensor | None, shape: tuple[int, int, int, int], dtype: torch.dtype, device: torch.device
+    out: torch.Tensor | None,
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    device: torch.device,
 ) -> torch.Tensor:
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)
@@ -509,6 +535,7 @@ def launch_conv(
         cout,
         oh,
         ow,
+        oh * ow,
         x.stride(0),
         x.stride(1),
         x.stride(2),
@@ -522,4 +549,5 @@ def launch_conv(
         ACTIVATION=activation,
         IS_INT8=is_int8,
         INPUT_PRECISION=precision,
+        UPCAST_OPERANDS=INTERPRET and x.dtype == torch.bfloat16,
     )

@@ -188,7 +188,9 @@ def make_int8_conv(
         xq, x_scale = quantize_activations(x)
         k_mode = K_GATHER if c < MIN_CHANNELS_FOR_BLOCKS else K_CHANNEL_BLOCKS
         source = xq.permute(0, 3, 1, 2)  # [N, C, H, W] view of the NHWC buffer
-        launch_conv(source, packed, bias32, x_scale, w_scale, out, meta, k_mode, activation, True, "tf32")
+        launch_conv(
+            source, packed, bias32, x_scale, w_scale, out, meta, k_mode, activation, True, "tf32"
+        )
         return out
 
     return conv

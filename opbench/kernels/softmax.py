@@ -187,7 +187,9 @@ def fit_rows_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) 
     max_rows = triton.next_power_of_2(named_args["size_r"])
     target = min(2048, block_l * max_rows)
     fitting = [
-        c for c in configs if c.kwargs["BLOCK_R"] <= max_rows and c.kwargs["BLOCK_R"] * block_l <= MAX_TILE
+        c
+        for c in configs
+        if c.kwargs["BLOCK_R"] <= max_rows and c.kwargs["BLOCK_R"] * block_l <= MAX_TILE
     ]
     kept = []
     for config in fitting:

@@ -131,7 +131,9 @@ def _fit_tile_to_shape(configs: list[triton.Config], named_args: dict, **kwargs)
         if block_t > max_t:
             block_i, block_t = min(max_i, block_i * (block_t // max_t)), max_t
         key = (block_t, block_i, config.num_warps)
-        fitted.setdefault(key, triton.Config({"BLOCK_T": block_t, "BLOCK_I": block_i}, **_launch(config)))
+        fitted.setdefault(
+            key, triton.Config({"BLOCK_T": block_t, "BLOCK_I": block_i}, **_launch(config))
+        )
     return list(fitted.values())
 
 
@@ -238,13 +240,13 @@ def collapse_dims(
         if size == 1:
             continue
         current = [s[axis] for s in strides]
-        if sizes and all(m[-1] == c * size for m, c in zip(merged, current)):
+        if sizes and all(m[-1] == c * size for m, c in zip(merged, current, strict=True)):
             sizes[-1] *= size
-            for m, c in zip(merged, current):
+            for m, c in zip(merged, current, strict=True):
                 m[-1] = c
             continue
         sizes.append(size)
-        for m, c in zip(merged, current):
+        for m, c in zip(merged, current, strict=True):
             m.append(c)
     if not sizes:
         return [1], [[0] for _ in strides]

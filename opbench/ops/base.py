@@ -131,11 +131,18 @@ class Op:
         return 0
 
     def min_bytes(self, in_shape: Shape, out_shape: Shape, p: Mapping[str, Any], dtype: str) -> int:
-        """Each input read once, each output written once, each weight read once."""
+        """Each input read once, each output written once, each weight read once.
+
+        With `quant: int8` the main `weight` tensor is stored as int8 (1 byte); bias and the
+        other small tensors stay in floating point.
+        """
         size = ITEMSIZE[dtype]
-        weight_size = 1 if p.get("quant") == "int8" else size
-        weights = sum(numel(s) for s in self.weight_shapes(in_shape, p).values())
-        return (numel(in_shape) + numel(out_shape)) * size + weights * weight_size
+        int8 = p.get("quant") == "int8"
+        weights = sum(
+            numel(shape) * (1 if int8 and key == "weight" else size)
+            for key, shape in self.weight_shapes(in_shape, p).items()
+        )
+        return (numel(in_shape) + numel(out_shape)) * size + weights
 
     # ---- torch: data and the computation ------------------------------------------------
     def make_weights(self, layer: LayerSpec, generator: torch.Generator) -> dict[str, torch.Tensor]:

@@ -23,8 +23,10 @@ class _Pool2d(Op):
             raise ShapeError(f"{self.name} needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
         n, c, h, w = in_shape
         (kh, kw), (sh, sw), (ph, pw) = p["kernel_size"], self.stride(p), p["padding"]
-        if min(kh, kw) < 1 or min(sh, sw) < 1:
-            raise ShapeError("kernel_size and stride must be at least 1", "kernel_size")
+        if min(kh, kw) < 1:
+            raise ShapeError("kernel_size must be at least 1", "kernel_size")
+        if min(sh, sw) < 1:
+            raise ShapeError("stride must be at least 1", "stride")
         if ph > kh // 2 or pw > kw // 2:
             raise ShapeError(f"padding {ph}x{pw} must be at most half the kernel {kh}x{kw}", "padding")
         if kh > h + 2 * ph or kw > w + 2 * pw:

@@ -34,7 +34,10 @@ class Transpose(Permute):
         dims = p["dims"]
         if len(dims) != 2:
             raise ShapeError(f"transpose takes two dims [a, b], got {list(dims)}", "dims")
-        a, b = (normalise_dim(d, ndim) for d in dims)
+        try:
+            a, b = (normalise_dim(d, ndim) for d in dims)
+        except ShapeError as exc:
+            raise ShapeError(str(exc), "dims") from None
         order = list(range(ndim))
         order[a], order[b] = order[b], order[a]
         return tuple(order)

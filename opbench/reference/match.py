@@ -121,7 +121,11 @@ def read_name_map(path: Path | str) -> NameMap:
         mark = exc.problem_mark or exc.context_mark
         raise InputError(
             f"YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}",
-            Location(file=file, line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None),
+            Location(
+                file=file,
+                line=mark.line + 1 if mark else None,
+                column=mark.column + 1 if mark else None,
+            ),
         ) from None
     if root is None:
         return NameMap(source=file)
@@ -133,7 +137,9 @@ def read_name_map(path: Path | str) -> NameMap:
     entries: dict[str, tuple[MapTarget, ...]] = {}
     lines: dict[str, int] = {}
     for key_node, value_node in root.value:
-        where = Location(file=file, line=key_node.start_mark.line + 1, column=key_node.start_mark.column + 1)
+        where = Location(
+            file=file, line=key_node.start_mark.line + 1, column=key_node.start_mark.column + 1
+        )
         if not isinstance(key_node, yaml.ScalarNode) or not key_node.value.strip():
             raise InputError("each key is a reference layer name", where)
         key = str(key_node.value)
@@ -150,7 +156,11 @@ def read_name_map(path: Path | str) -> NameMap:
                 if not isinstance(item, yaml.ScalarNode) or not str(item.value).strip():
                     raise InputError(
                         f"{key!r}: each item is a suite layer name",
-                        Location(file=file, line=item.start_mark.line + 1, column=item.start_mark.column + 1),
+                        Location(
+                            file=file,
+                            line=item.start_mark.line + 1,
+                            column=item.start_mark.column + 1,
+                        ),
                     )
                 values.append(item.value)
         else:
@@ -166,7 +176,9 @@ def check_name_map(name_map: NameMap, models: Sequence[SuiteModel]) -> None:
     """Every layer a map names must exist in the run: a typo is bad input, not a silent miss."""
     for key, targets in name_map.entries.items():
         for target in targets:
-            candidates = [m for m in models if target.model is None or _names_model(target.model, m)]
+            candidates = [
+                m for m in models if target.model is None or _names_model(target.model, m)
+            ]
             if target.model is not None and not candidates:
                 known = ", ".join(m.name for m in models)
                 raise InputError(
@@ -259,7 +271,7 @@ class _Index:
             self.tables.append(table)
 
     def find(self, keys: Sequence[str]) -> str | None:
-        for level, table in zip(_LEVELS, self.tables):
+        for level, table in zip(_LEVELS, self.tables, strict=True):
             for key in keys:
                 found = table.get(level(key))
                 if found is not None:
@@ -344,11 +356,16 @@ class Link:
 
 @dataclass(frozen=True)
 class ModelMatch:
-    """The links of one model; `foreign` rows are qualified for another known model."""
+    """The links of one model.
+
+    foreign: rows qualified with another model of the run (never linked to this one).
+    ignored: rows the --map file maps to nothing (the user calls them engine overhead).
+    """
 
     model: str
     links: tuple[Link, ...]
     foreign: tuple[int, ...] = ()
+    ignored: tuple[int, ...] = ()
 
     @property
     def rows(self) -> frozenset[int]:
@@ -367,6 +384,26 @@ def _matchable(row: ReferenceTiming) -> bool:
     return row.status in (RefStatus.TIMED, RefStatus.OVERHEAD)
 
 
+def _member_keys(
+    row: ReferenceTiming, model: SuiteModel, others: Sequence[SuiteModel]
+) -> tuple[list[tuple[str, ...]], bool]:
+    """Candidate names of each member of a row, with this model's qualifier removed.
+
+    Members qualified with another model are left out; the flag says whether any was."""
+    member_keys: list[tuple[str, ...]] = []
+    foreign = False
+    for member in members_of(row):
+        path = path_of(member)
+        owner = qualifier_of(path, [model, *others])
+        if owner is not None and owner.name != model.name:
+            foreign = True
+            continue
+        # "/attn/qkv/MatMul" may be model attn's layer qkv, or a layer named attn: try both
+        keys = keys_of(path[1:]) + keys_of(path) if owner is not None else keys_of(path)
+        member_keys.append(keys)
+    return member_keys, foreign
+
+
 def match_model(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
@@ -380,87 +417,86 @@ def match_model(
     """
     others = [m for m in known_models if m.name != model.name]
     links: list[Link] = []
-    linked: set[int] = set()
     foreign: list[int] = []
-    # for each row: its candidate names with a qualifier for this model removed
-    candidates: dict[int, tuple[tuple[str, ...], ...]] = {}
+    ignored: list[int] = []
+    # per row, the candidate names of each of its members; a member once linked is done
+    candidates: dict[int, list[tuple[str, ...]]] = {}
     for pos, row in enumerate(rows):
         if not _matchable(row):
             continue
-        member_keys: list[tuple[str, ...]] = []
-        is_foreign = False
-        for member in members_of(row):
-            path = path_of(member)
-            owner = qualifier_of(path, [model, *others])
-            if owner is not None and owner.name != model.name:
-                is_foreign = True
-                continue
-            if owner is not None:
-                path = path[1:]
-            member_keys.append(keys_of(path))
+        member_keys, is_foreign = _member_keys(row, model, others)
         if is_foreign and not member_keys:
             foreign.append(pos)
-            continue
-        candidates[pos] = tuple(member_keys)
+        elif member_keys:
+            candidates[pos] = member_keys
+    done: set[tuple[int, int]] = set()
 
     def add(pos: int, layer: str, source: str) -> None:
-        links.append(Link(pos, layer, source))
-        linked.add(pos)
+        if not any(link.row == pos and link.layer == layer for link in links):
+            links.append(Link(pos, layer, source))
 
-    # 1. reference_name set in the suite
+    def open_members(pos: int) -> list[int]:
+        return [i for i in range(len(candidates[pos])) if (pos, i) not in done]
+
+    # 1. reference_name set in the suite: the whole raw name, or one member's name
     by_reference = [layer for layer in model.layers if layer.reference_name]
-    if by_reference:
-        index = _Index([])
-        for pos, member_keys in candidates.items():
-            raw = rows[pos].name
-            for layer in by_reference:
-                ref = layer.reference_name or ""
-                hit = raw == ref or fold(_strip_suffix(raw)) == fold(ref)
-                hit = hit or any(fold(ref) in (fold(k) for k in keys) for keys in member_keys)
-                if hit:
+    for pos, member_keys in candidates.items():
+        raw = fold(_strip_suffix(rows[pos].name))
+        for layer in by_reference:
+            ref = fold(layer.reference_name or "")
+            if raw == ref:
+                add(pos, layer.name, MatchSource.REFERENCE_NAME)
+                done.update((pos, i) for i in range(len(member_keys)))
+                continue
+            for i, keys in enumerate(member_keys):
+                if ref in (fold(k) for k in keys):
                     add(pos, layer.name, MatchSource.REFERENCE_NAME)
-        del index
-    named_elsewhere = {layer.name for layer in by_reference}
+                    done.add((pos, i))
 
-    # 2. --map
+    # 2. --map, on the whole row
     if name_map is not None:
-        for pos in candidates:
-            if pos in linked:
+        for pos, member_keys in candidates.items():
+            if not open_members(pos):
                 continue
             targets = name_map.lookup(rows[pos])
             if targets is None:
                 continue
-            if not targets:  # mapped to nothing: the user says it is engine overhead
-                linked.add(pos)
-                continue
+            if not targets and not any(link.row == pos for link in links):
+                ignored.append(pos)  # mapped to nothing: the user calls it engine overhead
             for target in targets:
                 if target.model is not None and not _names_model(target.model, model):
                     continue
                 if target.layer in model.layer_names():
                     add(pos, target.layer, MatchSource.MAP)
+            done.update((pos, i) for i in range(len(member_keys)))
 
-    # 3. normalised names
-    index = _Index([layer.name for layer in model.layers if layer.name not in named_elsewhere])
+    # 3. normalised names, member by member (layers named by reference_name are taken)
+    taken = {layer.name for layer in by_reference}
+    index = _Index([layer.name for layer in model.layers if layer.name not in taken])
     for pos, member_keys in candidates.items():
-        if pos in linked:
-            continue
-        for keys in member_keys:
-            found = index.find(keys)
+        for i in open_members(pos):
+            found = index.find(member_keys[i])
             if found is not None:
                 add(pos, found, MatchSource.NAME)
+                done.add((pos, i))
 
     # 4. execution order + op type + output shape, over what is left on both sides
+    linked_rows = {link.row for link in links} | set(ignored)
     used_layers = {link.layer for link in links}
     left_rows = [
         pos
         for pos in candidates
-        if pos not in linked and rows[pos].status == RefStatus.TIMED and op_family(rows[pos].raw_type)
+        if pos not in linked_rows
+        and rows[pos].status == RefStatus.TIMED
+        and op_family(rows[pos].raw_type)
     ]
     left_layers = [layer for layer in model.layers if layer.name not in used_layers]
     for pos, layer in _align(rows, left_rows, left_layers):
         add(pos, layer.name, MatchSource.SIGNATURE)
 
-    return ModelMatch(model=model.name, links=tuple(links), foreign=tuple(foreign))
+    return ModelMatch(
+        model=model.name, links=tuple(links), foreign=tuple(foreign), ignored=tuple(ignored)
+    )
 
 
 def _align(
@@ -555,7 +591,9 @@ def match_reference(
     top, top_index = scores[0]
     if top == 0:
         known = ", ".join(m.name for m in models)
-        raise InputError(f"no reference layer matches any model of the run; choose one with --model ({known})")
+        raise InputError(
+            f"no reference layer matches any model of the run; choose one with --model ({known})"
+        )
     tied = [all_matches[i].model for s, i in scores if s == top]
     if len(tied) > 1:
         raise InputError(
@@ -582,12 +620,15 @@ def _qualified_models(models: Sequence[SuiteModel], rows: Sequence[ReferenceTimi
 # ---- building SuiteModels from a run ----------------------------------------------------------
 
 
-def suite_models(suite_spec: Mapping[str, Any], layer_results: Iterable[Any]) -> tuple[SuiteModel, ...]:
+def suite_models(
+    suite_spec: Mapping[str, Any], layer_results: Iterable[Any]
+) -> tuple[SuiteModel, ...]:
     """The run's models and layers: from run.suite_spec where it lists them, completed from the
     layer results (fused results expand to their members), in execution order."""
     order: dict[str, dict[str, dict[str, Any]]] = {}
     bases: dict[str, str] = {}
-    for spec_model in suite_spec.get("models") or () if isinstance(suite_spec, Mapping) else ():
+    spec_models = suite_spec.get("models") if isinstance(suite_spec, Mapping) else None
+    for spec_model in spec_models or ():
         if not isinstance(spec_model, Mapping) or not isinstance(spec_model.get("name"), str):
             continue
         name = spec_model["name"]
@@ -610,7 +651,9 @@ def suite_models(suite_spec: Mapping[str, Any], layer_results: Iterable[Any]) ->
         bases.setdefault(result.model, base_name(result.model))
         members = result.members
         for member in members:
-            info = layers.setdefault(member, {"op": None, "output_shape": None, "reference_name": None})
+            info = layers.setdefault(
+                member, {"op": None, "output_shape": None, "reference_name": None}
+            )
             if len(members) == 1:
                 info["op"] = info.get("op") or result.op
                 info["output_shape"] = info.get("output_shape") or result.output_shape
@@ -630,7 +673,9 @@ def suite_models(suite_spec: Mapping[str, Any], layer_results: Iterable[Any]) ->
                         name=layer,
                         index=i,
                         op=info.get("op"),
-                        output_shape=tuple(info["output_shape"]) if info.get("output_shape") else None,
+                        output_shape=tuple(info["output_shape"])
+                        if info.get("output_shape")
+                        else None,
                         reference_name=info.get("reference_name"),
                     )
                     for i, (layer, info) in enumerate(layers.items())

@@ -33,7 +33,11 @@ def _fmt_ms(result: LayerResult) -> str:
         return "—"
     lo, hi = stats.ci95
     half = max(stats.median - lo, hi - stats.median)
-    return f"{stats.median:.4f} ± {half:.4f}" if stats.median < 10 else f"{stats.median:.2f} ± {half:.2f}"
+    return (
+        f"{stats.median:.4f} ± {half:.4f}"
+        if stats.median < 10
+        else f"{stats.median:.2f} ± {half:.2f}"
+    )
 
 
 def _throughput(result: LayerResult) -> str:
@@ -61,15 +65,25 @@ def status_text(result: LayerResult) -> Text:
 def run_table(run: RunResult) -> Table:
     table = Table(title=f"opbench run · {run.suite} · {run.device}", title_justify="left")
     for column, justify in (
-        ("model", "left"), ("layer", "left"), ("backend", "left"), ("median ms ± CI95", "right"),
-        ("throughput", "right"), ("× torch", "right"), ("rel. error", "right"), ("status", "left"),
+        ("model", "left"),
+        ("layer", "left"),
+        ("backend", "left"),
+        ("median ms ± CI95", "right"),
+        ("throughput", "right"),
+        ("× torch", "right"),
+        ("rel. error", "right"),
+        ("status", "left"),
     ):
         table.add_column(column, justify=justify, overflow="fold")
     previous_model = None
     for result in run.layers:
         speedup = speedup_vs_torch(run, result)
         corr = result.correctness
-        error = "—" if corr is None else (f"{corr.rel_l2:.1e}" if corr.nonfinite == 0 else f"{corr.nonfinite} NaN/Inf")
+        error = (
+            "—"
+            if corr is None
+            else (f"{corr.rel_l2:.1e}" if corr.nonfinite == 0 else f"{corr.nonfinite} NaN/Inf")
+        )
         layer = "+".join(result.members)
         ms = _fmt_ms(result)
         if result.interpreted and result.median_ms is not None:
@@ -99,7 +113,9 @@ def end_to_end_table(run: RunResult) -> Table | None:
         table.add_column(column)
     for e2e in run.end_to_end:
         layer_sum = sum(
-            r.median_ms for r in run.layers if r.model == e2e.model and r.backend == e2e.backend and r.median_ms
+            r.median_ms
+            for r in run.layers
+            if r.model == e2e.model and r.backend == e2e.backend and r.median_ms
         )
         stats = e2e.stats
         table.add_row(
@@ -114,4 +130,8 @@ def end_to_end_table(run: RunResult) -> Table | None:
 
 def failures(run: RunResult) -> list[LayerResult]:
     """Results that make `opbench run` exit 3: errors and failed correctness."""
-    return [r for r in run.layers if r.status == Status.ERROR or (r.status == Status.OK and not r.correct)]
+    return [
+        r
+        for r in run.layers
+        if r.status == Status.ERROR or (r.status == Status.OK and not r.correct)
+    ]

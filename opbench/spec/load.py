@@ -21,10 +21,11 @@ from opbench.errors import InputError, Location
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
 from opbench.spec.model import DEFAULT_TARGET_SPEEDUP, LayerSpec, ModelSpec, SuiteSpec, TimingSpec
-from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
+from opbench.spec.schema import LayerModel, ModelModel, SuiteModel, TimingModel
 
 Path_ = tuple[Any, ...]
 LineMap = dict[Path_, tuple[int, int]]
+MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 # ---- YAML with line numbers ---------------------------------------------------------------
@@ -34,7 +35,17 @@ def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: Lin
     lines[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
+        merged: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                # `<<: *anchor` (or a list of anchors): keys written here win over merged ones.
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    value = _construct(loader, source, path, lines, file)
+                    if not isinstance(value, dict):
+                        raise InputError("'<<' merges a mapping (an &anchor of one)", _loc(file, source))
+                    merged.update({k: v for k, v in value.items() if k not in merged})
+                continue
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
                 raise InputError("mapping keys must be plain names", _loc(file, key_node))
@@ -42,6 +53,8 @@ def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: Lin
                 raise InputError(f"duplicate key {key!r}", _loc(file, key_node))
             result[key] = _construct(loader, value_node, (*path, key), lines, file)
             lines[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        if merged:
+            result = {**{k: v for k, v in merged.items() if k not in result}, **result}
         return result
     if isinstance(node, yaml.SequenceNode):
         return [_construct(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)]
@@ -100,21 +113,47 @@ class _Locator:
         return loc
 
 
+def _data_path(data: Any, loc: Path_, kind: str) -> Path_:
+    """pydantic's error location without the tags it adds for union members (e.g. the
+    'int' in ('models', 0, 'batch', 'int')): only steps that exist in the data are kept."""
+    path: list[Any] = []
+    node = data
+    for i, step in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, dict) and step in node:
+            node = node[step]
+        elif isinstance(node, list) and isinstance(step, int) and 0 <= step < len(node):
+            node = node[step]
+        elif last and kind == "missing" and isinstance(node, dict) and isinstance(step, str):
+            pass  # the missing key itself: absent from the data by definition
+        else:
+            continue
+        path.append(step)
+    return tuple(path)
+
+
 def _pydantic_error(exc: ValidationError, locate: _Locator, allowed: Mapping[Path_, Any]) -> InputError:
     err = exc.errors()[0]
-    path = tuple(err["loc"])
-    field = str(path[-1]) if path and isinstance(path[-1], str) else None
     kind = err["type"]
+    path = _data_path(locate.data, tuple(err["loc"]), kind)
+    keys = [p for p in path if isinstance(p, str)]
+    field = keys[-1] if keys else None
     if kind == "extra_forbidden":
         parent = path[:-1]
         choices = allowed.get(_shape_of(parent), ())
         message = f"unknown field {field!r}{suggest(field or '', choices)}"
     elif kind == "missing":
         message = f"missing required field {field!r}"
+    elif kind in ("model_type", "model_attributes_type", "dict_type"):
+        value = err.get("input")
+        message = f"must be a mapping of field: value, not a {type(value).__name__} ({value!r})"
     else:
         value = err.get("input")
         shown = f" (got {value!r})" if not isinstance(value, (dict, list)) else ""
-        message = f"{err['msg']}{shown}"
+        text = str(err["msg"])
+        if text.startswith("Value error, "):
+            text = text[len("Value error, ") :]
+        message = f"{text}{shown}"
     return InputError(message, locate(path, field))
 
 
@@ -122,10 +161,14 @@ def _shape_of(path: Path_) -> Path_:
     return tuple("#" if isinstance(p, int) else p for p in path)
 
 
+_COMMON_FIELDS = LayerModel.model_fields.keys() - {"name", "op", "reference_name", "input"}
 _ALLOWED: dict[Path_, Any] = {
     (): SuiteModel.model_fields.keys(),
-    ("defaults",): LayerModel.model_fields.keys() - {"name", "op", "reference_name", "input"},
+    ("defaults",): _COMMON_FIELDS,
     ("models", "#"): ModelModel.model_fields.keys(),
+    ("defaults", "timing"): TimingModel.model_fields.keys(),
+    ("models", "#", "timing"): TimingModel.model_fields.keys(),
+    ("models", "#", "layers", "#", "timing"): TimingModel.model_fields.keys(),
 }
 
 
@@ -155,7 +198,11 @@ def _resolve_params(layer: LayerModel, op_name: str, path: Path_, locate: _Locat
     known = {p.name for p in op.params}
     for key in given:
         if key not in known:
-            hint = suggest(key, known) or (f" ({op_name} takes: {', '.join(sorted(known))})" if known else "")
+            # A misspelt layer setting (e.g. `tolerence`) lands here too: suggest from both.
+            layer_fields = LayerModel.model_fields.keys()
+            hint = suggest(key, [*known, *layer_fields]) or (
+                f" ({op_name} takes: {', '.join(sorted(known))})" if known else f" ({op_name} takes no parameters)"
+            )
             raise InputError(f"unknown parameter {key!r} for op {op_name!r}{hint}", locate((*path, key), key))
     params: dict[str, Any] = {}
     for param in op.params:

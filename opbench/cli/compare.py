@@ -1,0 +1,197 @@
+"""`opbench compare [RUN] --reference FILE`: a run against another engine's per-layer timings.
+
+Reads everything first (run, reference, map), compares, prints the table, then writes every
+report file at once. Bad input stops before anything is written (exit 2). The gate: exit 1
+when a layer of the gated backend FAILs, unless --no-gate.
+
+The gate is a list of checks (`GATES`), each returning the reasons it fails; a regression
+gate against a baseline adds its options to `compare_command` and one check to the list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import typer
+
+from opbench.cli.console import console, err_console, handles_errors
+from opbench.compare.model import Comparison, Verdict
+from opbench.errors import ExitCode, InputError, Location
+from opbench.results.io import find_latest_run, read_run
+from opbench.results.model import RunResult
+
+REPORTS_ROOT = Path("reports")
+FORMATS = ("auto", "sas", "sas-prefix", "onnxruntime", "tensorrt", "openvino", "torch-profiler")
+
+
+def resolve_run_path(run: Path | None) -> Path:
+    """RUN as given (a run folder or its run.json), else the newest run under reports/."""
+    if run is not None:
+        return run
+    latest = find_latest_run(REPORTS_ROOT)
+    if latest is None:
+        raise InputError(
+            f"no run found under {REPORTS_ROOT}/: run `opbench run SUITE` first, or name a run folder"
+        )
+    return latest
+
+
+def run_folder(run: Path) -> Path:
+    return run if run.is_dir() else run.parent
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Everything `compare` was asked, parsed."""
+
+    run: Path | None
+    reference: Path
+    format: str = "auto"
+    time_column: str | None = None
+    unit: str | None = None
+    skip_runs: int | None = None
+    map_path: Path | None = None
+    backend: str = "triton"
+    target: float | None = None
+    model: str | None = None
+    out: Path | None = None
+    gate: bool = True
+
+
+def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Path]:
+    """Read run, reference and map; compare. Raises InputError on bad input; writes nothing."""
+    from opbench.compare.compare import compare_run
+    from opbench.reference.interface import ReaderOptions
+    from opbench.reference.match import read_name_map
+    from opbench.reference.registry import read_reference
+
+    if request.format not in FORMATS:
+        raise InputError(f"--format must be one of {', '.join(FORMATS)}; got {request.format!r}")
+    run_path = resolve_run_path(request.run)
+    run = read_run(run_path)
+    given = {
+        "time_column": request.time_column,
+        "unit": request.unit,
+        "skip_runs": request.skip_runs,
+    }
+    options = ReaderOptions(**{key: value for key, value in given.items() if value is not None})
+    if not request.reference.exists():
+        raise InputError("no such reference file", Location(file=str(request.reference)))
+    profile = read_reference(request.reference, request.format, options)
+    name_map = read_name_map(request.map_path) if request.map_path else None
+    comparison = compare_run(
+        run,
+        profile,
+        backend=request.backend,
+        target=request.target,
+        model=request.model,
+        name_map=name_map,
+        run_label=str(run_folder(run_path)),
+        detected=request.format == "auto",
+    )
+    return comparison, run, run_folder(run_path)
+
+
+def speedup_gate(comparison: Comparison) -> list[str]:
+    """Every row of the gated backend that FAILs its target."""
+    return [
+        f"{row.model}/{row.label}: {row.primary.reason or 'below target'}"
+        for row in comparison.rows
+        if row.primary.verdict == Verdict.FAIL
+    ]
+
+
+GATES: list[Callable[[Comparison], list[str]]] = [speedup_gate]
+
+
+def gate_exit_code(comparison: Comparison, gate: bool = True) -> int:
+    failures = [reason for check in GATES for reason in check(comparison)]
+    if failures and gate:
+        return ExitCode.FAILED_GATE
+    return ExitCode.OK
+
+
+def announce_reference(comparison: Comparison) -> None:
+    ref = comparison.reference
+    how = "detected" if ref.detected else "given"
+    console.print(
+        f"reference: {ref.source} · format [bold]{ref.format}[/] ({how}) · engine {ref.engine} · {ref.layers} rows",
+        markup=True,
+        highlight=False,
+    )
+
+
+@handles_errors
+def compare_command(
+    run: Path | None = typer.Argument(
+        None, metavar="[RUN]", help="Run folder or run.json (default: the latest run)."
+    ),
+    reference: Path = typer.Option(
+        ..., "--reference", "-r", help="Reference timing file from another engine."
+    ),
+    format: str = typer.Option("auto", "--format", help=f"Reference format: {'|'.join(FORMATS)}."),
+    time_column: str | None = typer.Option(
+        None, "--time-column", help="Column or statistic holding the time."
+    ),
+    unit: str | None = typer.Option(
+        None, "--unit", help="Unit of the times where the file does not say (s|ms|us|ns)."
+    ),
+    skip_runs: int | None = typer.Option(
+        None, "--skip-runs", min=0, help="Leading whole-model runs to drop as warm-up."
+    ),
+    map_path: Path | None = typer.Option(
+        None, "--map", help="YAML: reference name -> suite layer (or list, or model/layer)."
+    ),
+    backend: str = typer.Option(
+        "triton", "--backend", help="The backend the verdicts and the gate are about."
+    ),
+    target: float | None = typer.Option(
+        None, "--target", help="Speedup every layer must reach (default: the suite's)."
+    ),
+    model: str | None = typer.Option(None, "--model", help="Compare this model of the run only."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for the reports (default: the run's folder)."
+    ),
+    no_gate: bool = typer.Option(False, "--no-gate", help="Exit 0 even when a layer FAILs."),
+) -> None:
+    """Compare a run with another engine's per-layer timings; write the reports."""
+    request = CompareRequest(
+        run=run,
+        reference=reference,
+        format=format,
+        time_column=time_column,
+        unit=unit,
+        skip_runs=skip_runs,
+        map_path=map_path,
+        backend=backend,
+        target=target,
+        model=model,
+        out=out,
+        gate=not no_gate,
+    )
+    comparison, _run, folder = load_and_compare(request)
+    finish(comparison, request.out or folder, gate=request.gate)
+
+
+def finish(comparison: Comparison, out_dir: Path, *, gate: bool, with_json: bool = True) -> None:
+    """Print, write every report file, and exit with the gate's code."""
+    from opbench.report.files import write_reports
+    from opbench.report.table import print_comparison
+
+    announce_reference(comparison)
+    print_comparison(console, comparison)
+    written = write_reports(comparison, out_dir, with_json=with_json)
+    console.print(
+        f"reports: {out_dir}/ ({', '.join(p.name for p in written)})", highlight=False, markup=False
+    )
+    code = gate_exit_code(comparison, gate)
+    failures = speedup_gate(comparison)
+    if failures:
+        label = "gate failed" if gate else "below target (not gated)"
+        err_console.print(
+            f"{label}: {len(failures)} layer(s) FAIL", style="bold red" if gate else "yellow"
+        )
+    if code != ExitCode.OK:
+        raise typer.Exit(code)

@@ -1,0 +1,37 @@
+"""`opbench report [RUN]`: re-render every report from comparison.json (no GPU, no re-run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from opbench.cli.compare import finish, resolve_run_path
+from opbench.cli.console import handles_errors
+from opbench.report.csvjson import JSON_FILE, read_comparison
+
+
+def comparison_path(run: Path) -> Path:
+    """A folder holding comparison.json, comparison.json itself, or a run.json beside one."""
+    if run.is_dir():
+        return run / JSON_FILE
+    if run.name != JSON_FILE and run.suffix == ".json" and (run.parent / JSON_FILE).exists():
+        return run.parent / JSON_FILE
+    return run
+
+
+@handles_errors
+def report_command(
+    run: Path | None = typer.Argument(
+        None,
+        metavar="[RUN]",
+        help="Run folder, run.json or comparison.json (default: the latest run).",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for the reports (default: beside comparison.json)."
+    ),
+) -> None:
+    """Re-render the table, report.md, report.html, comparison.csv and the plots from comparison.json."""
+    path = comparison_path(resolve_run_path(run))
+    comparison = read_comparison(path)
+    finish(comparison, out or path.parent, gate=False, with_json=out is not None)

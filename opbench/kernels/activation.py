@@ -1,0 +1,94 @@
+"""Elementwise activations: ReLU, GELU (exact, erf form) and SiLU.
+
+    relu(x) = max(x, 0);  gelu(x) = x/2 * (1 + erf(x / sqrt(2)));  silu(x) = x / (1 + exp(-x))
+
+Bytes: 2 * numel * element_size (read once, written once). At most ~20 FLOPs per element
+(erf), far below the H200's compute per byte: memory-bound.
+
+Contiguous tensors are treated as one flat array: each program handles BLOCK contiguous
+elements, so every thread issues wide vector loads and stores. Any other layout goes
+through the strided copy kernel of transpose.py with the activation fused into it. The
+activation math itself is `apply_activation` from epilogue.py, shared with GEMM and conv.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from opbench.kernels import Unsupported
+from opbench.kernels.epilogue import ACTIVATION_CODES, activation_code, apply_activation
+from opbench.kernels.transpose import check_float, launch_strided_map, resolve_out
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _activation_kernel(
+    # pointers
+    x_ptr,  # contiguous input
+    y_ptr,  # contiguous output, same dtype
+    # shapes
+    numel,  # number of elements
+    # meta-parameters
+    ACTIVATION: tl.constexpr,  # code from epilogue.ACTIVATION_CODES
+    BLOCK: tl.constexpr,  # elements per program
+):
+    # int64 start: tensors may hold more than 2**31 elements.
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < numel
+    x = tl.load(x_ptr + offsets, mask=mask)
+    y = apply_activation(x.to(tl.float32), ACTIVATION)
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _configs() -> list[triton.Config]:
+    """Blocks of 1K-8K elements: 8 to 32 values per thread keeps enough bytes in flight."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return [triton.Config({"BLOCK": 256}, num_warps=4)]
+    shapes = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16)]
+    return [triton.Config({"BLOCK": block}, num_warps=warps) for block, warps in shapes]
+
+
+_activation = triton.autotune(configs=_configs(), key=["numel", "ACTIVATION"])(_activation_kernel)
+
+
+# --------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------
+
+
+def activation(x: torch.Tensor, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`name`(x) elementwise, name in relu | gelu | silu; any input strides."""
+    if name not in ACTIVATION_CODES or name == "none":
+        raise Unsupported(f"unknown activation {name!r} (relu, gelu or silu)")
+    check_float(x, name)
+    code = activation_code(name)
+    out = resolve_out(out, x.shape, x)
+    if x.numel() == 0:
+        return out
+    if x.is_contiguous() and out.is_contiguous():
+        numel = x.numel()
+        _activation[lambda meta: (triton.cdiv(numel, meta["BLOCK"]),)](
+            x, out, numel, ACTIVATION=code
+        )
+    else:
+        launch_strided_map(x, out, activation=code)
+    return out
+
+
+def relu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return activation(x, "relu", out)
+
+
+def gelu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return activation(x, "gelu", out)
+
+
+def silu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return activation(x, "silu", out)

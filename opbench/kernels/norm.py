@@ -1,0 +1,193 @@
+"""LayerNorm and RMSNorm over the last dimension (hidden size N), with fp32 statistics.
+
+    layernorm: mu = mean(x);  var = mean((x - mu)^2);  y = (x - mu) / sqrt(var + eps) * w + b
+    rmsnorm:   y = x / sqrt(mean(x^2) + eps) * w
+
+Bytes: x read once and y written once, 2 * numel * element_size (+ N weights, negligible)
+when a row fits in one block. Rows longer than one block are read twice (statistics, then
+normalisation): 3 * numel * element_size, the second read mostly from L2. About 8 FLOPs per
+element: memory-bound.
+
+Rows use the layout of softmax.py: outer axes from the program id, BLOCK_R rows per program
+and the hidden axis in BLOCK_N chunks. Long layernorm rows combine per-chunk means and
+squared deviations with Chan's parallel formula, which keeps the variance exact where the
+textbook E[x^2] - E[x]^2 would cancel.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from opbench.kernels import Unsupported
+from opbench.kernels.softmax import fit_rows_to_shape, row_block, row_configs, row_layout
+from opbench.kernels.transpose import check_float, resolve_out
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _norm_kernel(
+    # pointers
+    x_ptr,  # input rows
+    y_ptr,  # output rows, same dtype
+    weight_ptr,  # [N] scale (ignored unless HAS_WEIGHT)
+    bias_ptr,  # [N] shift (ignored unless HAS_BIAS)
+    # shapes
+    size_o1,  # second outer axis (the first one's size is implied by the grid)
+    size_r,  # row axis
+    length,  # hidden size N
+    # strides, in elements
+    x_stride_o0,
+    x_stride_o1,
+    x_stride_r,
+    x_stride_n,
+    y_stride_o0,
+    y_stride_o1,
+    y_stride_r,
+    y_stride_n,
+    weight_stride,
+    bias_stride,
+    eps,  # added to the variance (or mean square) before the square root
+    # meta-parameters
+    RMS: tl.constexpr,  # True: rmsnorm (no centring, no bias); False: layernorm
+    HAS_WEIGHT: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_R: tl.constexpr,  # rows per program
+    BLOCK_L: tl.constexpr,  # hidden elements per step
+    ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
+):
+    pid = tl.program_id(0)
+    blocks_r = tl.cdiv(size_r, BLOCK_R)
+    outer = pid // blocks_r
+    o0 = (outer // size_o1).to(tl.int64)
+    o1 = (outer % size_o1).to(tl.int64)
+    rows = (pid % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = rows < size_r
+    x_rows = x_ptr + o0 * x_stride_o0 + o1 * x_stride_o1 + rows[:, None] * x_stride_r
+    y_rows = y_ptr + o0 * y_stride_o0 + o1 * y_stride_o1 + rows[:, None] * y_stride_r
+    cols = tl.arange(0, BLOCK_L)
+
+    # Statistics: mean (layernorm only) and 1 / sqrt(variance or mean square + eps).
+    if ONE_PASS:
+        mask = row_mask[:, None] & (cols < length)[None, :]
+        x = tl.load(x_rows + cols[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
+        if RMS:
+            mean = tl.zeros([BLOCK_R], tl.float32)
+            variance = tl.sum(x * x, axis=1) / length
+        else:
+            mean = tl.sum(x, axis=1) / length
+            centred = tl.where(mask, x - mean[:, None], 0.0)
+            variance = tl.sum(centred * centred, axis=1) / length
+    else:
+        mean = tl.zeros([BLOCK_R], tl.float32)
+        squares = tl.zeros([BLOCK_R], tl.float32)  # sum of squared deviations (or squares)
+        for start in range(0, length, BLOCK_L):
+            mask = row_mask[:, None] & (start + cols < length)[None, :]
+            chunk = tl.load(x_rows + (start + cols)[None, :] * x_stride_n, mask=mask, other=0.0)
+            chunk = chunk.to(tl.float32)
+            if RMS:
+                squares += tl.sum(chunk * chunk, axis=1)
+            else:
+                # Chan et al.: merge (count_a, mean_a, M2_a) with this chunk's (count_b, ...).
+                count_a = start * 1.0  # elements merged so far, as a float
+                count_b = (tl.minimum(start + BLOCK_L, length) - start).to(tl.float32)
+                chunk_mean = tl.sum(chunk, axis=1) / count_b
+                deviation = tl.where(mask, chunk - chunk_mean[:, None], 0.0)
+                delta = chunk_mean - mean
+                total = count_a + count_b
+                mean += delta * (count_b / total)
+                squares += tl.sum(deviation * deviation, axis=1)
+                squares += delta * delta * (count_a * count_b / total)
+        variance = squares / length
+    rstd = 1.0 / tl.sqrt(variance + eps)
+
+    # Normalisation: from registers in one pass, or re-reading the row chunk by chunk.
+    for start in range(0, length, BLOCK_L):
+        offs = start + cols
+        mask = row_mask[:, None] & (offs < length)[None, :]
+        if not ONE_PASS:
+            x = tl.load(x_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0)
+            x = x.to(tl.float32)
+        y = (x - mean[:, None]) * rstd[:, None]
+        if HAS_WEIGHT:
+            weight = tl.load(weight_ptr + offs * weight_stride, mask=offs < length, other=0.0)
+            y = y * weight.to(tl.float32)[None, :]
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + offs * bias_stride, mask=offs < length, other=0.0)
+            y = y + bias.to(tl.float32)[None, :]
+        tl.store(y_rows + offs[None, :] * y_stride_n, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+_norm = triton.autotune(
+    configs=row_configs(),
+    key=["size_r", "length", "x_stride_r", "x_stride_n", "RMS"],
+    prune_configs_by={"early_config_prune": fit_rows_to_shape},
+)(_norm_kernel)
+
+
+# --------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------
+
+
+def layernorm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """LayerNorm over the last dimension; weight and bias are [N] (or None)."""
+    return _normalize(x, weight, bias, eps, out, rms=False)
+
+
+def rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """RMSNorm over the last dimension; weight is [N] (or None)."""
+    return _normalize(x, weight, None, eps, out, rms=True)
+
+
+def _normalize(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    out: torch.Tensor | None,
+    rms: bool,
+) -> torch.Tensor:
+    op = "rmsnorm" if rms else "layernorm"
+    check_float(x, op)
+    if x.dim() == 0:
+        raise Unsupported(f"{op} needs at least one dimension")
+    hidden = x.shape[-1]
+    for name, param in (("weight", weight), ("bias", bias)):
+        if param is not None:
+            check_float(param, op)
+            if param.shape != (hidden,) or param.device != x.device:
+                raise ValueError(f"{op} {name} must be [{hidden}] on {x.device}")
+    out = resolve_out(out, x.shape, x)
+    if x.numel() == 0:
+        return out
+    layout = row_layout(x, out, x.dim() - 1, op)
+    block_l, one_pass = row_block(hidden)
+    _norm[layout.grid](
+        x,
+        out,
+        weight if weight is not None else x,  # never read when absent
+        bias if bias is not None else x,
+        *layout.kernel_args,
+        weight.stride(0) if weight is not None else 0,
+        bias.stride(0) if bias is not None else 0,
+        float(eps),
+        RMS=rms,
+        HAS_WEIGHT=weight is not None,
+        HAS_BIAS=bias is not None,
+        BLOCK_L=block_l,
+        ONE_PASS=one_pass,
+    )
+    return out

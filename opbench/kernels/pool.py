@@ -1,0 +1,238 @@
+"""2-D max and average pooling of NCHW tensors, with torch's semantics.
+
+    y[n, c, oh, ow] = reduce_{kh < KH, kw < KW} x[n, c, oh*SH - PH + kh, ow*SW - PW + kw]
+
+Max pooling treats padding as -inf; average pooling counts padding as zeros and always
+divides by KH*KW (count_include_pad=True; with ceil_mode=False no window reaches past the
+padding, so that is also torch's divisor). Dilation 1, ceil_mode=False.
+
+Bytes: the floor is reading x once and writing y once,
+(N*C*H*W + N*C*OH*OW) * element_size. Overlapping windows (3x3, stride 2) read each input
+row for up to two output rows; the second read comes from L1/L2, not DRAM. KH*KW FLOPs per
+output: memory-bound.
+
+One program computes a BLOCK_H x BLOCK_W tile of one (n, c) plane of y. The window offsets
+are compile-time constants, so the KH*KW loads of a tile share their address arithmetic and
+differ only by immediates.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from opbench.kernels import Unsupported
+from opbench.kernels.transpose import check_float, resolve_out
+
+# --------------------------------------------------------------------------------------
+# Kernel
+# --------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _pool2d_kernel(
+    # pointers
+    x_ptr,  # [N, C, H, W] input, any strides
+    y_ptr,  # [N, C, OH, OW] output, same dtype
+    # shapes
+    channels,  # C
+    height,  # H
+    width,  # W
+    out_height,  # OH
+    out_width,  # OW
+    # strides, in elements
+    x_stride_n,
+    x_stride_c,
+    x_stride_h,
+    x_stride_w,
+    y_stride_n,
+    y_stride_c,
+    y_stride_h,
+    y_stride_w,
+    # meta-parameters
+    IS_MAX: tl.constexpr,  # True: max pooling; False: average pooling
+    KERNEL_H: tl.constexpr,
+    KERNEL_W: tl.constexpr,
+    STRIDE_H: tl.constexpr,
+    STRIDE_W: tl.constexpr,
+    PAD_H: tl.constexpr,
+    PAD_W: tl.constexpr,
+    BLOCK_H: tl.constexpr,  # output rows per program
+    BLOCK_W: tl.constexpr,  # output columns per program
+):
+    # Program id -> (plane, row block, column block); column blocks vary fastest.
+    pid = tl.program_id(0)
+    blocks_w = tl.cdiv(out_width, BLOCK_W)
+    blocks_h = tl.cdiv(out_height, BLOCK_H)
+    block_w = pid % blocks_w
+    block_h = (pid // blocks_w) % blocks_h
+    plane = pid // (blocks_w * blocks_h)
+    n = (plane // channels).to(tl.int64)
+    c = (plane % channels).to(tl.int64)
+    x_plane = x_ptr + n * x_stride_n + c * x_stride_c
+    y_plane = y_ptr + n * y_stride_n + c * y_stride_c
+
+    out_rows = block_h * BLOCK_H + tl.arange(0, BLOCK_H)
+    out_cols = block_w * BLOCK_W + tl.arange(0, BLOCK_W)
+    out_row_mask = out_rows < out_height
+    out_col_mask = out_cols < out_width
+    in_row0 = out_rows * STRIDE_H - PAD_H
+    in_col0 = out_cols * STRIDE_W - PAD_W
+
+    if IS_MAX:
+        acc = tl.full([BLOCK_H, BLOCK_W], -float("inf"), tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_H, BLOCK_W], tl.float32)
+    for kh in tl.static_range(KERNEL_H):
+        in_rows = in_row0 + kh
+        row_ok = out_row_mask & (in_rows >= 0) & (in_rows < height)
+        row_ptrs = x_plane + in_rows * x_stride_h
+        for kw in tl.static_range(KERNEL_W):
+            in_cols = in_col0 + kw
+            col_ok = out_col_mask & (in_cols >= 0) & (in_cols < width)
+            mask = row_ok[:, None] & col_ok[None, :]
+            ptrs = row_ptrs[:, None] + (in_cols * x_stride_w)[None, :]
+            if IS_MAX:
+                values = tl.load(ptrs, mask=mask, other=-float("inf")).to(tl.float32)
+                # NaN wins, as in torch.
+                acc = tl.maximum(acc, values, propagate_nan=tl.PropagateNan.ALL)
+            else:
+                acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+    if not IS_MAX:
+        acc = acc * (1.0 / (KERNEL_H * KERNEL_W))
+
+    y_ptrs = y_plane + out_rows[:, None] * y_stride_h + out_cols[None, :] * y_stride_w
+    mask = out_row_mask[:, None] & out_col_mask[None, :]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _configs() -> list[triton.Config]:
+    """Output tiles of 256-2048 elements, at least 32 wide so column loads coalesce."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8}, num_warps=4)]
+    shapes = [(4, 64, 4), (8, 64, 4), (16, 64, 8), (8, 128, 8), (2, 128, 4), (32, 32, 8)]
+    return [triton.Config({"BLOCK_H": h, "BLOCK_W": w}, num_warps=warps) for h, w, warps in shapes]
+
+
+def _fit_tile_to_output(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
+    """Narrow tiles to the output width, giving the spare elements to more rows."""
+    fitted: dict[tuple[int, int, int], triton.Config] = {}
+    max_w = max(triton.next_power_of_2(named_args["out_width"]), 16)
+    max_h = triton.next_power_of_2(named_args["out_height"])
+    for config in configs:
+        block_h, block_w = config.kwargs["BLOCK_H"], config.kwargs["BLOCK_W"]
+        if block_w > max_w:
+            block_h, block_w = block_h * (block_w // max_w), max_w
+        block_h = min(block_h, max_h)
+        key = (block_h, block_w, config.num_warps)
+        fitted.setdefault(
+            key, triton.Config({"BLOCK_H": block_h, "BLOCK_W": block_w}, num_warps=config.num_warps)
+        )
+    return list(fitted.values())
+
+
+_pool2d = triton.autotune(
+    configs=_configs(),
+    key=["out_height", "out_width", "x_stride_w", "IS_MAX", "KERNEL_W", "STRIDE_W"],
+    prune_configs_by={"early_config_prune": _fit_tile_to_output},
+)(_pool2d_kernel)
+
+
+# --------------------------------------------------------------------------------------
+# Launchers
+# --------------------------------------------------------------------------------------
+
+
+def maxpool2d(
+    x: torch.Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int],
+    padding: int | tuple[int, int],
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """torch.nn.functional.max_pool2d(x, kernel_size, stride, padding) for NCHW x."""
+    return _launch_pool2d(x, kernel_size, stride, padding, out, is_max=True)
+
+
+def avgpool2d(
+    x: torch.Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int],
+    padding: int | tuple[int, int],
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """torch.nn.functional.avg_pool2d(x, kernel_size, stride, padding) for NCHW x."""
+    return _launch_pool2d(x, kernel_size, stride, padding, out, is_max=False)
+
+
+def _pair(value: int | tuple[int, int] | list[int], name: str) -> tuple[int, int]:
+    if isinstance(value, int):
+        return value, value
+    if len(value) != 2:
+        raise ValueError(f"{name} must be an int or a pair, not {value!r}")
+    return int(value[0]), int(value[1])
+
+
+def _launch_pool2d(
+    x: torch.Tensor,
+    kernel_size: int | tuple[int, int],
+    stride: int | tuple[int, int],
+    padding: int | tuple[int, int],
+    out: torch.Tensor | None,
+    is_max: bool,
+) -> torch.Tensor:
+    op = "maxpool2d" if is_max else "avgpool2d"
+    check_float(x, op)
+    if x.dim() != 4:
+        raise Unsupported(f"{op} expects NCHW input, got {x.dim()} dimensions")
+    (kernel_h, kernel_w), (stride_h, stride_w) = (
+        _pair(kernel_size, "kernel_size"),
+        _pair(stride, "stride"),
+    )
+    pad_h, pad_w = _pair(padding, "padding")
+    if min(kernel_h, kernel_w, stride_h, stride_w) < 1 or min(pad_h, pad_w) < 0:
+        raise Unsupported(f"{op}: kernel and stride must be >= 1 and padding >= 0")
+    if 2 * pad_h > kernel_h or 2 * pad_w > kernel_w:
+        raise Unsupported(f"{op}: padding must be at most half the kernel size (as in torch)")
+    batch, channels, height, width = x.shape
+    out_height = (height + 2 * pad_h - kernel_h) // stride_h + 1
+    out_width = (width + 2 * pad_w - kernel_w) // stride_w + 1
+    if out_height < 1 or out_width < 1:
+        raise Unsupported(f"{op}: a {kernel_h}x{kernel_w} window does not fit {height}x{width}")
+    out = resolve_out(out, (batch, channels, out_height, out_width), x)
+    if out.numel() == 0:
+        return out
+    for tensor in (x, out):
+        plane_span = sum(
+            (size - 1) * stride
+            for size, stride in zip(tensor.shape[2:], tensor.stride()[2:], strict=True)
+        )
+        if plane_span > 2**31 - 1:
+            raise Unsupported(f"{op}: one plane spans more than 2**31 elements")
+
+    def grid(meta: dict) -> tuple[int]:
+        tiles = triton.cdiv(out_height, meta["BLOCK_H"]) * triton.cdiv(out_width, meta["BLOCK_W"])
+        return (batch * channels * tiles,)
+
+    _pool2d[grid](
+        x,
+        out,
+        channels,
+        height,
+        width,
+        out_height,
+        out_width,
+        *x.stride(),
+        *out.stride(),
+        IS_MAX=is_max,
+        KERNEL_H=kernel_h,
+        KERNEL_W=kernel_w,
+        STRIDE_H=stride_h,
+        STRIDE_W=stride_w,
+        PAD_H=pad_h,
+        PAD_W=pad_w,
+    )
+    return out

@@ -1,0 +1,314 @@
+"""ONNX Runtime profiles (format `onnxruntime`): the JSON written by `enable_profiling`.
+
+The file is a Chrome trace: a list of events. Those used here:
+
+- `cat: "Session", name: "model_run"`: one window per `InferenceSession.run`;
+- `cat: "Node", name: "<node>_kernel_time"`: one node's execution, `dur` in µs, with `args`
+  (`op_name`, `provider`, `output_type_shape`; all values are strings in old ORT versions).
+  `<node>_fence_before/after` events are ignored;
+- `cat: "Kernel"` (ORT built with CUDA/ROCm profiling): GPU kernels, written right after the
+  node that launched them; their durations summed give that node's device time.
+
+The first `skip_runs` model_run windows are warm-up and dropped; each node's time per kept run
+is summed (a node may run several times inside Loop/If) and aggregated across runs.
+
+ORT rewrites the graph before running it, so the profile is not the ONNX graph:
+- fused nodes: `FusedConv`/`FusedGemm` (an activation folded in) -> members ("Conv", act);
+  a MatMul+Add turned into Gemm (`…/MatMulAddFusion`) -> members ("MatMul", "Add");
+  old ORT and NCHWc layouts name the fused node after the activation's output
+  (`r1_nchwc`, `Relu_3`): flagged `renamed_by_engine`;
+- inserted nodes (layout reorders, memory copies, reshapes around Gemm) -> RefStatus.OVERHEAD.
+
+Time kinds: node times are host clocks around synchronous CPU kernels (DEVICE for CPU
+providers, where the host is the device); for GPU providers without Kernel events they are
+launch times of asynchronous work (HOST, flagged `async_host_time`); Kernel sums are DEVICE.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from opbench.reference.aggregate import sample_stats
+from opbench.reference.interface import Flag, ReaderOptions
+from opbench.reference.jsonstream import JsonEvents
+from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
+from opbench.reference.textio import LineCounter, fail, read_json_text
+
+_SUFFIX = "_kernel_time"
+_ASYNC_PROVIDERS = frozenset(
+    {
+        "CUDAExecutionProvider",
+        "ROCMExecutionProvider",
+        "TensorrtExecutionProvider",
+        "MIGraphXExecutionProvider",
+        "DmlExecutionProvider",
+        "WebGpuExecutionProvider",
+        "JsExecutionProvider",
+    }
+)
+_OVERHEAD_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost", "Memcpy"})
+_DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
+_INSERTED_NAME = re.compile(r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$", re.IGNORECASE)
+_ACTIVATIONS = frozenset(
+    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Gelu", "FastGelu", "Silu", "Elu", "Selu"}
+)
+_NODE_OP = re.compile(r"^(?:.*/)?([A-Za-z]+)(?:_\d+)?$")
+
+
+@dataclass
+class _Occurrence:
+    """One `_kernel_time` event."""
+
+    node: str
+    ts: float
+    dur_us: float
+    op: str | None
+    provider: str | None
+    shape: tuple[int, ...] | None
+    pos: int
+    device_us: float = 0.0
+    kernels: int = 0
+
+
+@dataclass
+class _Node:
+    name: str
+    first_pos: int
+    host_us: list[float] = field(default_factory=list)  # per kept run
+    device_us: list[float] = field(default_factory=list)  # per kept run, where kernels ran
+    ops: Counter = field(default_factory=Counter)
+    providers: Counter = field(default_factory=Counter)
+    shape: tuple[int, ...] | None = None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def _shape(args: dict[str, Any]) -> tuple[int, ...] | None:
+    shapes = args.get("output_type_shape")
+    if isinstance(shapes, str):  # old ORT wrote every args value as a string
+        try:
+            shapes = json.loads(shapes)
+        except ValueError:
+            return None
+    if not isinstance(shapes, list) or not shapes or not isinstance(shapes[0], dict):
+        return None
+    dims = next(iter(shapes[0].values()), None)
+    if isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        return tuple(dims)
+    return None
+
+
+def node_members(name: str, op: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(members, flags) of a node from its name and op_name."""
+    match = _NODE_OP.match(name)
+    name_op = match.group(1) if match else None
+    flags: tuple[str, ...] = ()
+    if name.endswith("_nchwc") or (op in ("FusedConv", "FusedGemm") and name_op in _ACTIVATIONS):
+        flags = (Flag.RENAMED_BY_ENGINE,)
+    if op in ("FusedConv", "FusedGemm"):
+        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+        return (op.removeprefix("Fused"), activation), flags
+    if "MatMulAddFusion" in name:
+        return ("MatMul", "Add"), flags
+    return (), flags
+
+
+def is_overhead(name: str, op: str | None) -> bool:
+    """ORT-inserted work: layout reorders, memory copies, reshapes around a fused Gemm."""
+    if op in _OVERHEAD_OPS or name.lower().startswith(("reorder", "memcpy")):
+        return True
+    return op in _DATA_MOVEMENT_OPS and bool(_INSERTED_NAME.search(name))
+
+
+class OnnxRuntimeReader:
+    name = "onnxruntime"
+    engine = "onnxruntime"
+    description = "ONNX Runtime profiler JSON (SessionOptions.enable_profiling)"
+
+    def sniff(self, head: str) -> float:
+        text = head.lstrip("\ufeff \t\r\n")
+        if not text.startswith(("[", "{")) or '"cat"' not in text.replace(" ", ""):
+            return 0.0
+        if _SUFFIX in head or '"model_run"' in head or '"session_initialization"' in head:
+            return 0.95
+        return 0.0
+
+    def read(self, path: Path, options: ReaderOptions) -> ReferenceProfile:
+        if options.time_column is not None:
+            raise fail(path, "--time-column does not apply to onnxruntime profiles (times are event durations)")
+        notes: list[str] = []
+        if options.unit not in (None, "us"):
+            raise fail(path, f"onnxruntime durations are in µs; --unit {options.unit} contradicts that")
+        text = read_json_text(path)
+        lines = LineCounter(text)
+        events = JsonEvents(path, text)
+        runs: list[tuple[float, float]] = []
+        occurrences: list[_Occurrence] = []
+        last: _Occurrence | None = None
+        for pos, event in events:
+            if not isinstance(event, dict):
+                raise fail(path, "an event that is not a JSON object", lines.line_at(pos), lines.column_at(pos))
+            category, name = event.get("cat"), event.get("name")
+            if category == "Kernel" and last is not None:
+                last.device_us += self._duration(path, event, pos, lines)
+                last.kernels += 1
+            elif category == "Session" and name == "model_run":
+                ts = self._timestamp(path, event, pos, lines)
+                runs.append((ts, ts + self._duration(path, event, pos, lines)))
+            elif category == "Node" and isinstance(name, str) and name.endswith(_SUFFIX):
+                args = event.get("args") if isinstance(event.get("args"), dict) else {}
+                op, provider = args.get("op_name"), args.get("provider")
+                last = _Occurrence(
+                    node=name[: -len(_SUFFIX)],
+                    ts=self._timestamp(path, event, pos, lines),
+                    dur_us=self._duration(path, event, pos, lines),
+                    op=op if isinstance(op, str) else None,
+                    provider=provider if isinstance(provider, str) else None,
+                    shape=_shape(args),
+                    pos=pos,
+                )
+                occurrences.append(last)
+            elif category == "Node":
+                last = None if not str(name).endswith(("_fence_before", "_fence_after")) else last
+        if events.truncated:
+            notes.append("the file ends early (profiling interrupted?); read up to its last complete event")
+        if not occurrences:
+            raise fail(
+                path,
+                "no node timings: expected events with cat 'Node' named '<node>_kernel_time' "
+                "(write the profile with SessionOptions.enable_profiling = True)",
+            )
+        nodes, kept, outside = self._aggregate(path, occurrences, runs, options.skip_runs, notes)
+        if outside:
+            notes.append(f"{outside} node event(s) outside every model_run window were ignored")
+        layers = self._timings(path, nodes, kept, lines)
+        run_ms = sorted((end - start) / 1e3 for start, end in runs[options.skip_runs :])
+        total = sample_stats(run_ms).get("median_ms") if runs else None
+        return ReferenceProfile(
+            engine=self.engine,
+            source=str(path),
+            format=self.name,
+            layers=tuple(layers),
+            total_ms=total,  # type: ignore[arg-type]
+            notes=tuple(notes),
+        )
+
+    @staticmethod
+    def _timestamp(path: Path, event: dict, pos: int, lines: LineCounter) -> float:
+        value = _number(event.get("ts"))
+        if value is None or not math.isfinite(value):
+            raise fail(path, f"event {event.get('name')!r} has no numeric 'ts'", lines.line_at(pos), lines.column_at(pos))
+        return value
+
+    @staticmethod
+    def _duration(path: Path, event: dict, pos: int, lines: LineCounter) -> float:
+        value = _number(event.get("dur"))
+        name = event.get("name")
+        if value is None or not math.isfinite(value):
+            raise fail(path, f"event {name!r} has no numeric 'dur'", lines.line_at(pos), lines.column_at(pos))
+        if value < 0:
+            raise fail(path, f"event {name!r} has a negative 'dur' ({value})", lines.line_at(pos), lines.column_at(pos))
+        return value
+
+    @staticmethod
+    def _aggregate(
+        path: Path,
+        occurrences: list[_Occurrence],
+        runs: list[tuple[float, float]],
+        skip: int,
+        notes: list[str],
+    ) -> tuple[dict[str, _Node], int, int]:
+        if not runs:
+            start = min(o.ts for o in occurrences)
+            runs = [(start, max(o.ts + o.dur_us for o in occurrences))]
+            notes.append("no model_run events: all node events taken as one run")
+        runs.sort()
+        if len(runs) <= skip:
+            raise fail(
+                path,
+                f"the profile holds {len(runs)} model_run(s) and the first {skip} are skipped as "
+                f"warm-up, which leaves none: profile more runs, or pass --skip-runs "
+                f"{max(len(runs) - 1, 0)} (0 keeps the warm-up run)",
+            )
+        starts = [start for start, _ in runs]
+        per_run: list[dict[str, list[_Occurrence]]] = [{} for _ in runs]
+        outside = 0
+        for occ in occurrences:
+            i = bisect.bisect_right(starts, occ.ts) - 1
+            if i < 0 or occ.ts > runs[i][1]:
+                outside += 1
+                continue
+            per_run[i].setdefault(occ.node, []).append(occ)
+        nodes: dict[str, _Node] = {}
+        for run in per_run[skip:]:
+            for name, occs in sorted(run.items(), key=lambda item: item[1][0].ts):
+                node = nodes.get(name)
+                if node is None:
+                    node = nodes[name] = _Node(name=name, first_pos=occs[0].pos)
+                node.host_us.append(sum(o.dur_us for o in occs))
+                if any(o.kernels for o in occs):
+                    node.device_us.append(sum(o.device_us for o in occs))
+                for o in occs:
+                    node.ops[o.op] += 1
+                    node.providers[o.provider] += 1
+                    node.shape = node.shape or o.shape
+        if skip:
+            notes.append(f"dropped the first {skip} of {len(runs)} model_run(s) as warm-up")
+        notes.append(f"{len(runs) - skip} run(s) aggregated")
+        return nodes, len(runs) - skip, outside
+
+    def _timings(self, path: Path, nodes: dict[str, _Node], kept: int, lines: LineCounter) -> list[ReferenceTiming]:
+        layers = []
+        ordered = list(nodes.values())  # first kept run's order, then later newcomers
+        line_of = {pos: lines.line_at(pos) for pos in sorted(n.first_pos for n in ordered)}
+        for index, node in enumerate(ordered):
+            op = node.ops.most_common(1)[0][0]
+            provider = node.providers.most_common(1)[0][0]
+            members, flags = node_members(node.name, op)
+            if node.device_us:
+                samples, kind = node.device_us, TimeKind.DEVICE
+            elif provider in _ASYNC_PROVIDERS:
+                samples, kind = node.host_us, TimeKind.HOST
+                flags = (*flags, Flag.ASYNC_HOST_TIME)
+            else:
+                samples, kind = node.host_us, TimeKind.DEVICE
+            if len(node.host_us) < kept:
+                flags = (*flags, Flag.MISSING_IN_SOME_RUNS)
+            layers.append(
+                ReferenceTiming(
+                    engine=self.engine,
+                    source=str(path),
+                    index=index,
+                    name=node.name,
+                    raw_type=op,
+                    members=members,
+                    status=RefStatus.OVERHEAD if is_overhead(node.name, op) else RefStatus.TIMED,
+                    time_kind=kind,
+                    output_shape=node.shape,
+                    line=line_of[node.first_pos],
+                    flags=flags,
+                    **sample_stats(s / 1e3 for s in samples),  # type: ignore[arg-type]
+                )
+            )
+        return layers
+
+
+READER = OnnxRuntimeReader()

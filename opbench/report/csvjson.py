@@ -1,0 +1,259 @@
+"""comparison.json (everything, so `opbench report` can re-render) and comparison.csv
+(one line per row and backend, for spreadsheets and pandas).
+
+The only (de)serializer of `Comparison`. JSON has no Inf/NaN: they are stored as strings.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+from opbench.compare.model import (
+    COMPARISON_SCHEMA_VERSION,
+    BackendTiming,
+    Comparison,
+    ComparisonRow,
+    Interval,
+    ModelSummary,
+    Overhead,
+    Peaks,
+    ReferenceInfo,
+    RooflinePoint,
+    Unmatched,
+)
+from opbench.errors import InputError, Location
+
+JSON_FILE = "comparison.json"
+CSV_FILE = "comparison.csv"
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def comparison_to_dict(comparison: Comparison) -> dict[str, Any]:
+    data = asdict(comparison)
+    data["env"] = _jsonable(comparison.env)
+    return _clean(data)
+
+
+def _jsonable(value: Any) -> Any:
+    """run.env is plain data already; anything else becomes its string."""
+    try:
+        json.dumps(value, allow_nan=True)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, default=str))
+
+
+def comparison_json(comparison: Comparison) -> str:
+    return json.dumps(comparison_to_dict(comparison), indent=1, allow_nan=False) + "\n"
+
+
+# ---- reading back ---------------------------------------------------------------------------
+
+
+def _f(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _interval(data: Any) -> Interval | None:
+    if data is None:
+        return None
+    return Interval(float(data["value"]), float(data["lo"]), float(data["hi"]))
+
+
+def _build(cls: type, data: dict[str, Any], **overrides: Any) -> Any:
+    known = {f.name for f in fields(cls)}
+    values = {k: v for k, v in data.items() if k in known}
+    values.update(overrides)
+    return cls(**values)
+
+
+def _timing(data: dict[str, Any]) -> BackendTiming:
+    return _build(
+        BackendTiming,
+        data,
+        time=_interval(data.get("time")),
+        speedup=_interval(data.get("speedup")),
+        rel_l2=_f(data.get("rel_l2")),
+        tflops=_f(data.get("tflops")),
+        gbps=_f(data.get("gbps")),
+    )
+
+
+def _row(data: dict[str, Any]) -> ComparisonRow:
+    return _build(
+        ComparisonRow,
+        data,
+        layers=tuple(data["layers"]),
+        ops=tuple(data["ops"]),
+        reference_names=tuple(data["reference_names"]),
+        reference_rows=tuple(int(p) for p in data["reference_rows"]),
+        sources=tuple(data["sources"]),
+        reference=_interval(data.get("reference")),
+        target=float(data["target"]),
+        timings=tuple(_timing(t) for t in data["timings"]),
+    )
+
+
+def comparison_from_dict(data: dict[str, Any]) -> Comparison:
+    version = data.get("schema_version")
+    if version != COMPARISON_SCHEMA_VERSION:
+        raise ValueError(
+            f"schema_version {version!r} is not supported (this opbench reads {COMPARISON_SCHEMA_VERSION})"
+        )
+    ref = data["reference"]
+    peaks = data.get("peaks")
+    return _build(
+        Comparison,
+        data,
+        backends=tuple(data["backends"]),
+        target=_f(data.get("target")),
+        reference=_build(
+            ReferenceInfo,
+            ref,
+            total_ms=_f(ref.get("total_ms")),
+            notes=tuple(ref.get("notes") or ()),
+        ),
+        rows=tuple(_row(r) for r in data["rows"]),
+        models=tuple(
+            _build(
+                ModelSummary,
+                m,
+                total_speedup=_f(m.get("total_speedup")),
+                geomean_speedup=_f(m.get("geomean_speedup")),
+                reference_total_ms=_f(m.get("reference_total_ms")),
+            )
+            for m in data["models"]
+        ),
+        unmatched=tuple(
+            _build(Unmatched, u, time_ms=_f(u.get("time_ms"))) for u in data.get("unmatched") or ()
+        ),
+        overhead=tuple(
+            _build(Overhead, o, time_ms=_f(o.get("time_ms"))) for o in data.get("overhead") or ()
+        ),
+        roofline=tuple(
+            _build(RooflinePoint, p, tflops=_f(p.get("tflops")), gbps=_f(p.get("gbps")))
+            for p in data.get("roofline") or ()
+        ),
+        peaks=_build(Peaks, peaks) if peaks else None,
+        notes=tuple(data.get("notes") or ()),
+        env=data.get("env") or {},
+    )
+
+
+def read_comparison(path: Path | str) -> Comparison:
+    """Read comparison.json, or the one inside a run folder. Bad files raise InputError."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / JSON_FILE
+    where = Location(file=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("no comparison here: run `opbench compare` first", where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"not valid JSON: {exc.msg}",
+            Location(file=str(path), line=exc.lineno, column=exc.colno),
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError("a comparison file holds a JSON object", where)
+    try:
+        return comparison_from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InputError(f"not an opbench comparison: {exc}", where) from None
+
+
+# ---- CSV ------------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "model",
+    "layers",
+    "ops",
+    "reference_names",
+    "match",
+    "reference_ms",
+    "reference_lo_ms",
+    "reference_hi_ms",
+    "backend",
+    "primary",
+    "opbench_ms",
+    "opbench_lo_ms",
+    "opbench_hi_ms",
+    "speedup",
+    "speedup_lo",
+    "speedup_hi",
+    "target",
+    "verdict",
+    "reason",
+    "correct",
+    "rel_l2",
+    "tflops",
+    "gbps",
+)
+
+
+def _text(value: str) -> str:
+    """Spreadsheets run cells that start with = + - @ as formulas: quote those."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
+
+
+def _num(value: float | None) -> str:
+    return "" if value is None else repr(float(value))
+
+
+def comparison_csv(comparison: Comparison) -> str:
+    """One line per (row, backend); multi-valued cells are joined with ' + ' or ';'."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for row in comparison.rows:
+        ref = row.reference
+        for timing in row.timings:
+            t, s = timing.time, timing.speedup
+            writer.writerow(
+                [
+                    _text(row.model),
+                    _text(" + ".join(row.layers)),
+                    " + ".join(row.ops),
+                    _text("; ".join(row.reference_names)),
+                    ";".join(row.sources),
+                    _num(ref.value if ref else None),
+                    _num(ref.lo if ref else None),
+                    _num(ref.hi if ref else None),
+                    timing.backend,
+                    "yes" if timing.backend == comparison.backend else "no",
+                    _num(t.value if t else None),
+                    _num(t.lo if t else None),
+                    _num(t.hi if t else None),
+                    _num(s.value if s else None),
+                    _num(s.lo if s else None),
+                    _num(s.hi if s else None),
+                    _num(row.target),
+                    timing.verdict,
+                    _text(timing.reason or ""),
+                    "" if timing.correct is None else ("yes" if timing.correct else "no"),
+                    _num(timing.rel_l2),
+                    _num(timing.tflops),
+                    _num(timing.gbps),
+                ]
+            )
+    return out.getvalue()

@@ -1,0 +1,103 @@
+"""W8A8 int8 linear vs the float64 reference of the unquantized layer, under the CPU interpreter.
+
+The tolerance (3e-2 relative L2) covers per-token x per-channel int8 rounding; the kernels' own
+arithmetic (int32 sums, fp32 epilogue) adds nothing measurable.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opbench.kernels import Unsupported
+from opbench.kernels.linear import prepare_linear
+from opbench.kernels.quantize import quantize_rows, quantize_weight_per_channel
+
+TOLERANCE = 3e-2
+ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def make_inputs(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype) if bias else None
+    return x, w, b
+
+
+def reference(x, w, b, activation: str) -> torch.Tensor:
+    y = x.double() @ w.double().T
+    if b is not None:
+        y = y + b.double()
+    return ACTIVATIONS[activation](y)
+
+
+def check(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> None:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err <= tolerance, f"relative L2 error {err:.3e} > {tolerance:.1e}"
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_decode_row_activations_and_bias(bias: bool, activation: str) -> None:
+    x, w, b = make_inputs(1, 45, 83, torch.float16, bias, seed=5)
+    fn = prepare_linear(w, b, activation=activation, quant="int8")
+    out = torch.full((1, 45), float("nan"), dtype=torch.float16)
+    fn(x, out=out)
+    check(out, reference(x, w, b, activation), TOLERANCE)
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_many_rows(activation: str) -> None:
+    x, w, b = make_inputs(67, 45, 83, torch.float16, bias=True, seed=6)
+    fn = prepare_linear(w, b, activation=activation, quant="int8")
+    out = torch.full((67, 45), float("nan"), dtype=torch.float16)
+    fn(x, out=out)
+    check(out, reference(x, w, b, activation), TOLERANCE)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_kernel_kind(dtype: torch.dtype) -> None:
+    """K = 80 (a multiple of 16, as int8 TMA needs) so the TMA kernel is among the plans."""
+    x, w, b = make_inputs(37, 51, 80, dtype, bias=True, seed=7)
+    fn = prepare_linear(w, b, activation="silu", quant="int8")
+    plans = fn.candidates(x, every_kind=True)
+    assert {p.kind for p in plans} == {"split_k", "tiled", "tma"}
+    ref = reference(x, w, b, "silu")
+    for plan in plans:
+        out = torch.full((37, 51), float("nan"), dtype=dtype)
+        fn.launch(plan, x, out)
+        assert out.dtype == dtype
+        check(out, ref, TOLERANCE)
+
+
+def test_quantize_rows_matches_weight_quantizer() -> None:
+    """The run-time kernel and the build-time torch code agree code for code; scales match."""
+    x = torch.randn(7, 300).to(torch.bfloat16)
+    x[3] = 0  # an all-zero row: scale 0, codes 0, no NaN
+    q = torch.full((7, 300), 99, dtype=torch.int8)
+    scale = torch.full((7,), float("nan"))
+    quantize_rows(x, q, scale)
+    q_ref, scale_ref = quantize_weight_per_channel(x)
+    assert torch.equal(q, q_ref)
+    torch.testing.assert_close(scale, scale_ref, rtol=1e-6, atol=0)
+    assert scale[3] == 0 and int(q[3].abs().max()) == 0
+    assert int(q.abs().max()) == 127
+
+
+def test_zero_input_row_gives_bias() -> None:
+    x, w, b = make_inputs(2, 21, 33, torch.float16, bias=True, seed=8)
+    x[1] = 0
+    out = prepare_linear(w, b, activation="relu", quant="int8")(x)
+    torch.testing.assert_close(out[1], torch.relu(b), rtol=0, atol=0)
+
+
+def test_float32_is_unsupported() -> None:
+    _, w, b = make_inputs(1, 16, 16, torch.float32, bias=True)
+    with pytest.raises(Unsupported, match="int8"):
+        prepare_linear(w, b, quant="int8")
+    fn = prepare_linear(w.half(), b.half(), quant="int8")
+    with pytest.raises(Unsupported, match="float32"):
+        fn(torch.randn(2, 16))
