@@ -58,6 +58,7 @@ class RunOptions:
     rounds: int | None = None
     end_to_end: bool = True
     shard: tuple[int, int] | None = None
+    gpu_label: str | None = None
 
 
 Progress = Callable[[str, Any], None]
@@ -87,7 +88,9 @@ def select_models(suite: SuiteSpec, options: RunOptions) -> list[ModelSpec]:
     return [m for m in suite.models if _model_selected(m, options.models)]
 
 
-def plan_work(suite: SuiteSpec, options: RunOptions, backends: dict[str, Backend]) -> list[WorkItem]:
+def plan_work(
+    suite: SuiteSpec, options: RunOptions, backends: dict[str, Backend]
+) -> list[WorkItem]:
     """Every result the run will produce, in order. Deterministic, so shards agree."""
     items: list[WorkItem] = []
     for model in select_models(suite, options):
@@ -102,7 +105,9 @@ def plan_work(suite: SuiteSpec, options: RunOptions, backends: dict[str, Backend
                 for g in groups:
                     if name not in model.layers[g[0]].backends:
                         continue
-                    if options.layers and not any(model.layers[i].name in options.layers for i in g):
+                    if options.layers and not any(
+                        model.layers[i].name in options.layers for i in g
+                    ):
                         continue
                     items.append(WorkItem(model, g, name))
     if options.shard:
@@ -148,7 +153,9 @@ class ModelData:
         """The layer's input in its dtype, on the device (fresh random-normal data)."""
         if index not in self._inputs:
             layer = self.model.layers[index]
-            x = make_input(layer.input_shape, seed_for(self.suite.name, self.model.name, layer.name, "input"))
+            x = make_input(
+                layer.input_shape, seed_for(self.suite.name, self.model.name, layer.name, "input")
+            )
             self._inputs[index] = x.to(device=self.device, dtype=torch_dtype(layer.dtype))
         return self._inputs[index]
 
@@ -159,14 +166,25 @@ class ModelData:
         import torch
 
         layers = [self.model.layers[i] for i in indices]
-        flops = sum(get_op(lay.op).flops(lay.input_shape, lay.output_shape, lay.params) for lay in layers)
+        flops = sum(
+            get_op(lay.op).flops(lay.input_shape, lay.output_shape, lay.params) for lay in layers
+        )
         big = max(_numel(lay.input_shape) + _numel(lay.output_shape) for lay in layers)
-        on_gpu = self.device.startswith("cuda") and (flops > GPU_REFERENCE_FLOPS or big > GPU_REFERENCE_ELEMENTS)
-        dev, dtype, kind = (self.device, torch.float32, "float32-cuda") if on_gpu else ("cpu", torch.float64, "float64-cpu")
+        on_gpu = self.device.startswith("cuda") and (
+            flops > GPU_REFERENCE_FLOPS or big > GPU_REFERENCE_ELEMENTS
+        )
+        dev, dtype, kind = (
+            (self.device, torch.float32, "float32-cuda")
+            if on_gpu
+            else ("cpu", torch.float64, "float64-cpu")
+        )
         x = self.input(indices[0]).to(dev, dtype)
         with torch.no_grad(), _no_tf32():
             for i, layer in zip(indices, layers):
-                rounded = {k: v.to(torch_dtype(layer.dtype)).to(dev, dtype) for k, v in self.weights(i).items()}
+                rounded = {
+                    k: v.to(torch_dtype(layer.dtype)).to(dev, dtype)
+                    for k, v in self.weights(i).items()
+                }
                 x = get_op(layer.op).forward(x, rounded, layer)
                 if i != indices[-1]:
                     # Between fused layers, the unfused model would round to the layer dtype too.
@@ -196,7 +214,7 @@ def _numel(shape) -> int:
     return n
 
 
-def _base_result(item: WorkItem, device: str) -> LayerResult:
+def _base_result(item: WorkItem, device: str, gpu: str | None = None) -> LayerResult:
     layers = item.layers
     first, last = layers[0], layers[-1]
     ops = [get_op(layer.op) for layer in layers]
@@ -205,7 +223,10 @@ def _base_result(item: WorkItem, device: str) -> LayerResult:
         nbytes = ops[0].min_bytes(first.input_shape, first.output_shape, first.params, first.dtype)
     else:
         # A fused group moves its input, output and weights once; intermediates never touch memory.
-        nbytes = sum(op.min_bytes(la.input_shape, la.output_shape, la.params, la.dtype) for op, la in zip(ops, layers))
+        nbytes = sum(
+            op.min_bytes(la.input_shape, la.output_shape, la.params, la.dtype)
+            for op, la in zip(ops, layers)
+        )
         inner = sum(_numel(la.output_shape) for la in layers[:-1]) * 2 * _itemsize(first.dtype)
         nbytes -= inner
     return LayerResult(
@@ -225,6 +246,7 @@ def _base_result(item: WorkItem, device: str) -> LayerResult:
         target_speedup=first.target_speedup,
         regression_threshold=first.regression_threshold,
         device=device,
+        gpu=gpu,
         interpreted=item.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1",
     )
 
@@ -244,12 +266,16 @@ def _timing_for(layer: LayerSpec, options: RunOptions, interpreted: bool) -> Tim
 
 
 def measure_item(
-    item: WorkItem, data: ModelData, backend: Backend, options: RunOptions, built_cache: dict | None = None
+    item: WorkItem,
+    data: ModelData,
+    backend: Backend,
+    options: RunOptions,
+    built_cache: dict | None = None,
 ) -> LayerResult:
     """Build, check and time one work item. Never raises for a layer's own failure."""
     import torch
 
-    result = _base_result(item, options.device)
+    result = _base_result(item, options.device, options.gpu_label)
     layers = item.layers
     try:
         weights = [data.weights(i) for i in item.indices]
@@ -310,14 +336,23 @@ def _recover(device: str) -> None:
 
 
 def time_end_to_end(
-    model: ModelSpec, backend: str, built: dict[tuple[int, ...], Built], data: ModelData, options: RunOptions
+    model: ModelSpec,
+    backend: str,
+    built: dict[tuple[int, ...], Built],
+    data: ModelData,
+    options: RunOptions,
 ) -> EndToEnd:
     """The whole forward, layer to layer. Layers that start a new chain take their own input."""
     interpreted = backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
     groups = sorted(built)
     covered = [i for g in groups for i in g]
     if covered != list(range(len(model.layers))):
-        return EndToEnd(model.name, backend, Status.UNSUPPORTED, message="not every layer was built on this backend")
+        return EndToEnd(
+            model.name,
+            backend,
+            Status.UNSUPPORTED,
+            message="not every layer was built on this backend",
+        )
     try:
         chain_inputs = {g: data.input(g[0]) for g in groups if model.layers[g[0]].starts_chain}
 
@@ -340,12 +375,31 @@ def time_end_to_end(
         measurement = time_callable(forward, timing, options.device)
     except Exception as exc:
         _recover(options.device)
-        return EndToEnd(model.name, backend, Status.ERROR, message=_error_message(exc), interpreted=interpreted)
-    return EndToEnd(model.name, backend, Status.OK, measurement.rounds, measurement.timer, interpreted)
+        return EndToEnd(
+            model.name, backend, Status.ERROR, message=_error_message(exc), interpreted=interpreted
+        )
+    return EndToEnd(
+        model.name, backend, Status.OK, measurement.rounds, measurement.timer, interpreted
+    )
 
 
 def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def planned_results(suite: SuiteSpec, options: RunOptions) -> list[LayerResult]:
+    """Every result the (unsharded) run would produce, as empty results in plan order."""
+    backends = {name: get_backend(name) for name in BACKEND_NAMES}
+    return [_base_result(item, options.device, options.gpu_label) for item in plan_work(suite, options, backends)]
+
+
+def gpu_label(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index or 0
+    return f"{torch.cuda.get_device_name(index)} #{index}"
 
 
 def run_suite(
@@ -393,13 +447,22 @@ def run_suite(
                 notify("start", item)
                 reason = unavailable[backend_name]
                 if reason:
-                    result = replace(_base_result(item, options.device), status=Status.UNSUPPORTED, message=reason)
+                    result = replace(
+                        _base_result(item, options.device, options.gpu_label),
+                        status=Status.UNSUPPORTED,
+                        message=reason,
+                    )
                 else:
                     result = measure_item(item, data, backends[backend_name], options, built)
                 run = run.with_layer(result)
                 save()
                 notify("done", result)
-            if options.end_to_end and not options.layers and not options.shard and not unavailable[backend_name]:
+            if (
+                options.end_to_end
+                and not options.layers
+                and not options.shard
+                and not unavailable[backend_name]
+            ):
                 e2e = time_end_to_end(model, backend_name, built, data, options)
                 run = replace(run, end_to_end=run.end_to_end + (e2e,))
                 save()

@@ -38,7 +38,9 @@ class TorchEager:
             def prepare(x: torch.Tensor) -> torch.Tensor:
                 return x.contiguous(memory_format=torch.channels_last)
 
-            notes.append("channels_last: input converted before timing, as if the previous layer produced it")
+            notes.append(
+                "channels_last: input converted before timing, as if the previous layer produced it"
+            )
 
         def run(x: torch.Tensor) -> torch.Tensor:
             return op.forward(x, w, layer)

@@ -25,14 +25,25 @@ def _linear(layer: LayerSpec, w: dict[str, Any]) -> Callable:
     return prepare_linear(w["weight"], w.get("bias"), activation=p["activation"], quant=p["quant"])
 
 
-def _conv2d(layer: LayerSpec, w: dict[str, Any], batchnorm: dict[str, Any] | None = None,
-            activation: str | None = None) -> Callable:
+def _conv2d(
+    layer: LayerSpec,
+    w: dict[str, Any],
+    batchnorm: dict[str, Any] | None = None,
+    activation: str | None = None,
+) -> Callable:
     from opbench.kernels.conv import prepare_conv2d
 
     p = layer.params
     return prepare_conv2d(
-        w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"], dilation=p["dilation"],
-        groups=p["groups"], activation=activation or p["activation"], quant=p["quant"], batchnorm=batchnorm,
+        w["weight"],
+        w.get("bias"),
+        stride=p["stride"],
+        padding=p["padding"],
+        dilation=p["dilation"],
+        groups=p["groups"],
+        activation=activation or p["activation"],
+        quant=p["quant"],
+        batchnorm=batchnorm,
     )
 
 
@@ -40,7 +51,9 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> Callable:
     from opbench.kernels.attention import prepare_attention
 
     p = layer.params
-    return prepare_attention(heads=p["heads"], causal=p["causal"], packed_qkv=p["packed_qkv"], quant=p["quant"])
+    return prepare_attention(
+        heads=p["heads"], causal=p["causal"], packed_qkv=p["packed_qkv"], quant=p["quant"]
+    )
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> Callable:
@@ -96,7 +109,9 @@ def _avgpool(layer: LayerSpec, w: dict[str, Any]) -> Callable:
 def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> Callable:
     from opbench.kernels.batchnorm import batchnorm2d, fold_batchnorm
 
-    scale, shift = fold_batchnorm(w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"])
+    scale, shift = fold_batchnorm(
+        w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"]
+    )
     return lambda x: batchnorm2d(x, scale, shift)
 
 
@@ -174,15 +189,23 @@ class TritonBackend:
             builder = BUILDERS.get(first.op)
             if builder is None:
                 raise Unsupported(f"no Triton kernel for op {first.op!r}")
-            w = dict(weights[0]) if first.op in FLOAT32_WEIGHTS else cast_weights(weights[0], first.dtype)
+            w = (
+                dict(weights[0])
+                if first.op in FLOAT32_WEIGHTS
+                else cast_weights(weights[0], first.dtype)
+            )
             fn = builder(first, w)
             note = "view: no kernel launched" if first.op == "flatten" else None
         interpret = os.environ.get("TRITON_INTERPRET") == "1"
         if interpret:
-            note = "; ".join(filter(None, [note, "Triton interpreter: times are not performance figures"]))
+            note = "; ".join(
+                filter(None, [note, "Triton interpreter: times are not performance figures"])
+            )
         return Built(fn=torch.no_grad()(fn), note=note)
 
-    def _build_fused(self, layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> tuple[Callable, str]:
+    def _build_fused(
+        self, layers: Sequence[LayerSpec], weights: Sequence[Weights]
+    ) -> tuple[Callable, str]:
         conv = layers[0]
         batchnorm = None
         activation = None
@@ -191,5 +214,10 @@ class TritonBackend:
                 batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
             else:
                 activation = layer.op
-        fn = _conv2d(conv, cast_weights(weights[0], conv.dtype) | {}, batchnorm=batchnorm, activation=activation)
+        fn = _conv2d(
+            conv,
+            cast_weights(weights[0], conv.dtype) | {},
+            batchnorm=batchnorm,
+            activation=activation,
+        )
         return fn, "fused " + " → ".join(f"{layer.name} ({layer.op})" for layer in layers)

@@ -14,17 +14,29 @@ from opbench.spec.load import load_suite
 
 
 @handles_errors
-def validate_command(suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file.")) -> None:
+def validate_command(
+    suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
+) -> None:
     """Check a suite without running it: structure, ops, parameters and every shape."""
     suite = load_suite(suite_path)
     layers = sum(len(m.layers) for m in suite.models)
-    table = Table(title=f"{suite.name}: {len(suite.models)} model instance(s), {layers} layers", title_justify="left")
+    table = Table(
+        title=f"{suite.name}: {len(suite.models)} model instance(s), {layers} layers",
+        title_justify="left",
+    )
     for column in ("model", "layer", "op", "dtype", "input", "output", "backends"):
         table.add_column(column)
     for model in suite.models:
         for layer in model.layers:
-            table.add_row(model.name, layer.name, layer.op, layer.dtype, str(list(layer.input_shape)),
-                          str(list(layer.output_shape)), ", ".join(layer.backends))
+            table.add_row(
+                model.name,
+                layer.name,
+                layer.op,
+                layer.dtype,
+                str(list(layer.input_shape)),
+                str(list(layer.output_shape)),
+                ", ".join(layer.backends),
+            )
     console.print(table)
     console.print(f"[green]{suite_path} is valid[/]")
 
@@ -45,7 +57,10 @@ def list_command(what: ListWhat = typer.Argument(..., help="ops or backends")) -
         for column in ("op", "parameters (= default)", "what it computes"):
             table.add_column(column)
         for op in OPS.values():
-            params = ", ".join(p.name if p.default is REQUIRED else f"{p.name}={_show(p.default)}" for p in op.params)
+            params = ", ".join(
+                p.name if p.default is REQUIRED else f"{p.name}={_show(p.default)}"
+                for p in op.params
+            )
             table.add_row(op.name, params or "—", op.summary)
         console.print(table)
         return
@@ -62,7 +77,9 @@ def list_command(what: ListWhat = typer.Argument(..., help="ops or backends")) -
             reason = get_backend(name).unavailable_reason(device)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-        table.add_row(name, "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}")
+        table.add_row(
+            name, "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}"
+        )
     console.print(table)
 
 

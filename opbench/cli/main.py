@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from opbench.cli.info import env_command, list_command, validate_command
+from opbench.cli.merge import merge_command
 from opbench.cli.run import run_command
 
 app = typer.Typer(
@@ -19,6 +20,7 @@ app.command("run")(run_command)
 app.command("validate")(validate_command)
 app.command("list")(list_command)
 app.command("env")(env_command)
+app.command("merge")(merge_command)
 
 try:  # wired as the compare/report/reference commands land
     from opbench.cli.compare import compare_command

@@ -20,7 +20,9 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     try:
         k, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise InputError(f"--shard takes K/N, e.g. 2/4; got {text!r}", Location(field="--shard")) from None
+        raise InputError(
+            f"--shard takes K/N, e.g. 2/4; got {text!r}", Location(field="--shard")
+        ) from None
     if not (n >= 1 and 1 <= k <= n):
         raise InputError(f"--shard K/N needs 1 <= K <= N; got {text!r}", Location(field="--shard"))
     return (k, n)
@@ -29,14 +31,24 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 @handles_errors
 def run_command(
     suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
-    backend: list[str] = typer.Option([], "--backend", "-b", help="Only these backends (repeatable)."),
+    backend: list[str] = typer.Option(
+        [], "--backend", "-b", help="Only these backends (repeatable)."
+    ),
     model: list[str] = typer.Option([], "--model", "-m", help="Only these models (repeatable)."),
     layer: list[str] = typer.Option([], "--layer", "-l", help="Only these layers (repeatable)."),
-    device: str | None = typer.Option(None, "--device", help="cuda or cpu; default cuda when a GPU is present."),
-    out: Path = typer.Option(Path("reports"), "--out", help="Folder that receives <suite>/<timestamp>/run.json."),
+    device: str | None = typer.Option(
+        None, "--device", help="cuda or cpu; default cuda when a GPU is present."
+    ),
+    out: Path = typer.Option(
+        Path("reports"), "--out", help="Folder that receives <suite>/<timestamp>/run.json."
+    ),
     quick: bool = typer.Option(False, "--quick", help="Short timing schedule, for smoke runs."),
-    rounds: int | None = typer.Option(None, "--rounds", min=1, help="Override the number of timing rounds."),
-    shard: str | None = typer.Option(None, "--shard", help="Run share K of N (K/N) and write a partial run."),
+    rounds: int | None = typer.Option(
+        None, "--rounds", min=1, help="Override the number of timing rounds."
+    ),
+    shard: str | None = typer.Option(
+        None, "--shard", help="Run share K of N (K/N) and write a partial run."
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     suite = load_suite(suite_path)
@@ -46,17 +58,28 @@ def run_command(
 
     for name in backend:
         if name not in BACKEND_NAMES:
-            raise InputError(f"unknown backend {name!r}{suggest(name, BACKEND_NAMES)}", Location(field="--backend"))
+            raise InputError(
+                f"unknown backend {name!r}{suggest(name, BACKEND_NAMES)}",
+                Location(field="--backend"),
+            )
     known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}
     for name in model:
         if name not in known_models:
-            raise InputError(f"no model {name!r} in the suite{suggest(name, known_models)}", Location(file=str(suite_path), field="--model"))
+            raise InputError(
+                f"no model {name!r} in the suite{suggest(name, known_models)}",
+                Location(file=str(suite_path), field="--model"),
+            )
     known_layers = {la.name for m in suite.models for la in m.layers}
     for name in layer:
         if name not in known_layers:
-            raise InputError(f"no layer {name!r} in the suite{suggest(name, known_layers)}", Location(file=str(suite_path), field="--layer"))
+            raise InputError(
+                f"no layer {name!r} in the suite{suggest(name, known_layers)}",
+                Location(file=str(suite_path), field="--layer"),
+            )
     if device is not None and device != "cpu" and not device.startswith("cuda"):
-        raise InputError(f"--device must be cuda or cpu, got {device!r}", Location(field="--device"))
+        raise InputError(
+            f"--device must be cuda or cpu, got {device!r}", Location(field="--device")
+        )
 
     from opbench.pipeline import RunOptions, default_device, prepare_device
 
@@ -65,25 +88,50 @@ def run_command(
         import torch
 
         if not torch.cuda.is_available():
-            raise InputError("--device cuda was asked for, but no GPU is visible", Location(field="--device"))
+            raise InputError(
+                "--device cuda was asked for, but no GPU is visible", Location(field="--device")
+            )
     prepare_device(chosen)
-    note = "" if device else " (default: " + ("a GPU is present)" if chosen.startswith("cuda") else "no GPU found)")
+    note = (
+        ""
+        if device
+        else " (default: " + ("a GPU is present)" if chosen.startswith("cuda") else "no GPU found)")
+    )
     console.print(f"device: [bold]{chosen}[/]{note}")
     if chosen == "cpu":
-        console.print("[dim]on the CPU, Triton kernels run in Triton's interpreter: their times are not performance figures[/]")
+        console.print(
+            "[dim]on the CPU, Triton kernels run in Triton's interpreter: their times are not performance figures[/]"
+        )
 
-    run_with_progress(suite, RunOptions(device=chosen, backends=backend, models=model, layers=layer,
-                                        quick=quick, rounds=rounds, shard=shard_kn), out)
+    options = RunOptions(
+        device=chosen,
+        backends=backend,
+        models=model,
+        layers=layer,
+        quick=quick,
+        rounds=rounds,
+        shard=shard_kn,
+    )
+    from opbench.distributed import current_world
+
+    world = current_world()
+    if world is not None:
+        from opbench.cli.run_distributed import run_distributed
+
+        run_distributed(suite, options, out, world)
+        return
+    run_with_progress(suite, options, out)
 
 
 def run_with_progress(suite, options, out: Path) -> None:
     from opbench.measure.env import fingerprint
-    from opbench.pipeline import run_suite
-    from opbench.report.run_table import end_to_end_table, failures, run_table
+    from opbench.pipeline import gpu_label, run_suite
+    from opbench.report.run_table import run_table
 
     run_dir = new_run_dir(out, suite.name)
     run_path = run_dir / RUN_FILE
     env = fingerprint(options.device)
+    options.gpu_label = gpu_label(options.device)
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
@@ -106,7 +154,10 @@ def run_with_progress(suite, options, out: Path) -> None:
             progress.advance(task)
             if not console.is_terminal:
                 result = payload
-                console.print(f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.status}", markup=False)
+                console.print(
+                    f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.status}",
+                    markup=False,
+                )
 
     try:
         with progress:
@@ -115,10 +166,19 @@ def run_with_progress(suite, options, out: Path) -> None:
         point_latest(run_dir)
         partial = read_run(run_path)
         console.print(run_table(partial))
-        console.print(f"[bold yellow]interrupted[/]: kept {len(partial.layers)} of {partial.planned} results, "
-                      f"marked incomplete in {run_path}")
+        console.print(
+            f"[bold yellow]interrupted[/]: kept {len(partial.layers)} of {partial.planned} results, "
+            f"marked incomplete in {run_path}"
+        )
         raise typer.Exit(130) from None
     point_latest(run_dir)
+    finish(run, run_path)
+
+
+def finish(run, run_path: Path) -> None:
+    """Print the tables and exit 3 when a layer errored or failed correctness."""
+    from opbench.report.run_table import end_to_end_table, failures, run_table
+
     console.print(run_table(run))
     e2e = end_to_end_table(run)
     if e2e is not None:
@@ -128,5 +188,7 @@ def run_with_progress(suite, options, out: Path) -> None:
     if bad:
         names = ", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        console.print(f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}")
+        console.print(
+            f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}"
+        )
         raise typer.Exit(ExitCode.LAYER_ERROR)

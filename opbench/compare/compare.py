@@ -177,18 +177,11 @@ def backend_timing(
             backend, Verdict.ERROR, reason="the reference has no time for this row", **common
         )
     speedup = speedup_interval(reference, time)
-    caution = "interpreted: Triton ran in its CPU interpreter, times are not performance figures"
     if incorrect:
         return BackendTiming(
             backend, Verdict.FAIL, speedup=speedup, reason=_incorrect_reason(incorrect[0]), **common
         )
-    return BackendTiming(
-        backend,
-        verdict_of(speedup, target),
-        speedup=speedup,
-        reason=caution if interpreted else None,
-        **common,
-    )
+    return BackendTiming(backend, verdict_of(speedup, target), speedup=speedup, **common)
 
 
 # ---- grouping ---------------------------------------------------------------------------------

@@ -27,23 +27,21 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from statistics import NormalDist
 
 import numpy as np
 
 from opbench.compare.baseline import Baseline, BaselineEntry, EnvDifference, env_differences
+from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test
 from opbench.errors import ExitCode, InputError
 from opbench.results.model import LayerResult, RunResult, Status
-from opbench.results.stats import median
 
 DEFAULT_THRESHOLD = 0.05
 CV_FLOOR_FACTOR = 3.0  # short layers: T >= 3 x CV of round medians
 SHORT_LAYER_MS = 0.05  # "very short": baseline median under 50 us
 MIN_ROUNDS = 2  # a variance needs two rounds on each side
-MAX_DF = 1e4  # beyond this Student's t is the normal distribution to 1e-4
 
 Key = tuple[str, str, str]
 
@@ -103,152 +101,355 @@ class GateOptions:
     short_layer_ms: float = SHORT_LAYER_MS
 
 
-# ----------------------------------------------------------------------------------------------
-# Student's t, vectorised (numpy has no special functions and scipy is not a dependency)
-# ----------------------------------------------------------------------------------------------
-
-_lgamma = np.frompyfunc(math.lgamma, 1, 1)
-
-
-def _log_gamma(x: np.ndarray) -> np.ndarray:
-    return np.asarray(_lgamma(x), dtype=float)
-
-
-def _betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Regularised incomplete beta I_x(a, b), by its continued fraction (modified Lentz)."""
-    a, b, x = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, x)))
-    flip = x > (a + 1.0) / (a + b + 2.0)  # the fraction converges fast only below this point
-    a, b, x = np.where(flip, b, a), np.where(flip, a, b), np.where(flip, 1.0 - x, x)
-    tiny = 1e-300
-    c = np.ones_like(x)
-    d = 1.0 - (a + b) * x / (a + 1.0)
-    d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
-    h = d.copy()
-    for m in range(1, 400):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / np.where(np.abs(d) < tiny, tiny, d)
-            c = 1.0 + numerator / c
-            c = np.where(np.abs(c) < tiny, tiny, c)
-            h = h * c * d
-        if np.all(np.abs(c * d - 1.0) < 1e-15):
-            break
-    with np.errstate(divide="ignore"):
-        log_front = a * np.log(x) + b * np.log1p(-x) - (_log_gamma(a) + _log_gamma(b) - _log_gamma(a + b))
-    value = np.exp(log_front) * h / a
-    value = np.where(x <= 0.0, 0.0, value)
-    return np.where(flip, 1.0 - value, value)
-
-
-def t_sf(t: np.ndarray | float, df: np.ndarray | float) -> np.ndarray:
-    """P(T > t) for Student's t with df degrees of freedom (df may be fractional)."""
-    t = np.asarray(t, dtype=float)
-    df = np.minimum(np.asarray(df, dtype=float), MAX_DF)
-    tail = 0.5 * _betainc(df / 2.0, np.full_like(df, 0.5), df / (df + t * t))
-    return np.where(t > 0, tail, 1.0 - tail)
-
-
-def _t_pdf(t: np.ndarray, df: np.ndarray) -> np.ndarray:
-    log_norm = _log_gamma((df + 1) / 2) - _log_gamma(df / 2) - 0.5 * np.log(df * math.pi)
-    return np.exp(log_norm - (df + 1) / 2 * np.log1p(t * t / df))
-
-
-def t_isf(p: float, df: np.ndarray | float) -> np.ndarray:
-    """The t with P(T > t) = p, for 0 < p < 1/2.
-
-    Newton's method from the left: for t > 0 the survival function is convex and decreasing,
-    so steps from a point below the root never overshoot it. The start is the Cornish-Fisher
-    expansion when it lies below the root, else the normal quantile (always below it).
-    """
-    df = np.minimum(np.asarray(df, dtype=float), MAX_DF)
-    z = NormalDist().inv_cdf(1.0 - p)
-    guess = z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-    t = np.where(t_sf(guess, df) >= p, guess, z)
-    for _ in range(200):
-        step = (t_sf(t, df) - p) / _t_pdf(t, df)
-        t = t + np.maximum(step, 0.0)
-        if np.all(step <= 1e-12 * np.maximum(t, 1.0)):
-            break
-    return t
+CODE_VERDICT = {0: Verdict.OK, 1: Verdict.REGRESSED, -1: Verdict.IMPROVED, 2: Verdict.INCONCLUSIVE}
 
 
 # ----------------------------------------------------------------------------------------------
-# The test on log round medians, vectorised so the simulation tests run the same code
+# Verdicts for a run against a baseline
 # ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class LogRatioTest:
-    """Arrays, one entry per layer: the log ratio, its interval and p-value for "> log(1+T)"."""
+class GateVerdict:
+    """The gate's finding for one (model, layer, backend).
 
-    estimate: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    p_regressed: np.ndarray
-    df: np.ndarray
-
-
-def log_ratio_test(
-    log_base: Sequence[np.ndarray] | np.ndarray,
-    log_current: Sequence[np.ndarray] | np.ndarray,
-    log_threshold: np.ndarray | float,
-    level: float = 0.99,
-) -> LogRatioTest:
-    """Welch's t test and interval for mean(log_current) - mean(log_base), per layer.
-
-    log_base / log_current: a 2-D array (layers x rounds) or a list of 1-D arrays of
-    possibly different lengths (each at least MIN_ROUNDS long).
+    ratio, ci_low, ci_high: current / baseline (ratio of geometric means of round medians)
+        and its interval at the gate's level; None where nothing was compared.
+    threshold: the T applied (after the short-layer CV floor).
+    p_value: one-sided p for "ratio > 1 + T"; q_value: its Benjamini-Hochberg adjustment.
+    significant: q_value <= q. Only a layer both REGRESSED and significant fails.
+    baseline_ms / current_ms: medians of all samples; cv_*: CV of round medians.
+    confirmed: this layer's current timing comes from a --confirm re-run.
     """
 
-    def moments(values: Sequence[np.ndarray] | np.ndarray) -> tuple[np.ndarray, ...]:
-        if isinstance(values, np.ndarray) and values.ndim >= 2:
-            n = np.full(values.shape[:-1], values.shape[-1], dtype=float)
-            return values.mean(-1), values.var(-1, ddof=1) / n, n
-        arrays = [np.asarray(v, dtype=float) for v in values]
-        n = np.array([len(v) for v in arrays], dtype=float)
-        return (np.array([v.mean() for v in arrays]), np.array([v.var(ddof=1) for v in arrays]) / n, n)
+    model: str
+    layer: str
+    backend: str
+    verdict: Verdict
+    ratio: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    threshold: float | None = None
+    p_value: float | None = None
+    q_value: float | None = None
+    significant: bool = False
+    message: str = ""
+    baseline_ms: float | None = None
+    current_ms: float | None = None
+    cv_baseline: float | None = None
+    cv_current: float | None = None
+    rounds: tuple[int, int] | None = None
+    confirmed: bool = False
 
-    mean_b, se2_b, n_b = moments(log_base)
-    mean_c, se2_c, n_c = moments(log_current)
-    estimate = mean_c - mean_b
-    se2 = se2_b + se2_c
-    degenerate = se2 <= 0.0  # identical rounds on both sides: the interval is a point
-    safe = np.where(degenerate, 1.0, se2)
-    df = safe**2 / (se2_b**2 / (n_b - 1) + se2_c**2 / (n_c - 1) + degenerate)
-    se = np.sqrt(safe)
-    half = np.where(degenerate, 0.0, t_isf((1.0 - level) / 2.0, df) * se)
-    log_threshold = np.broadcast_to(np.asarray(log_threshold, dtype=float), estimate.shape)
-    p = t_sf((estimate - log_threshold) / se, df)
-    p = np.where(degenerate, np.where(estimate > log_threshold, 0.0, 1.0), p)
-    return LogRatioTest(estimate, estimate - half, estimate + half, p, np.where(degenerate, np.inf, df))
+    @property
+    def key(self) -> Key:
+        return (self.model, self.layer, self.backend)
+
+    @property
+    def fails(self) -> bool:
+        return self.verdict is Verdict.REGRESSED and self.significant
+
+    @property
+    def severity(self) -> str | None:
+        """'error', 'warning', 'notice' or None: how loudly a CI report should show it."""
+        if self.verdict is Verdict.CRASHED or self.fails:
+            return "error"
+        if self.verdict in (
+            Verdict.REGRESSED,
+            Verdict.INCONCLUSIVE,
+            Verdict.MISSING,
+            Verdict.INCOMPARABLE,
+        ):
+            return "warning"
+        if self.verdict is Verdict.UNSUPPORTED:
+            return "warning" if self.baseline_ms is not None else "notice"
+        if self.verdict in (Verdict.IMPROVED, Verdict.NEW):
+            return "notice"
+        return None
 
 
-def classify(low: np.ndarray, high: np.ndarray, log_threshold: np.ndarray | float) -> np.ndarray:
-    """Verdict codes from interval bounds (log scale): 0 OK, 1 REGRESSED, -1 IMPROVED, 2 INCONCLUSIVE."""
-    low, high = np.asarray(low), np.asarray(high)
-    log_threshold = np.broadcast_to(np.asarray(log_threshold, dtype=float), low.shape)
-    codes = np.full(low.shape, 2, dtype=np.int8)
-    codes[(low >= -log_threshold) & (high <= log_threshold)] = 0
-    codes[low > log_threshold] = 1
-    codes[high < -log_threshold] = -1
-    return codes
+@dataclass(frozen=True)
+class GateReport:
+    """Every verdict of one gate, the environment check and the exit code the CLI returns."""
+
+    suite: str
+    verdicts: tuple[GateVerdict, ...]
+    options: GateOptions = field(default_factory=GateOptions)
+    env_differences: tuple[EnvDifference, ...] = ()
+    incomparable: bool = False
+    baseline_path: str | None = None
+    baseline_source: str = "baseline"
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failures(self) -> tuple[GateVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.fails)
+
+    @property
+    def crashes(self) -> tuple[GateVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.verdict is Verdict.CRASHED)
+
+    def of(self, *verdicts: Verdict) -> tuple[GateVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.verdict in verdicts)
+
+    def counts(self) -> dict[str, int]:
+        counts = {v.value: 0 for v in Verdict}
+        for item in self.verdicts:
+            counts[item.verdict.value] += 1
+        return counts
+
+    @property
+    def exit_code(self) -> int:
+        """3 crash or failed correctness, else 4 incomparable, else 1 regression, else 0."""
+        if self.crashes:
+            return ExitCode.LAYER_ERROR
+        if self.incomparable:
+            return ExitCode.BASELINE
+        if self.failures:
+            return ExitCode.FAILED_GATE
+        return ExitCode.OK
+
+    @property
+    def status(self) -> str:
+        return {0: "PASS", 1: "REGRESSED", 3: "CRASHED", 4: "INCOMPARABLE"}[self.exit_code]
+
+    def summary(self) -> str:
+        """One line: status and the non-zero counts."""
+        parts = [f"{n} {name.lower()}" for name, n in self.counts().items() if n]
+        return f"{self.status}: " + (", ".join(parts) if parts else "nothing compared")
 
 
-CODE_VERDICT = {0: Verdict.OK, 1: Verdict.REGRESSED, -1: Verdict.IMPROVED, 2: Verdict.INCONCLUSIVE}
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
 
 
-def benjamini_hochberg(p_values: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
-    """Step-up Benjamini-Hochberg along the last axis: (significant mask, adjusted p-values)."""
-    p = np.asarray(p_values, dtype=float)
-    m = p.shape[-1]
-    if m == 0:
-        return np.zeros(p.shape, dtype=bool), p.copy()
-    order = np.argsort(p, axis=-1, kind="stable")
-    ranked = np.take_along_axis(p, order, axis=-1) * m / np.arange(1, m + 1)
-    ranked = np.minimum.accumulate(ranked[..., ::-1], axis=-1)[..., ::-1]
-    adjusted = np.empty_like(p)
-    np.put_along_axis(adjusted, order, np.minimum(ranked, 1.0), axis=-1)
-    return adjusted <= q, adjusted
+def format_ratio(ratio: float, low: float, high: float, level: float) -> str:
+    return f"x{ratio:.3f} ({level:.0%} CI {low:.3f}-{high:.3f})"
+
+
+@dataclass
+class _Pending:
+    """A layer waiting for the suite-wide statistics."""
+
+    verdict: GateVerdict
+    log_base: np.ndarray
+    log_current: np.ndarray
+    in_family: bool  # counts in Benjamini-Hochberg (False when the environments differ)
+
+
+def _threshold(result: LayerResult, options: GateOptions) -> float:
+    if result.regression_threshold is not None:
+        return float(result.regression_threshold)
+    return DEFAULT_THRESHOLD if options.threshold is None else options.threshold
+
+
+def _prepare(
+    result: LayerResult,
+    entry: BaselineEntry | None,
+    options: GateOptions,
+    incomparable: bool,
+    confirmed: bool,
+) -> GateVerdict | _Pending:
+    base = GateVerdict(result.model, result.layer, result.backend, Verdict.OK, confirmed=confirmed)
+    if entry is not None:
+        base = replace(base, baseline_ms=entry.median_ms)
+    if result.status == Status.UNSUPPORTED:
+        had = " (the baseline has a timing)" if entry is not None else ""
+        why = f": {result.message}" if result.message else ""
+        return replace(base, verdict=Verdict.UNSUPPORTED, message=f"unsupported{had}{why}")
+    if result.status != Status.OK:
+        return replace(
+            base,
+            verdict=Verdict.CRASHED,
+            message=f"{result.status}: {result.message or 'no message'}",
+        )
+    if not result.correct:
+        c = result.correctness
+        why = (
+            "no correctness check recorded"
+            if c is None
+            else (
+                f"failed correctness: rel_l2 {c.rel_l2:.3g} > tolerance {c.tolerance:.3g}, {c.nonfinite} non-finite"
+            )
+        )
+        return replace(base, verdict=Verdict.CRASHED, message=why)
+    stats = result.stats
+    if stats is not None:
+        base = replace(base, current_ms=stats.median)
+    if entry is None:
+        return replace(base, verdict=Verdict.NEW, message="no baseline timing for this layer")
+    if stats is None:
+        return replace(base, verdict=Verdict.INCONCLUSIVE, message="no timing samples in this run")
+    if result.interpreted or entry.interpreted:
+        return replace(
+            base,
+            verdict=Verdict.INCONCLUSIVE,
+            message="timed in Triton's CPU interpreter: not performance figures",
+        )
+    cur = [m for m in stats.round_medians if m > 0]
+    old = [m for m in entry.round_medians_ms if m > 0]
+    if len(cur) < MIN_ROUNDS or len(old) < MIN_ROUNDS:
+        return replace(
+            base,
+            verdict=Verdict.INCONCLUSIVE,
+            message=f"needs {MIN_ROUNDS}+ timing rounds on each side (baseline {len(old)}, run {len(cur)})",
+        )
+    cv_b, cv_c = entry.cv, stats.cv
+    threshold = _threshold(result, options)
+    message = ""
+    if entry.median_ms < options.short_layer_ms and CV_FLOOR_FACTOR * max(cv_b, cv_c) > threshold:
+        message = (
+            f"short layer: threshold raised from {_pct(threshold)} to {CV_FLOOR_FACTOR:g} x CV"
+        )
+        threshold = CV_FLOOR_FACTOR * max(cv_b, cv_c)
+    base = replace(
+        base,
+        threshold=threshold,
+        cv_baseline=cv_b,
+        cv_current=cv_c,
+        rounds=(len(old), len(cur)),
+        message=message,
+    )
+    return _Pending(base, np.log(old), np.log(cur), not incomparable)
+
+
+def _finish(pending: list[_Pending], options: GateOptions) -> list[GateVerdict]:
+    if not pending:
+        return []
+    log_thr = np.array([math.log1p(p.verdict.threshold or 0.0) for p in pending])
+    test = log_ratio_test(
+        [p.log_base for p in pending], [p.log_current for p in pending], log_thr, options.level
+    )
+    codes = classify(test.low, test.high, log_thr)
+    family = np.array([p.in_family for p in pending])
+    significant = np.zeros(len(pending), dtype=bool)
+    adjusted = np.full(len(pending), np.nan)
+    significant[family], adjusted[family] = benjamini_hochberg(test.p_regressed[family], options.q)
+    out = []
+    for i, p in enumerate(pending):
+        v = p.verdict
+        ratio, lo, hi = (math.exp(float(x[i])) for x in (test.estimate, test.low, test.high))
+        verdict = CODE_VERDICT[int(codes[i])] if p.in_family else Verdict.INCOMPARABLE
+        sig = bool(significant[i])
+        q_value = float(adjusted[i]) if p.in_family else None
+        what = (
+            format_ratio(ratio, lo, hi, options.level) + f", threshold {_pct(v.threshold or 0.0)}"
+        )
+        if verdict is Verdict.REGRESSED:
+            what += (
+                f"; significant after Benjamini-Hochberg (adjusted p {q_value:.2g} <= {options.q:g})"
+                if sig
+                else f"; not significant after Benjamini-Hochberg (adjusted p {q_value:.2g} > {options.q:g})"
+            )
+        elif verdict is Verdict.INCONCLUSIVE:
+            what += (
+                "; still inconclusive after a confirmation run"
+                if v.confirmed
+                else "; the interval straddles the threshold"
+            )
+        elif verdict is Verdict.INCOMPARABLE:
+            what += "; environments differ, not judged"
+        message = f"{verdict.value.lower()}: {what}" + (f" ({v.message})" if v.message else "")
+        out.append(
+            replace(
+                v,
+                verdict=verdict,
+                ratio=ratio,
+                ci_low=lo,
+                ci_high=hi,
+                p_value=float(test.p_regressed[i]),
+                q_value=q_value,
+                significant=sig,
+                message=message,
+            )
+        )
+    return out
+
+
+def gate(
+    current: RunResult,
+    baseline: Baseline,
+    options: GateOptions | None = None,
+    confirmed: Collection[Key] = (),
+) -> GateReport:
+    """Judge every layer of `current` against `baseline`; layers on one side only are listed."""
+    options = options or GateOptions()
+    diffs = env_differences(current.env, baseline.env, ignore=options.ignore_env_keys)
+    if baseline.suite != current.suite:
+        diffs.insert(0, EnvDifference("suite", baseline.suite, current.suite))
+    incomparable = bool(diffs) and not options.allow_env_change
+    wanted = (lambda b: True) if options.backends is None else (lambda b: b in options.backends)
+    confirmed = set(confirmed)
+    final: dict[Key, GateVerdict] = {}
+    pending: list[_Pending] = []
+    seen: set[Key] = set()
+    order: list[Key] = []
+    for result in current.layers:
+        if not wanted(result.backend) or result.key in final or result.key in seen:
+            continue
+        seen.add(result.key)
+        order.append(result.key)
+        item = _prepare(
+            result, baseline.find(result.key), options, incomparable, result.key in confirmed
+        )
+        if isinstance(item, _Pending):
+            pending.append(item)
+        else:
+            final[result.key] = item
+    for v in _finish(pending, options):
+        final[v.key] = v
+    for entry in baseline.entries:
+        if wanted(entry.backend) and entry.key not in final:
+            order.append(entry.key)
+            final[entry.key] = GateVerdict(
+                *entry.key,
+                Verdict.MISSING,
+                baseline_ms=entry.median_ms,
+                message="in the baseline but not in this run",
+            )
+    notes = []
+    if not current.complete:
+        notes.append("this run is incomplete: layers it did not reach are listed as MISSING")
+    if baseline.source == "run" and not baseline.complete:
+        notes.append("the baseline run is incomplete")
+    return GateReport(
+        suite=current.suite,
+        verdicts=tuple(final[k] for k in order),
+        options=options,
+        env_differences=tuple(diffs),
+        incomparable=incomparable,
+        baseline_path=baseline.path,
+        baseline_source=baseline.source,
+        notes=tuple(notes),
+    )
+
+
+def inconclusive_keys(report: GateReport) -> tuple[Key, ...]:
+    """Layers a --confirm re-run (twice the rounds) may settle: statistically inconclusive ones
+    and regressions not significant after BH. Layers already confirmed are not offered again."""
+    return tuple(
+        v.key
+        for v in report.verdicts
+        if not v.confirmed
+        and v.p_value is not None
+        and (
+            v.verdict is Verdict.INCONCLUSIVE
+            or (v.verdict is Verdict.REGRESSED and not v.significant)
+        )
+    )
+
+
+def merge_rerun(current: RunResult, rerun: RunResult) -> RunResult:
+    """`current` with its layers replaced by the re-run's results for the same keys."""
+    fresh = {r.key: r for r in rerun.layers}
+    layers = tuple(fresh.pop(r.key, r) for r in current.layers)
+    return replace(current, layers=layers + tuple(fresh.values()))
+
+
+def confirm(
+    current: RunResult, rerun: RunResult, baseline: Baseline, options: GateOptions | None = None
+) -> GateReport:
+    """The gate again after re-running inconclusive layers; what stays inconclusive only warns."""
+    return gate(
+        merge_rerun(current, rerun), baseline, options, confirmed={r.key for r in rerun.layers}
+    )

@@ -36,6 +36,7 @@ from collections.abc import Callable
 import torch
 import triton
 import triton.language as tl
+import triton.testing
 
 from opbench.kernels import Unsupported
 
@@ -118,7 +119,9 @@ def key_mask(offs_m, offs_n, seq_len, CAUSAL: tl.constexpr):
 
 
 @triton.jit
-def key_ranges(start_m, seq_len, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def key_ranges(
+    start_m, seq_len, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):
     """Split the keys of query block [start_m, start_m + BLOCK_M) into two passes:
     [0, unmasked_end) needs no mask at all, [unmasked_end, masked_end) needs `key_mask`.
     Causal: keys left of the diagonal block are visible to every row; keys right of it to
@@ -275,20 +278,31 @@ def _attention_fwd_kernel(
         tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-def fwd_configs() -> list[triton.Config]:
-    """Autotune candidates; one small config under the interpreter.
+# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim for 16-bit inputs, and for
+# fp32. Each compiles for sm_90 without register spills and within 227 KB of shared memory
+# (D = 128, 128 x 128, 3 stages: Q 32 KB + 3 x (K 32 KB + V 32 KB) = 224 KB). Hopper favours
+# 128-row query blocks on two warpgroups (8 warps); fp32 runs its dots on FMA units (ieee),
+# which only small tiles keep out of local memory.
+HALF_SHAPES = {
+    16: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
+    32: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
+    64: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
+    128: [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
+    256: [(64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3)],
+}
+FP32_SHAPES = [(32, 16, 4, 2), (32, 16, 8, 2)]
 
-    Hopper favours 128-row query blocks on two warpgroups (8 warps) with 3-4 pipeline stages;
-    64-row blocks on 4 warps serve head dim 256 and fp32. Each shape also comes in a TMA
-    variant; `_prune_configs` drops what a call cannot use.
-    """
+
+def fwd_configs() -> list[triton.Config]:
+    """Every candidate, each with and without tensor descriptors; `prune_configs` keeps the
+    ones that suit a call. Under the interpreter: one small config."""
     if INTERPRET:
         return [
             triton.Config(
                 {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False}, num_warps=4, num_stages=1
             )
         ]
-    shapes = [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3), (64, 32, 4, 2)]
+    shapes = sorted({shape for table in HALF_SHAPES.values() for shape in table} | set(FP32_SHAPES))
     return [
         triton.Config(
             {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc}, num_warps=warps, num_stages=stages
@@ -313,32 +327,33 @@ def descriptors_usable(*tensors: torch.Tensor) -> bool:
     return True
 
 
-def _fits(config: triton.Config, head_dim: int, elem_size: int) -> bool:
-    """Register and shared-memory budget of one config (from sm_90 compiles: no spills)."""
-    bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
-    if elem_size == 4 or head_dim >= 256:
-        return bm == 64 and bn <= 64 and config.num_stages <= 2
-    if bm == 64 and bn == 32:
-        return head_dim <= 32
-    return not (head_dim == 128 and bn == 64 and config.num_stages == 4) or True
-
-
-def _prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+def prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
+    """Keep the configs whose tile shape suits this dtype and head dim, and the TMA ones only
+    where descriptors can address q/k/v and out."""
+    if INTERPRET:
+        return configs
     q, out = named_args["q_ptr"], named_args["out_ptr"]
     head_dim = kwargs["HEAD_DIM"]
-    desc_ok = descriptors_usable(q, out)
-    kept = [
+    shapes = FP32_SHAPES if q.element_size() == 4 else HALF_SHAPES[head_dim]
+    desc_ok = q.element_size() < 4 and descriptors_usable(q, out)
+    return [
         c
         for c in configs
-        if (desc_ok or not c.kwargs["USE_DESC"]) and _fits(c, head_dim, q.element_size())
+        if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in shapes
+        and (desc_ok or not c.kwargs["USE_DESC"])
     ]
-    return kept or configs[-1:]
+
+
+def quick_bench(kernel_call: Callable[[], None], quantiles: tuple[float, ...]) -> list[float]:
+    """Autotuning benchmark: shorter than do_bench's default, plenty to rank tile shapes."""
+    return triton.testing.do_bench(kernel_call, warmup=10, rep=40, quantiles=quantiles)
 
 
 _attention_fwd_tuned = triton.autotune(
     configs=fwd_configs(),
     key=["seq_len", "HEAD_DIM", "CAUSAL"],
-    prune_configs_by={"early_config_prune": _prune_configs},
+    prune_configs_by={"early_config_prune": prune_configs},
+    do_bench=quick_bench,
 )(_attention_fwd_kernel)
 
 

@@ -24,22 +24,25 @@ MMA-bound layers (3x3, C and Cout >= 128), not on memory-bound 1x1 ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.conv import (
+    INT8_TILES,
     INTERPRET,
     K_CHANNEL_BLOCKS,
     K_GATHER,
     MIN_CHANNELS_FOR_BLOCKS,
+    CompiledLaunch,
+    Tile,
     check_output,
-    launch_conv,
+    conv_launch,
+    fitting_tiles,
     output_size,
     pack_weight,
+    select_plan,
 )
 
 # Elements each absmax program reduces (at most MAX_CHUNKS programs per image).
@@ -50,25 +53,23 @@ MAX_CHUNKS = 128
 @triton.jit
 def _absmax_partials_kernel(
     # pointers
-    x_ptr,  # input; image n is the dense block [n*stride_xn, n*stride_xn + CHW)
+    x_ptr,  # input; image n is the dense block [n*STRIDE_XN, n*STRIDE_XN + CHW)
     partial_ptr,  # float32 [N, NUM_CHUNKS]: max |x| over each chunk of each image
     # shapes
-    CHW,  # elements per image
-    CHUNK,  # elements per program (a multiple of BLOCK)
-    NUM_CHUNKS,  # programs per image
+    CHW: tl.constexpr,  # elements per image
+    CHUNK: tl.constexpr,  # elements per program (a multiple of BLOCK)
+    NUM_CHUNKS: tl.constexpr,  # programs per image
     # strides, in elements
-    stride_xn,
+    STRIDE_XN: tl.constexpr,
     # meta-parameters
     BLOCK: tl.constexpr,
 ):
     chunk = tl.program_id(0)
     image = tl.program_id(1)
-    start = chunk * CHUNK
-    end = tl.minimum(start + CHUNK, CHW)
     running = tl.zeros((BLOCK,), dtype=tl.float32)
-    for offset in range(start, end, BLOCK):
-        offs = offset + tl.arange(0, BLOCK)
-        values = tl.load(x_ptr + image * stride_xn + offs, mask=offs < end, other=0.0)
+    for offset in range(0, CHUNK, BLOCK):
+        offs = chunk * CHUNK + offset + tl.arange(0, BLOCK)
+        values = tl.load(x_ptr + image * STRIDE_XN + offs, mask=offs < CHW, other=0.0)
         running = tl.maximum(running, tl.abs(values.to(tl.float32)))
     tl.store(partial_ptr + image * NUM_CHUNKS + chunk, tl.max(running, axis=0))
 
@@ -76,18 +77,18 @@ def _absmax_partials_kernel(
 @triton.jit
 def _quantize_nhwc_kernel(
     # pointers
-    x_ptr,  # input [N, C, H, W], element (n, c, p) at n*stride_xn + c*stride_xc + p*stride_xp
+    x_ptr,  # input [N, C, H, W], element (n, c, p) at n*STRIDE_XN + c*STRIDE_XC + p*STRIDE_XP
     partial_ptr,  # float32 [N, NUM_CHUNKS] from _absmax_partials_kernel
     q_ptr,  # int8 output [N, H*W, C] (NHWC)
     x_scale_ptr,  # float32 [N] output: sx[n] = max|x[n]| / 127
     # shapes
-    C,
-    HW,  # H*W
-    NUM_CHUNKS,
+    C: tl.constexpr,
+    HW: tl.constexpr,  # H*W
+    NUM_CHUNKS: tl.constexpr,
     # strides, in elements
-    stride_xn,
-    stride_xc,
-    stride_xp,
+    STRIDE_XN: tl.constexpr,
+    STRIDE_XC: tl.constexpr,
+    STRIDE_XP: tl.constexpr,
     # meta-parameters
     BLOCK_CHUNKS: tl.constexpr,  # next power of two >= NUM_CHUNKS
     BLOCK_C: tl.constexpr,
@@ -105,11 +106,11 @@ def _quantize_nhwc_kernel(
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     mask = (offs_c < C)[:, None] & (offs_p < HW)[None, :]
-    x_ptrs = x_ptr + image * stride_xn + offs_c[:, None] * stride_xc + offs_p[None, :] * stride_xp
+    x_ptrs = x_ptr + image * STRIDE_XN + offs_c[:, None] * STRIDE_XC + offs_p[None, :] * STRIDE_XP
     values = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
     q = tl.floor(values * inv_scale + 0.5)  # |x| <= amax keeps q in [-127, 127]
     q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int8)
-    tl.store(q_ptr + image * HW * C + offs_p[None, :] * C + offs_c[:, None], q, mask=mask)
+    tl.store(q_ptr + image * (HW * C) + offs_p[None, :] * C + offs_c[:, None], q, mask=mask)
     if (pid_p == 0) & (pid_c == 0):
         tl.store(x_scale_ptr + image, amax / 127.0)
 
@@ -122,75 +123,75 @@ def quantize_weight_per_channel(master_w: torch.Tensor) -> tuple[torch.Tensor, t
     return pack_weight(q, torch.int8), scale.float().contiguous()
 
 
-def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run time, two Triton kernels: x (NCHW or channels_last) -> (xq NHWC int8, sx float32 [N])."""
-    n, c, h, w = x.shape
-    chw, hw = c * h * w, h * w
-    num_chunks = max(1, min(MAX_CHUNKS, triton.cdiv(chw, CHUNK_TARGET)))
-    block = 1024 if not INTERPRET else 256
-    chunk = triton.cdiv(triton.cdiv(chw, num_chunks), block) * block
-    num_chunks = triton.cdiv(chw, chunk)
-    partials = torch.empty((n, num_chunks), device=x.device, dtype=torch.float32)
-    _absmax_partials_kernel[(num_chunks, n)](
-        x, partials, chw, chunk, num_chunks, x.stride(0), BLOCK=block, num_warps=4
-    )
-    xq = torch.empty((n, h, w, c), device=x.device, dtype=torch.int8)
-    x_scale = torch.empty((n,), device=x.device, dtype=torch.float32)
-    block_c, block_p = (64, 64) if not INTERPRET else (16, 32)
-    grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
-    _quantize_nhwc_kernel[grid](
-        x,
-        partials,
-        xq,
-        x_scale,
-        c,
-        hw,
-        num_chunks,
-        x.stride(0),
-        x.stride(1),
-        x.stride(3),
-        BLOCK_CHUNKS=triton.next_power_of_2(num_chunks),
-        BLOCK_C=block_c,
-        BLOCK_P=block_p,
-        num_warps=4,
-    )
-    return xq, x_scale
+class Int8Plan:
+    """Run-time quantization of x (two kernels) and the int8 conv, for one input signature."""
+
+    def __init__(self, layer: Int8Conv, x: torch.Tensor, out_shape: tuple, tile: Tile):
+        n, c, h, w = x.shape
+        chw, hw = c * h * w, h * w
+        self.name = f"int8 {tile}"
+        block = 256 if INTERPRET else 1024
+        num_chunks = max(1, min(MAX_CHUNKS, triton.cdiv(chw, CHUNK_TARGET)))
+        chunk = triton.cdiv(triton.cdiv(chw, num_chunks), block) * block
+        num_chunks = triton.cdiv(chw, chunk)
+        self.partials_shape, self.xq_shape, self.n = (n, num_chunks), (n, h, w, c), n
+        meta = dict(CHW=chw, CHUNK=chunk, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), BLOCK=block)
+        self.absmax = CompiledLaunch(_absmax_partials_kernel, (num_chunks, n), meta, 4, 1)
+        block_c, block_p = (16, 32) if INTERPRET else (64, 64)
+        meta = dict(C=c, HW=hw, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), STRIDE_XC=x.stride(1))
+        meta.update(STRIDE_XP=x.stride(3), BLOCK_CHUNKS=triton.next_power_of_2(num_chunks))
+        meta.update(BLOCK_C=block_c, BLOCK_P=block_p)
+        grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
+        self.quantize = CompiledLaunch(_quantize_nhwc_kernel, grid, meta, 4, 1)
+        k_mode = K_GATHER if c < MIN_CHANNELS_FOR_BLOCKS else K_CHANNEL_BLOCKS
+        self.conv = conv_launch(
+            x.shape, (hw * c, 1, w * c, c), out_shape, layer.packed, layer.geometry,
+            k_mode=k_mode, activation=layer.activation, has_bias=layer.bias32 is not None,
+            is_int8=True, upcast=False, tile=tile,
+        )  # fmt: skip
+        self.layer = layer
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        partials = torch.empty(self.partials_shape, device=x.device, dtype=torch.float32)
+        xq = torch.empty(self.xq_shape, device=x.device, dtype=torch.int8)
+        x_scale = torch.empty((self.n,), device=x.device, dtype=torch.float32)
+        self.absmax(x, partials)
+        self.quantize(x, partials, xq, x_scale)
+        bias = self.layer.bias32 if self.layer.bias32 is not None else out
+        self.conv(xq, self.layer.packed, bias, x_scale, self.layer.w_scale, out)
 
 
-def make_int8_conv(
-    master_w: torch.Tensor,
-    bias32: torch.Tensor | None,
-    *,
-    geometry: tuple[int, int, int, int, int, int],
-    activation: int,
-    dtype: torch.dtype,
-) -> Callable[..., torch.Tensor]:
-    """The int8 callable for `conv.prepare_conv2d` (batchnorm already folded into master_w/bias32)."""
-    cout, cin, kh, kw = master_w.shape
-    sh, sw, ph, pw, dh, dw = geometry
-    packed, w_scale = quantize_weight_per_channel(master_w)
-    meta = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw}
+class Int8Conv:
+    """The callable returned by `prepare_conv2d` for quant="int8" (batchnorm already folded)."""
 
-    def conv(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def __init__(self, master_w: torch.Tensor, bias32, geometry: dict, activation: int):
+        self.cout, self.cin, _, _ = master_w.shape
+        self.packed, self.w_scale = quantize_weight_per_channel(master_w)
+        self.bias32, self.geometry, self.activation = bias32, geometry, activation
+        self.plans: dict = {}
+        self.timings: dict = {}  # plan name -> median ms, from the first-call selection
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         if x.dtype == torch.float32:
             raise Unsupported("int8 convolution of float32 input: only float16/bfloat16")
         if x.dtype not in (torch.float16, torch.bfloat16):
             raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
-        if x.dim() != 4 or x.shape[1] != cin:
-            raise ValueError(f"x must be [N, {cin}, H, W], got {tuple(x.shape)}")
+        if x.dim() != 4 or x.shape[1] != self.cin:
+            raise ValueError(f"x must be [N, {self.cin}, H, W], got {tuple(x.shape)}")
         if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
             raise ValueError("x must be contiguous NCHW or channels_last")
-        if x.numel() >= 2**31:
-            raise Unsupported("inputs of 2**31 elements or more (32-bit indexing)")
         n, c, h, w = x.shape
-        oh, ow = output_size(h, w, kh, kw, sh, sw, ph, pw, dh, dw)
-        out = check_output(out, (n, cout, oh, ow), x.dtype, x.device)
-        xq, x_scale = quantize_activations(x)
-        k_mode = K_GATHER if c < MIN_CHANNELS_FOR_BLOCKS else K_CHANNEL_BLOCKS
-        source = xq.permute(0, 3, 1, 2)  # [N, C, H, W] view of the NHWC buffer
-        launch_conv(
-            source, packed, bias32, x_scale, w_scale, out, meta, k_mode, activation, True, "tf32"
+        g = self.geometry
+        oh, ow = output_size(
+            h, w, g["KH"], g["KW"], g["SH"], g["SW"], g["PH"], g["PW"], g["DH"], g["DW"]
         )
+        out = check_output(out, (n, self.cout, oh, ow), x.dtype, x.device)
+        key = (x.shape, x.stride(), x.dtype, x.device)
+        plan = self.plans.get(key)
+        if plan is None:
+            gather = c < MIN_CHANNELS_FOR_BLOCKS
+            tiles = fitting_tiles(INT8_TILES, self.cout, c, gather)
+            plans = [Int8Plan(self, x, out.shape, tile) for tile in tiles]
+            plan = self.plans[key] = select_plan(plans, x, out, self.timings)
+        plan(x, out)
         return out
-
-    return conv

@@ -8,7 +8,8 @@ call), Wq = round(W / sw), xq = round(x / sx):
 The sum is exact in int32 (|sum| <= 127^2 * K < 2^31 for K < 133 000); the dequant, bias and
 activation run in fp32 in the GEMM epilogue and the result is written in x's dtype.
 
-A call runs two kernels:
+A call runs two kernels (one for M <= 64 when the tuner picks a `fused_quant` split-K plan,
+which quantizes x inside the GEMM):
   1. `quantize._quantize_rows_kernel`: x [M, K] fp16/bf16 -> xq int8 + sx fp32
      (reads 2MK bytes from DRAM, writes MK + 4M).
   2. a `linear` GEMM kernel with IS_INT8: int8 tensor cores at twice the fp16 rate, and half
@@ -22,8 +23,12 @@ from __future__ import annotations
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.linear import PreparedLinear, Plan, launch_gemm, tma_ok
-from opbench.kernels.quantize import quantize_rows, quantize_weight_per_channel
+from opbench.kernels.linear import Plan, PreparedLinear, launch, launch_gemm, tma_ok, workspace
+from opbench.kernels.quantize import (
+    _quantize_rows_kernel,
+    quantize_rows_launch,
+    quantize_weight_per_channel,
+)
 
 
 class Int8Linear(PreparedLinear):
@@ -48,9 +53,18 @@ class Int8Linear(PreparedLinear):
             raise Unsupported(f"int8 W8A8 linear takes float16/bfloat16 inputs, not {x.dtype}")
 
     def launch(self, plan: Plan, x2: torch.Tensor, out2: torch.Tensor) -> None:
-        xq, row_scale = quantize_rows(x2)
+        if plan.fused_quant:  # the split-K kernel quantizes x itself: one launch
+            launch_gemm(plan, x2, self.weight, out2, self.bias, None, self._col_scale,
+                        self.arrivals, self.activation, "ieee", self._buffers, self._compiled)  # fmt: skip
+            return
+        M, K = x2.shape
+        xq = workspace(self._buffers, "xq", M * K, torch.int8, x2.device).view(M, K)
+        row_scale = workspace(self._buffers, "row_scale", M, torch.float32, x2.device)
+        grid, args, meta = quantize_rows_launch(x2, xq, row_scale)
+        key = ("quantize", x2.dtype, x2.stride(), x2.data_ptr() % 16)
+        launch(_quantize_rows_kernel, grid, args, meta, self._compiled, key)
         launch_gemm(plan, xq, self.weight, out2, self.bias, row_scale, self._col_scale,
-                    self.arrivals, self.activation, "ieee")  # fmt: skip
+                    self.arrivals, self.activation, "ieee", self._buffers, self._compiled)  # fmt: skip
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:
         # The GEMM reads xq, allocated contiguous by quantize_rows: only K's alignment matters.

@@ -62,6 +62,7 @@ def _pool2d_kernel(
     PAD_W: tl.constexpr,
     BLOCK_H: tl.constexpr,  # output rows per program
     BLOCK_W: tl.constexpr,  # output columns per program
+    PAIRED: tl.constexpr,  # stride-2 columns read as aligned pairs (_pool_paired_columns)
 ):
     # Program id -> (plane, row block, column block); column blocks vary fastest.
     pid = tl.program_id(0)
@@ -80,27 +81,35 @@ def _pool2d_kernel(
     out_row_mask = out_rows < out_height
     out_col_mask = out_cols < out_width
     in_row0 = out_rows * STRIDE_H - PAD_H
-    in_col0 = out_cols * STRIDE_W - PAD_W
 
+    # Max is exact in any precision, so it runs in the input dtype; sums run in fp32.
     if IS_MAX:
-        acc = tl.full([BLOCK_H, BLOCK_W], -float("inf"), tl.float32)
+        fill = -float("inf")
+        acc_dtype = x_ptr.dtype.element_ty
     else:
-        acc = tl.zeros([BLOCK_H, BLOCK_W], tl.float32)
-    for kh in tl.static_range(KERNEL_H):
-        in_rows = in_row0 + kh
-        row_ok = out_row_mask & (in_rows >= 0) & (in_rows < height)
-        row_ptrs = x_plane + in_rows * x_stride_h
-        for kw in tl.static_range(KERNEL_W):
-            in_cols = in_col0 + kw
-            col_ok = out_col_mask & (in_cols >= 0) & (in_cols < width)
-            mask = row_ok[:, None] & col_ok[None, :]
-            ptrs = row_ptrs[:, None] + (in_cols * x_stride_w)[None, :]
-            if IS_MAX:
-                values = tl.load(ptrs, mask=mask, other=-float("inf")).to(tl.float32)
-                # NaN wins, as in torch.
-                acc = tl.maximum(acc, values, propagate_nan=tl.PropagateNan.ALL)
-            else:
-                acc += tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
+        fill = 0.0
+        acc_dtype = tl.float32
+    if PAIRED:
+        acc = _pool_paired_columns(
+            x_plane, in_row0, out_row_mask, block_w * BLOCK_W, height, width, x_stride_h,
+            x_stride_w, fill, acc_dtype, IS_MAX, KERNEL_H, KERNEL_W, PAD_W, BLOCK_H, BLOCK_W,
+        )  # fmt: skip
+    else:
+        in_col0 = out_cols * STRIDE_W - PAD_W
+        acc = tl.full([BLOCK_H, BLOCK_W], fill, acc_dtype)
+        for kh in tl.static_range(KERNEL_H):
+            in_rows = in_row0 + kh
+            row_ok = out_row_mask & (in_rows >= 0) & (in_rows < height)
+            row_ptrs = x_plane + in_rows * x_stride_h
+            for kw in tl.static_range(KERNEL_W):
+                in_cols = in_col0 + kw
+                col_ok = out_col_mask & (in_cols >= 0) & (in_cols < width)
+                values = tl.load(
+                    row_ptrs[:, None] + (in_cols * x_stride_w)[None, :],
+                    mask=row_ok[:, None] & col_ok[None, :],
+                    other=fill,
+                )
+                acc = _combine(acc, values.to(acc_dtype), IS_MAX)
     if not IS_MAX:
         acc = acc * (1.0 / (KERNEL_H * KERNEL_W))
 
@@ -109,29 +118,106 @@ def _pool2d_kernel(
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _combine(acc, values, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        # NaN wins, as in torch.
+        return tl.maximum(acc, values, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        return acc + values
+
+
+@triton.jit
+def _pool_paired_columns(
+    x_plane, in_row0, out_row_mask, first_out_col, height, width, x_stride_h, x_stride_w,
+    fill, acc_dtype: tl.constexpr, IS_MAX: tl.constexpr, KERNEL_H: tl.constexpr,
+    KERNEL_W: tl.constexpr, PAD_W: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    """Stride-2 columns without strided loads: the window of output column ow covers input
+    columns 2*ow + c for c in [-PAD_W, KERNEL_W - PAD_W). First reduce over the window's rows
+    on an aligned, contiguous tile of 2*BLOCK_W columns (wide vector loads), then split it
+    into even (c = 0) and odd (c = 1) columns. c = -1 is the odd column of the previous
+    output and c = 2 the even column of the next: a one-step shift within the tile, with one
+    column loaded from each neighbouring tile."""
+    cols = 2 * first_out_col + tl.arange(0, 2 * BLOCK_W)
+    col_ok = cols < width
+    left_col = 2 * first_out_col - 1
+    right_col = 2 * first_out_col + 2 * BLOCK_W
+    column_rows = tl.full([BLOCK_H, 2 * BLOCK_W], fill, acc_dtype)
+    left = tl.full([BLOCK_H], fill, acc_dtype)
+    right = tl.full([BLOCK_H], fill, acc_dtype)
+    for kh in tl.static_range(KERNEL_H):
+        in_rows = in_row0 + kh
+        row_ok = out_row_mask & (in_rows >= 0) & (in_rows < height)
+        row_ptrs = x_plane + in_rows * x_stride_h
+        tile = tl.load(
+            row_ptrs[:, None] + cols[None, :] * x_stride_w,
+            mask=row_ok[:, None] & col_ok[None, :],
+            other=fill,
+        )
+        column_rows = _combine(column_rows, tile.to(acc_dtype), IS_MAX)
+        if PAD_W > 0:
+            edge = tl.load(
+                row_ptrs + left_col * x_stride_w, mask=row_ok & (left_col >= 0), other=fill
+            )
+            left = _combine(left, edge.to(acc_dtype), IS_MAX)
+        if KERNEL_W - PAD_W > 2:
+            edge = tl.load(
+                row_ptrs + right_col * x_stride_w, mask=row_ok & (right_col < width), other=fill
+            )
+            right = _combine(right, edge.to(acc_dtype), IS_MAX)
+    even, odd = tl.split(tl.reshape(column_rows, [BLOCK_H, BLOCK_W, 2]))
+
+    j = tl.arange(0, BLOCK_W)[None, :] + tl.zeros([BLOCK_H, BLOCK_W], tl.int32)
+    acc = tl.full([BLOCK_H, BLOCK_W], fill, acc_dtype)
+    for kw in tl.static_range(KERNEL_W):
+        if kw - PAD_W == -1:
+            shifted = tl.gather(odd, tl.maximum(j - 1, 0), axis=1)
+            acc = _combine(acc, tl.where(j == 0, left[:, None], shifted), IS_MAX)
+        elif kw - PAD_W == 0:
+            acc = _combine(acc, even, IS_MAX)
+        elif kw - PAD_W == 1:
+            acc = _combine(acc, odd, IS_MAX)
+        else:
+            shifted = tl.gather(even, tl.minimum(j + 1, BLOCK_W - 1), axis=1)
+            acc = _combine(acc, tl.where(j == BLOCK_W - 1, right[:, None], shifted), IS_MAX)
+    return acc
+
+
 def _configs() -> list[triton.Config]:
-    """Output tiles of 256-2048 elements, at least 32 wide so column loads coalesce."""
+    """Output tiles of 256-4096 elements, 64 wide (most feature maps are <= 64 wide after
+    pooling), each with and without paired column loads."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8}, num_warps=4)]
-    shapes = [(4, 64, 4), (8, 64, 4), (16, 64, 8), (8, 128, 8), (2, 128, 4), (32, 32, 8)]
-    return [triton.Config({"BLOCK_H": h, "BLOCK_W": w}, num_warps=warps) for h, w, warps in shapes]
+        return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": False}, num_warps=4)]
+    shapes = [(4, 64, 4), (8, 64, 4), (16, 64, 4), (8, 64, 2), (32, 64, 8), (16, 128, 8)]
+    return [
+        triton.Config({"BLOCK_H": h, "BLOCK_W": w, "PAIRED": paired}, num_warps=warps)
+        for h, w, warps in shapes
+        for paired in (False, True)
+    ]
 
 
 def _fit_tile_to_output(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
-    """Narrow tiles to the output width, giving the spare elements to more rows."""
-    fitted: dict[tuple[int, int, int], triton.Config] = {}
+    """Narrow tiles to the output width, giving the spare elements to more rows; paired
+    loads only for a column stride of 2."""
+    fitted: dict[tuple, triton.Config] = {}
     max_w = max(triton.next_power_of_2(named_args["out_width"]), 16)
     max_h = triton.next_power_of_2(named_args["out_height"])
     for config in configs:
         block_h, block_w = config.kwargs["BLOCK_H"], config.kwargs["BLOCK_W"]
+        paired = config.kwargs["PAIRED"] and _pairable(kwargs)
         if block_w > max_w:
             block_h, block_w = block_h * (block_w // max_w), max_w
         block_h = min(block_h, max_h)
-        key = (block_h, block_w, config.num_warps)
-        fitted.setdefault(
-            key, triton.Config({"BLOCK_H": block_h, "BLOCK_W": block_w}, num_warps=config.num_warps)
-        )
+        meta = {"BLOCK_H": block_h, "BLOCK_W": block_w, "PAIRED": paired}
+        key = (block_h, block_w, paired, config.num_warps)
+        fitted.setdefault(key, triton.Config(meta, num_warps=config.num_warps))
     return list(fitted.values())
+
+
+def _pairable(meta: dict) -> bool:
+    """The paired path covers column stride 2 with window offsets in [-1, 2]."""
+    return meta["STRIDE_W"] == 2 and meta["PAD_W"] <= 1 and meta["KERNEL_W"] - meta["PAD_W"] <= 3
 
 
 _pool2d = triton.autotune(

@@ -69,6 +69,17 @@ def _quantize_rows_kernel(
         tl.store(q_row + start + offs, round_to_int8(x.to(tl.float32) * inv_scale), mask=mask)
 
 
+def quantize_rows_launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple:
+    """(grid, args, meta) of `_quantize_rows_kernel` for x [M, K] -> q [M, K], scale [M]."""
+    M, K = x.shape
+    # One step covers rows up to 16K elements (all the LLM widths in our suites): the second pass
+    # then re-reads the row from L1. Longer rows loop.
+    block_k = 64 if INTERPRET else min(triton.next_power_of_2(K), 16384)
+    num_warps = 4 if block_k <= 2048 else (8 if block_k <= 8192 else 16)
+    args = (x, q, scale, K, x.stride(0), x.stride(1), q.stride(0))
+    return (M,), args, dict(BLOCK_K=block_k, num_warps=num_warps)
+
+
 def quantize_rows(
     x: torch.Tensor, q: torch.Tensor | None = None, scale: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,15 +91,9 @@ def quantize_rows(
         q = torch.empty((M, K), dtype=torch.int8, device=x.device)
     if scale is None:
         scale = torch.empty((M,), dtype=torch.float32, device=x.device)
-    if M == 0:
-        return q, scale
-    # One step covers rows up to 16K elements (all the LLM widths in our suites): the second pass
-    # then re-reads the row from L1. Longer rows loop.
-    block_k = 64 if INTERPRET else min(triton.next_power_of_2(K), 16384)
-    num_warps = 4 if block_k <= 2048 else (8 if block_k <= 8192 else 16)
-    _quantize_rows_kernel[(M,)](
-        x, q, scale, K, x.stride(0), x.stride(1), q.stride(0), BLOCK_K=block_k, num_warps=num_warps
-    )
+    if M > 0:
+        grid, args, meta = quantize_rows_launch(x, q, scale)
+        _quantize_rows_kernel[grid](*args, **meta)
     return q, scale
 
 

@@ -10,13 +10,19 @@ if TYPE_CHECKING:
     import torch
 
 
-def compare_outputs(out: torch.Tensor, ref: torch.Tensor, tolerance: float, reference: str) -> Correctness:
+def compare_outputs(
+    out: torch.Tensor, ref: torch.Tensor, tolerance: float, reference: str
+) -> Correctness:
     import torch
 
     if tuple(out.shape) != tuple(ref.shape):
-        raise ValueError(f"output shape {list(out.shape)} differs from the reference's {list(ref.shape)}")
+        raise ValueError(
+            f"output shape {list(out.shape)} differs from the reference's {list(ref.shape)}"
+        )
     ref = ref.to(out.device)
-    work = torch.float64 if ref.dtype == torch.float64 or out.device.type == "cpu" else torch.float32
+    work = (
+        torch.float64 if ref.dtype == torch.float64 or out.device.type == "cpu" else torch.float32
+    )
     o = out.detach().to(work)
     r = ref.to(work)
     finite = torch.isfinite(o)
@@ -28,4 +34,6 @@ def compare_outputs(out: torch.Tensor, ref: torch.Tensor, tolerance: float, refe
     max_abs = float(diff.abs().max().item()) if diff.numel() else 0.0
     if nonfinite:
         rel = float("nan")
-    return Correctness(rel_l2=rel, max_abs=max_abs, nonfinite=nonfinite, tolerance=tolerance, reference=reference)
+    return Correctness(
+        rel_l2=rel, max_abs=max_abs, nonfinite=nonfinite, tolerance=tolerance, reference=reference
+    )

@@ -41,8 +41,12 @@ def git_commit() -> str | None:
 
 def gpu_clocks(index: int = 0) -> dict[str, Any] | None:
     out = _run(
-        ["nvidia-smi", f"--id={index}", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
-         "--format=csv,noheader,nounits"]
+        [
+            "nvidia-smi",
+            f"--id={index}",
+            "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw",
+            "--format=csv,noheader,nounits",
+        ]
     )
     if not out:
         return None
@@ -90,7 +94,9 @@ def fingerprint(device: str) -> dict[str, Any]:
         env["gpu_count"] = torch.cuda.device_count()
         env["sm_count"] = props.multi_processor_count
         env["gpu_memory_gb"] = round(props.total_memory / 1e9, 1)
-        env["driver"] = _run(["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"])
+        env["driver"] = _run(
+            ["nvidia-smi", f"--id={index}", "--query-gpu=driver_version", "--format=csv,noheader"]
+        )
         env["clocks_start"] = gpu_clocks(index)
     else:
         env["gpu_name"] = None

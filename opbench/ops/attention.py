@@ -23,7 +23,9 @@ class Attention(Op):
         e = in_shape[-1]
         if p["packed_qkv"]:
             if e % 3:
-                raise ShapeError(f"packed_qkv needs a last dim divisible by 3, got {e}", "packed_qkv")
+                raise ShapeError(
+                    f"packed_qkv needs a last dim divisible by 3, got {e}", "packed_qkv"
+                )
             e //= 3
         return e
 

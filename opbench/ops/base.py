@@ -154,5 +154,7 @@ class Op:
             weights[key] = torch.randn(shape, generator=generator, dtype=torch.float32)
         return weights
 
-    def forward(self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
+    ) -> torch.Tensor:
         raise NotImplementedError

@@ -12,7 +12,9 @@ class BatchNorm2d(Op):
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) != 4:
-            raise ShapeError(f"batchnorm2d needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
+            raise ShapeError(
+                f"batchnorm2d needs input [C, H, W] (plus batch), got {list(in_shape[1:])}"
+            )
         return in_shape
 
     def weight_shapes(self, in_shape, p):

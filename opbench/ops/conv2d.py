@@ -41,7 +41,8 @@ class Conv2d(Op):
         groups = p["groups"]
         if c % groups or p["out_channels"] % groups:
             raise ShapeError(
-                f"groups={groups} must divide in_channels={c} and out_channels={p['out_channels']}", "groups"
+                f"groups={groups} must divide in_channels={c} and out_channels={p['out_channels']}",
+                "groups",
             )
         (sh, sw), (ph, pw), (dh, dw) = p["stride"], p["padding"], p["dilation"]
         span_h, span_w = dh * (kh - 1) + 1, dw * (kw - 1) + 1
@@ -50,7 +51,12 @@ class Conv2d(Op):
                 f"kernel {kh}x{kw} (dilation {dh}x{dw}) is larger than the padded input {h + 2 * ph}x{w + 2 * pw}",
                 "kernel_size",
             )
-        return (n, p["out_channels"], conv_out_size(h, kh, sh, ph, dh), conv_out_size(w, kw, sw, pw, dw))
+        return (
+            n,
+            p["out_channels"],
+            conv_out_size(h, kh, sh, ph, dh),
+            conv_out_size(w, kw, sw, pw, dw),
+        )
 
     def weight_shapes(self, in_shape, p):
         kh, kw = p["kernel_size"]
@@ -73,5 +79,13 @@ class Conv2d(Op):
         import torch.nn.functional as F
 
         p = layer.params
-        y = F.conv2d(x, weights["weight"], weights.get("bias"), p["stride"], p["padding"], p["dilation"], p["groups"])
+        y = F.conv2d(
+            x,
+            weights["weight"],
+            weights.get("bias"),
+            p["stride"],
+            p["padding"],
+            p["dilation"],
+            p["groups"],
+        )
         return activate(y, p["activation"])

@@ -19,7 +19,9 @@ class LayerNorm(Op):
     def forward(self, x, weights, layer):
         import torch.nn.functional as F
 
-        return F.layer_norm(x, (x.shape[-1],), weights["weight"], weights["bias"], layer.params["eps"])
+        return F.layer_norm(
+            x, (x.shape[-1],), weights["weight"], weights["bias"], layer.params["eps"]
+        )
 
 
 class RMSNorm(Op):

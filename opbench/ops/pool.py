@@ -20,7 +20,9 @@ class _Pool2d(Op):
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) != 4:
-            raise ShapeError(f"{self.name} needs input [C, H, W] (plus batch), got {list(in_shape[1:])}")
+            raise ShapeError(
+                f"{self.name} needs input [C, H, W] (plus batch), got {list(in_shape[1:])}"
+            )
         n, c, h, w = in_shape
         (kh, kw), (sh, sw), (ph, pw) = p["kernel_size"], self.stride(p), p["padding"]
         if min(kh, kw) < 1:
@@ -28,9 +30,14 @@ class _Pool2d(Op):
         if min(sh, sw) < 1:
             raise ShapeError("stride must be at least 1", "stride")
         if ph > kh // 2 or pw > kw // 2:
-            raise ShapeError(f"padding {ph}x{pw} must be at most half the kernel {kh}x{kw}", "padding")
+            raise ShapeError(
+                f"padding {ph}x{pw} must be at most half the kernel {kh}x{kw}", "padding"
+            )
         if kh > h + 2 * ph or kw > w + 2 * pw:
-            raise ShapeError(f"kernel {kh}x{kw} is larger than the padded input {h + 2 * ph}x{w + 2 * pw}", "kernel_size")
+            raise ShapeError(
+                f"kernel {kh}x{kw} is larger than the padded input {h + 2 * ph}x{w + 2 * pw}",
+                "kernel_size",
+            )
         return (n, c, conv_out_size(h, kh, sh, ph, 1), conv_out_size(w, kw, sw, pw, 1))
 
     def flops(self, in_shape, out_shape, p):

@@ -14,7 +14,10 @@ class Permute(Op):
     def permutation(self, ndim: int, p) -> tuple[int, ...]:
         dims = tuple(d % ndim if -ndim <= d < ndim else d for d in p["dims"])
         if sorted(dims) != list(range(ndim)):
-            raise ShapeError(f"dims {list(p['dims'])} is not a permutation of the {ndim} dims 0..{ndim - 1}", "dims")
+            raise ShapeError(
+                f"dims {list(p['dims'])} is not a permutation of the {ndim} dims 0..{ndim - 1}",
+                "dims",
+            )
         return dims
 
     def infer_shape(self, in_shape, p):

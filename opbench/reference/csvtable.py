@@ -3,7 +3,7 @@
 The file is streamed row by row, so a 100 MB export costs memory for its layers and samples
 only. A header line names the columns (see csvsniff.classify). Rows are then:
 
-- layer rows: a name and a time (or, for input rows, possibly no time);
+- layer rows: a name and a time (input rows may have no time);
 - footer rows (`Summary`, `Total…` in the name, id or first column; or rows without a name
   and without a time, like DLPy's "Total number of parameters" line): not layers; a time in
   a footer row becomes the profile's total;
@@ -11,7 +11,8 @@ only. A header line names the columns (see csvsniff.classify). Rows are then:
 
 With a run column (`run`, `iteration`, …) every row is one sample of one layer: samples are
 grouped per layer, the first `skip_runs` runs (in order of first appearance) are dropped as
-warm-up, and statistics are computed from the rest. Without one, each layer appears once.
+warm-up, and statistics are computed from the rest. Without one, each layer appears once,
+and a second row with the same name (ignoring case, as SAS does) is an error.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import csv
 import re
 import statistics
 from array import array
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from opbench.errors import InputError
 from opbench.reference.csvsniff import (
     Column,
     Role,
@@ -41,7 +42,10 @@ _FOOTER = re.compile(
     r"^(summary|totals?|total\b.*|sum|overall|all layers|model total|whole model|e2e|end.to.end)$",
     re.IGNORECASE,
 )
+_FOOTER_START = frozenset("sStToOaAmMwWeE ")
 _TIME_PRIORITY = (Stat.MEDIAN, Stat.TIME, Stat.MEAN)
+_INPUT_NAME = re.compile(r"^input(layer)?[_\-\s]*\d*$", re.IGNORECASE)
+_INPUT_TYPES = frozenset({"input", "inputlayer", "input layer", "placeholder", "parameter"})
 
 
 @dataclass
@@ -70,32 +74,30 @@ class LayerTable:
     notes: list[str]
 
 
-class _Lines:
-    """The file's lines for csv.reader, skipping comments and remembering where we are."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self.number = 0  # physical line number of the last line handed out
-        self.current = ""
-
-    def __iter__(self) -> Iterator[str]:
-        for line in self._stream:
-            self.number += 1
-            if line.lstrip().startswith("#"):
-                continue
-            self.current = line
-            yield line
+def is_input_layer(layer: TableLayer) -> bool:
+    """An input/placeholder row: DLPy type `input`, or no type and a name like `InputLayer_1`."""
+    if layer.raw_type is not None:
+        return layer.raw_type.strip().lower() in _INPUT_TYPES
+    return bool(_INPUT_NAME.match(layer.name))
 
 
-def cells_of(column: Column | None, cells: list[str]) -> str:
-    """The stripped cell of `column` in a row ('' where the row is short or there is no column)."""
-    if column is None or column.index >= len(cells):
-        return ""
-    return cells[column.index].strip()
+def _is_footer(text: str) -> bool:
+    return bool(text) and text[0] in _FOOTER_START and bool(_FOOTER.match(text))
 
 
-def median_or_none(values: array) -> float | None:
-    return statistics.median(values) if len(values) else None
+@dataclass
+class _Layout:
+    """The columns a table is read from (indices into each row)."""
+
+    name: Column
+    time: Column
+    stats: dict[str, Column]
+    units: dict[int, str | None]
+    ident: Column | None
+    layer_type: Column | None
+    activation: Column | None
+    output: Column | None
+    run: Column | None
 
 
 class _TableReader:
@@ -104,13 +106,16 @@ class _TableReader:
         self.options = options
         self.cumulative = cumulative
         self.notes: list[str] = []
+        self.header_line = 0
+        self._rows: Any = None  # the csv reader, for line numbers in decoding errors
 
-    # -- header ---------------------------------------------------------------------------
+    # -- header and columns -----------------------------------------------------------------
 
-    def _header(self, lines: _Lines) -> tuple[str, list[Column], Iterator[list[str]]]:
-        it = iter(lines)
-        for raw in it:
-            if raw.strip():
+    def _read_header(self, stream: TextIO) -> list[Column]:
+        number = 0
+        for raw in iter(stream.readline, ""):
+            number += 1
+            if raw.strip() and not raw.lstrip().startswith("#"):
                 break
         else:
             raise fail(self.path, "the file holds no header line (it is empty or only comments)")
@@ -119,23 +124,18 @@ class _TableReader:
             raise fail(
                 self.path,
                 "cannot find a column separator in the header line (expected ',', ';' or tab)",
-                lines.number,
+                number,
                 1,
             )
-        self.separator = separator
-        self.header_line = lines.number
-        self.header_raw = raw
+        self.separator, self.header_line, self.header_raw = separator, number, raw
         header = next(csv.reader([raw], delimiter=separator, skipinitialspace=True))
-        columns = [classify(i, cell) for i, cell in enumerate(header)]
-        rows = csv.reader(it, delimiter=separator, skipinitialspace=True)
-        return separator, columns, rows
+        return [classify(i, cell) for i, cell in enumerate(header)]
 
-    def _where(self, column: Column) -> dict[str, object]:
-        return {
-            "line": self.header_line,
-            "column": field_column(self.header_raw, column.index, self.separator),
-            "field": column.header,
-        }
+    def _at_header(self, message: str, column: Column | None = None) -> InputError:
+        if column is None:
+            return fail(self.path, message, self.header_line, 1)
+        where = field_column(self.header_raw, column.index, self.separator)
+        return fail(self.path, message, self.header_line, where, field=column.header)
 
     def _choose_time(self, columns: list[Column]) -> Column:
         headers = ", ".join(repr(c.header) for c in columns if c.header)
@@ -148,14 +148,11 @@ class _TableReader:
                     return Column(
                         column.index, column.header, Role.VALUE, Stat.TIME, None, self.cumulative
                     )
-            raise fail(
-                self.path, f"no column {wanted!r}; the header has {headers}", self.header_line, 1
-            )
+            raise self._at_header(f"no column {wanted!r}; the header has {headers}")
         values = [c for c in columns if c.role == Role.VALUE and c.stat in _TIME_PRIORITY]
-        mine = [c for c in values if c.cumulative == self.cumulative]
         for stat in _TIME_PRIORITY:
-            for column in mine:
-                if column.stat == stat:
+            for column in values:
+                if column.stat == stat and column.cumulative == self.cumulative:
                     return column
         if self.cumulative:
             hint = "a header with 'cumulative' or 'prefix', e.g. 'Prefix time (ms)'"
@@ -165,265 +162,257 @@ class _TableReader:
             hint = "a header like 'Time (ms)', 'time_us', 'Elapsed' or 'Duration'"
             if values:
                 hint += f"; {values[0].header!r} is a cumulative time: use --format sas-prefix"
-        raise fail(
-            self.path,
-            f"no time column ({hint}); the header has {headers}; or pass --time-column",
-            self.header_line,
-            1,
+        raise self._at_header(
+            f"no time column ({hint}); the header has {headers}; or pass --time-column"
         )
 
-    def _unit(self, column: Column, time_column: Column) -> str | None:
-        option = self.options.unit
-        if column.unit is not None:
-            if option is not None and option != column.unit and column is time_column:
-                self.notes.append(
-                    f"unit {option!r} from the options overrides {column.unit!r} of column {column.header!r}"
-                )
-                return option
-            return column.unit
-        if option is not None:
-            return option
-        return time_column.unit
-
-    # -- rows -----------------------------------------------------------------------------
-
-    def read(self) -> LayerTable:
-        with open_text(self.path) as stream:
-            lines = _Lines(stream)
-            try:
-                return self._read(lines)
-            except UnicodeDecodeError as exc:
-                raise fail(self.path, f"not valid {exc.encoding} text", lines.number + 1) from None
-            except csv.Error as exc:
-                raise fail(self.path, f"malformed CSV: {exc}", lines.number) from None
-
-    def _read(self, lines: _Lines) -> LayerTable:
-        path = self.path
-        separator, columns, rows = self._header(lines)
+    def _layout(self, columns: list[Column]) -> _Layout:
         by_role: dict[str, Column] = {}
         for column in columns:
             if column.role not in (Role.VALUE, Role.OTHER):
                 by_role.setdefault(column.role, column)
-        name_col = by_role.get(Role.NAME)
-        if name_col is None:
+        if Role.NAME not in by_role:
             headers = ", ".join(repr(c.header) for c in columns if c.header)
-            raise fail(
-                path,
-                f"no layer-name column (a header like 'Layer', 'name' or 'layer_name'); the header has {headers}",
-                self.header_line,
-                1,
+            raise self._at_header(
+                f"no layer-name column (a header like 'Layer', 'name' or 'layer_name'); the header has {headers}"
             )
-        time_col = self._choose_time(columns)
-        stat_cols: dict[str, Column] = {}
+        time = self._choose_time(columns)
+        stats: dict[str, Column] = {}
         for column in columns:
             if (
                 column.role != Role.VALUE
-                or column.index == time_col.index
-                or column.stat in stat_cols
+                or column.index == time.index
+                or column.stat in (Stat.TIME, time.stat)
             ):
                 continue
-            if column.stat == Stat.TIME or (
-                column.cumulative != self.cumulative and column.stat not in (Stat.STD, Stat.COUNT)
-            ):
-                continue
-            if column.stat == time_col.stat:
-                continue
-            stat_cols[column.stat] = column  # type: ignore[index]
-        if self.cumulative:  # a spread labelled "prefix std" wins over a bare "std"
-            for column in columns:
-                if column.role == Role.VALUE and column.stat == Stat.STD and column.cumulative:
-                    stat_cols[Stat.STD] = column
-                    break
-        units = {c.index: self._unit(c, time_col) for c in [time_col, *stat_cols.values()]}
-        run_col = by_role.get(Role.RUN)
-        if run_col is not None and stat_cols:
-            ignored = ", ".join(repr(c.header) for c in stat_cols.values())
+            spread_or_count = column.stat in (Stat.STD, Stat.COUNT)
+            if column.cumulative == self.cumulative or spread_or_count:
+                # a spread labelled "prefix std" wins over a bare "std" in prefix files
+                if column.stat not in stats or (column.cumulative and self.cumulative):
+                    stats[column.stat] = column  # type: ignore[index]
+        run = by_role.get(Role.RUN)
+        if run is not None and stats:
+            ignored = ", ".join(repr(c.header) for c in stats.values())
             self.notes.append(
                 f"one row per run: statistics come from the samples; ignored {ignored}"
             )
-            stat_cols = {}
-
-        def number(cells: list[str], column: Column, line: int, name: str) -> float | None:
-            cell = cells[column.index].strip() if column.index < len(cells) else ""
-            if not cell:
-                return None
-            try:
-                value, cell_unit = parse_number(cell, separator)
-            except ValueError as exc:
-                raise fail(
-                    path,
-                    f"{exc} in column {column.header!r}: {cell!r}",
-                    line,
-                    field_column(lines.current, column.index, separator),
-                    layer=name or None,
-                    field=column.header,
-                ) from None
-            where = (line, field_column(lines.current, column.index, separator))
-            if value < 0:
-                raise fail(
-                    path,
-                    f"negative time {cell!r} in column {column.header!r}",
-                    *where,
-                    layer=name or None,
-                    field=column.header,
-                )
-            if column.stat == Stat.COUNT:
-                if value != int(value) or value < 1:
-                    raise fail(
-                        path,
-                        f"count {cell!r} is not a whole number >= 1",
-                        *where,
-                        layer=name or None,
-                        field=column.header,
-                    )
-                return value
-            unit = cell_unit or units[column.index]
-            if unit is None:
-                raise fail(
-                    path,
-                    f"cannot tell the unit of column {column.header!r}: write it in the header "
-                    f"(e.g. '{column.header} (ms)') or pass --unit s|ms|us|ns",
-                    **self._where(column),  # type: ignore[arg-type]
-                )
-            return value * UNIT_TO_MS[unit]
-
-        layers: dict[str, TableLayer] = {}
-        run_order: dict[object, int] = {}
-        skip = self.options.skip_runs if run_col is not None else 0
-        footer_totals: list[float] = []
-        id_col = by_role.get(Role.ID)
-        type_col, act_col, out_col = (
-            by_role.get(Role.TYPE),
-            by_role.get(Role.ACTIVATION),
-            by_role.get(Role.OUTPUT),
+            stats = {}
+        units = {c.index: self._unit(c, time) for c in [time, *stats.values()]}
+        return _Layout(
+            name=by_role[Role.NAME],
+            time=time,
+            stats=stats,
+            units=units,
+            ident=by_role.get(Role.ID),
+            layer_type=by_role.get(Role.TYPE),
+            activation=by_role.get(Role.ACTIVATION),
+            output=by_role.get(Role.OUTPUT),
+            run=run,
         )
 
+    def _unit(self, column: Column, time: Column) -> str | None:
+        option = self.options.unit
+        if column.unit is None:
+            return option or time.unit
+        if option is not None and option != column.unit and column is time:
+            self.notes.append(
+                f"unit {option!r} from the options overrides {column.unit!r} of column {column.header!r}"
+            )
+            return option
+        return column.unit
+
+    # -- rows ---------------------------------------------------------------------------------
+
+    def read(self) -> LayerTable:
+        with open_text(self.path) as stream:
+            try:
+                columns = self._read_header(stream)
+                layout = self._layout(columns)
+                rows = csv.reader(stream, delimiter=self.separator, skipinitialspace=True)
+                self._rows = rows
+                return self._read_rows(rows, layout, len(columns))
+            except UnicodeDecodeError as exc:
+                line = self.header_line + (self._rows.line_num if self._rows else 0) + 1
+                raise fail(self.path, f"not valid {exc.encoding} text", line) from None
+            except csv.Error as exc:
+                line = self.header_line + (self._rows.line_num if self._rows else 0)
+                raise fail(self.path, f"malformed CSV: {exc}", line) from None
+
+    def _bad(self, message: str, line: int, column: Column, name: str = "") -> InputError:
+        """An error at one cell (its character column found by re-reading that line)."""
+        raw = ""
+        with open_text(self.path) as stream:
+            for number, text in enumerate(stream, start=1):
+                if number == line:
+                    raw = text
+                    break
+        where = field_column(raw, column.index, self.separator)
+        return fail(self.path, message, line, where, layer=name or None, field=column.header)
+
+    def _number(
+        self, cells: list[str], column: Column, unit: str | None, line: int, name: str
+    ) -> float | None:
+        cell = cells[column.index].strip()
+        if not cell:
+            return None
+        try:
+            value, cell_unit = parse_number(cell, self.separator)
+        except ValueError as exc:
+            raise self._bad(
+                f"{exc} in column {column.header!r}: {cell!r}", line, column, name
+            ) from None
+        if value < 0:
+            raise self._bad(
+                f"negative time {cell!r} in column {column.header!r}", line, column, name
+            )
+        if column.stat == Stat.COUNT:
+            if value != int(value) or value < 1:
+                raise self._bad(f"count {cell!r} is not a whole number >= 1", line, column, name)
+            return value
+        unit = cell_unit or unit
+        if unit is None:
+            raise self._at_header(
+                f"cannot tell the unit of column {column.header!r}: write it in the header "
+                f"(e.g. '{column.header} (ms)') or pass --unit s|ms|us|ns",
+                column,
+            )
+        return value * UNIT_TO_MS[unit]
+
+    def _read_rows(self, rows: Any, layout: _Layout, width: int) -> LayerTable:
+        layers: dict[str, TableLayer] = {}
+        run_order: dict[object, int] = {}
+        skip = self.options.skip_runs if layout.run is not None else 0
+        footer_totals: list[float] = []
+        name_i, time_col, time_unit = (
+            layout.name.index,
+            layout.time,
+            layout.units[layout.time.index],
+        )
+        ident_i = layout.ident.index if layout.ident is not None else None
+        run_i = layout.run.index if layout.run is not None else None
+        extra_cols = [
+            (stat, column, layout.units[column.index]) for stat, column in layout.stats.items()
+        ]
+        header_line = self.header_line
+
+        time_i = time_col.index
+        time_scale = UNIT_TO_MS[time_unit] if time_unit is not None else None
+        infinity = float("inf")
+        footer_start = _FOOTER_START
+
         for cells in rows:
-            line = lines.number
-            if not cells or not any(c.strip() for c in cells):
-                continue
-            name = cells_of(name_col, cells)
-            ident = cells_of(id_col, cells)
-            first = cells[0].strip()
-            if _FOOTER.match(name) or _FOOTER.match(ident) or _FOOTER.match(first):
-                total = number(cells, time_col, line, "")
+            if len(cells) < width:
+                if not cells:
+                    continue
+                cells += [""] * (width - len(cells))
+            name = cells[name_i].strip()
+            lead = cells[0]
+            if (
+                (name[:1] in footer_start and _is_footer(name))
+                or (lead[:1] in footer_start and _is_footer(lead.strip()))
+                or (
+                    ident_i is not None
+                    and cells[ident_i][:1] in footer_start
+                    and _is_footer(cells[ident_i].strip())
+                )
+            ):
+                total = self._number(cells, time_col, time_unit, header_line + rows.line_num, "")
                 if total is not None:
                     footer_totals.append(total)
                 continue
-            if not name:
-                if cells_of(time_col, cells):
-                    raise fail(
-                        path,
+            if not name or name[0] == "#":
+                if name[:1] == "#" or lead.lstrip().startswith("#"):
+                    continue  # a comment line
+                if cells[time_i].strip():
+                    raise self._bad(
                         "a row with a time but no layer name",
-                        line,
-                        field_column(lines.current, name_col.index, separator),
-                        field=name_col.header,
+                        header_line + rows.line_num,
+                        layout.name,
                     )
-                continue  # DLPy's "Total number of parameters" line and similar
-            kept = True
-            run_key: object = None
-            if run_col is not None:
-                run_text = cells_of(run_col, cells)
+                continue  # a blank row, or DLPy's "Total number of parameters" line
+            kept, run_key = True, None
+            if run_i is not None:
+                run_text = cells[run_i].strip()
                 if not run_text:
-                    raise fail(
-                        path,
-                        "missing run number",
-                        line,
-                        field_column(lines.current, run_col.index, separator),
-                        layer=name,
-                        field=run_col.header,
-                    )
+                    raise self._bad(
+                        "missing run number", header_line + rows.line_num, layout.run, name
+                    )  # type: ignore[arg-type]
                 run_key = int(run_text) if run_text.isdigit() else run_text
-                ordinal = run_order.setdefault(run_key, len(run_order))
-                kept = ordinal >= skip
+                kept = run_order.setdefault(run_key, len(run_order)) >= skip
             key = name.casefold()
             layer = layers.get(key)
             if layer is None:
+                line = header_line + rows.line_num
                 if len(layers) >= MAX_LAYERS:
                     raise fail(
-                        path,
+                        self.path,
                         f"more than {MAX_LAYERS} distinct layers: this is not a per-layer profile",
                         line,
                     )
-                layer = TableLayer(
+                layer = layers[key] = TableLayer(
                     name=name,
                     line=line,
-                    raw_type=cells_of(type_col, cells) or None,
-                    activation=cells_of(act_col, cells) or None,
-                    output_size=cells_of(out_col, cells) or None,
+                    raw_type=_cell(cells, layout.layer_type),
+                    activation=_cell(cells, layout.activation),
+                    output_size=_cell(cells, layout.output),
                 )
-                layers[key] = layer
-            elif run_col is None or run_key in layer.runs:
-                again = f" in run {run_key}" if run_col is not None else ""
-                same = (
+            elif run_i is None or run_key in layer.runs:
+                again = f" in run {run_key}" if run_i is not None else ""
+                case = (
                     ""
                     if layer.name == name
                     else f" ({layer.name!r} and {name!r} differ only in case, which SAS does not keep)"
                 )
-                raise fail(
-                    path,
-                    f"duplicate layer name {name!r}{again} (first on line {layer.line}){same}",
-                    line,
-                    field_column(lines.current, name_col.index, separator),
-                    layer=name,
-                )
-            if run_col is not None:
+                message = f"duplicate layer name {name!r}{again} (first on line {layer.line}){case}"
+                raise self._bad(message, header_line + rows.line_num, layout.name, name)
+            if run_i is not None:
                 layer.runs.add(run_key)
-            value = number(cells, time_col, line, name)
+            cell = cells[time_i]
+            try:  # fast path: a plain number in a column whose unit is known
+                value = float(cell)
+                plain = time_scale is not None and 0.0 <= value < infinity and "_" not in cell
+            except ValueError:
+                plain = False
+            if plain:
+                value *= time_scale  # type: ignore[operator]
+            else:
+                value = self._number(cells, time_col, time_unit, header_line + rows.line_num, name)  # type: ignore[assignment]
             if value is None:
-                if not _is_input(layer):
-                    raise fail(
-                        path,
-                        f"missing time in column {time_col.header!r}",
-                        line,
-                        field_column(lines.current, time_col.index, separator),
-                        layer=name,
-                        field=time_col.header,
-                    )
+                if not is_input_layer(layer):
+                    message = f"missing time in column {time_col.header!r}"
+                    raise self._bad(message, header_line + rows.line_num, time_col, name)
             elif kept:
                 layer.samples.append(value)
-            for stat, column in stat_cols.items():
-                extra = number(cells, column, line, name)
+            for stat, column, unit in extra_cols:
+                extra = self._number(cells, column, unit, header_line + rows.line_num, name)
                 if extra is not None:
                     layer.extras[stat] = extra
 
         if not layers:
-            raise fail(path, "no layer rows after the header", self.header_line)
+            raise fail(self.path, "no layer rows after the header", header_line)
         runs_total = len(run_order)
-        if run_col is not None and runs_total <= skip:
+        if layout.run is not None and runs_total <= skip:
             raise fail(
-                path,
-                f"the file holds {runs_total} run(s) and {skip} are skipped as warm-up, which leaves "
-                f"none; pass --skip-runs {max(runs_total - 1, 0)} (or 0) to keep some",
+                self.path,
+                f"the file holds {runs_total} run(s) and the first {skip} are skipped as warm-up, "
+                f"which leaves none; pass --skip-runs {max(runs_total - 1, 0)} (or 0) to keep some",
             )
         if skip:
             self.notes.append(f"dropped the first {skip} of {runs_total} runs as warm-up")
-        totals = array("d", footer_totals)
         return LayerTable(
-            path=path,
+            path=self.path,
             time_column=time_col,
-            has_runs=run_col is not None,
+            has_runs=layout.run is not None,
             runs_total=runs_total,
             runs_kept=runs_total - skip,
             layers=list(layers.values()),
-            total_ms=median_or_none(totals),
+            total_ms=statistics.median(footer_totals) if footer_totals else None,
             notes=self.notes,
         )
 
 
-_INPUT_NAME = re.compile(r"^input(layer)?[_\-\s]*\d*$", re.IGNORECASE)
-_INPUT_TYPES = frozenset({"input", "inputlayer", "input layer", "placeholder", "parameter"})
-
-
-def _is_input(layer: TableLayer) -> bool:
-    if layer.raw_type is not None:
-        return layer.raw_type.strip().lower() in _INPUT_TYPES
-    return bool(_INPUT_NAME.match(layer.name))
-
-
-def is_input_layer(layer: TableLayer) -> bool:
-    """An input/placeholder row: DLPy type `input`, or no type and a name like `InputLayer_1`."""
-    return _is_input(layer)
+def _cell(cells: list[str], column: Column | None) -> str | None:
+    return (cells[column.index].strip() or None) if column is not None else None
 
 
 def read_layer_table(path: Path, options: ReaderOptions, *, cumulative: bool) -> LayerTable:

@@ -6,7 +6,9 @@ sources, tried in this order; a row linked by an earlier source is not looked at
 1. ``reference_name``: the suite layer names the row it stands for;
 2. ``map``: a ``--map`` YAML file maps reference names to suite layers;
 3. ``name``: normalised names agree (case, punctuation, ONNX paths such as
-   ``/fc1/MatMul`` → ``fc1``, fused names ``a + b`` → ``a`` and ``b``);
+   ``/fc1/MatMul`` → ``fc1``, fused names ``a + b`` → ``a`` and ``b``); then ``fusion``: a
+   row the engine fused from op kinds (ONNX Runtime ``FusedConv`` = Conv + Relu, SAS conv
+   with its activation) also takes the following suite layers of those kinds;
 4. ``signature``: what is left is aligned in execution order where the op type and the
    output shape agree.
 
@@ -28,6 +30,7 @@ from typing import Any
 import yaml
 
 from opbench.errors import InputError, Location
+from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
 
 
@@ -35,6 +38,7 @@ class MatchSource:
     REFERENCE_NAME = "reference_name"
     MAP = "map"
     NAME = "name"
+    FUSION = "fusion"
     SIGNATURE = "signature"
 
 
@@ -204,17 +208,35 @@ def _strip_suffix(name: str) -> str:
     return name
 
 
+def _joined(name: str) -> bool:
+    """TensorRT-style fused names join node names: ``a + b``, ``PWN(a, b)``."""
+    return " + " in name or name.startswith("PWN(")
+
+
 def members_of(row: ReferenceTiming) -> tuple[str, ...]:
-    """The engine layers a row stands for: its members if fused (``a + b``), else itself."""
-    if row.members:
-        return row.members
-    parts = [p.strip() for p in row.name.split(" + ")]
-    return tuple(p for p in parts if p) or (row.name,)
+    """The engine node names a row stands for: the parts of a joined name (``a + b``), else
+    the row's own name. (ONNX Runtime and SAS readers list op kinds in `members`, not names:
+    those are `fused_kinds`.)"""
+    if _joined(row.name):
+        if row.members:
+            return row.members
+        parts = [p.strip() for p in row.name.split(" + ")]
+        return tuple(p for p in parts if p) or (row.name,)
+    return (row.name,)
+
+
+def fused_kinds(row: ReferenceTiming) -> tuple[str, ...]:
+    """Op kinds a fused row covers, when the reader lists kinds (``("Conv", "Relu")``)."""
+    return () if _joined(row.name) else row.members
 
 
 def path_of(name: str) -> tuple[str, ...]:
     """``/fc1/MatMul/MatMulAddFusion_kernel_time`` → ("fc1", "MatMul", "MatMulAddFusion")."""
     name = _strip_suffix(name.strip())
+    if name.startswith("PWN(") and name.endswith(")"):
+        name = name[4:-1]
+    if name.lower().startswith("fused "):  # ONNX Runtime's FusedGemm: "fused /head/Gemm"
+        name = name[6:]
     parts = tuple(p for p in name.split("/") if p)
     return parts or (name,)
 
@@ -480,6 +502,11 @@ def match_model(
                 add(pos, found, MatchSource.NAME)
                 done.add((pos, i))
 
+    # 3b. a row fusing op kinds (Conv + Relu) also covers the unlinked layers that follow its
+    #     layer when their ops are those kinds, in order
+    _absorb_fused(model, rows, links, add)
+    _absorb_renamed(model, rows, links, add)
+
     # 4. execution order + op type + output shape, over what is left on both sides
     linked_rows = {link.row for link in links} | set(ignored)
     used_layers = {link.layer for link in links}
@@ -497,6 +524,59 @@ def match_model(
     return ModelMatch(
         model=model.name, links=tuple(links), foreign=tuple(foreign), ignored=tuple(ignored)
     )
+
+
+def _absorb_fused(
+    model: SuiteModel, rows: Sequence[ReferenceTiming], links: list[Link], add
+) -> None:
+    linked_layers = {link.layer for link in links}
+    position = {layer.name: i for i, layer in enumerate(model.layers)}
+    for link in list(links):
+        kinds = fused_kinds(rows[link.row])
+        start = position.get(link.layer)
+        if len(kinds) < 2 or start is None:
+            continue
+        if not _families_agree(op_family(kinds[0]), model.layers[start].op):
+            continue
+        nxt = start + 1
+        for kind in kinds[1:]:
+            if nxt >= len(model.layers):
+                break
+            layer = model.layers[nxt]
+            if layer.name in linked_layers or not _families_agree(op_family(kind), layer.op):
+                continue  # e.g. the bias Add of MatMul+Add is no suite layer of its own
+            add(link.row, layer.name, MatchSource.FUSION)
+            linked_layers.add(layer.name)
+            nxt += 1
+
+
+def _absorb_renamed(
+    model: SuiteModel, rows: Sequence[ReferenceTiming], links: list[Link], add
+) -> None:
+    """ONNX Runtime names some fused nodes after the output of their last op: conv → bn → relu
+    becomes one Conv node called ``<relu output>_nchwc``. When such a row (flagged by its
+    reader) matched a layer of another kind, it also covers the unlinked layers before that
+    layer back to the nearest one of the row's own kind."""
+    linked_layers = {link.layer for link in links}
+    position = {layer.name: i for i, layer in enumerate(model.layers)}
+    for link in list(links):
+        row = rows[link.row]
+        family = op_family(row.raw_type)
+        end = position.get(link.layer)
+        if Flag.RENAMED_BY_ENGINE not in row.flags or family is None or end is None:
+            continue
+        if _families_agree(family, model.layers[end].op):
+            continue
+        span: list[SuiteLayer] = []
+        for layer in reversed(model.layers[:end]):
+            if layer.name in linked_layers:
+                break
+            span.append(layer)
+            if _families_agree(family, layer.op):
+                for covered in span:
+                    add(link.row, covered.name, MatchSource.FUSION)
+                    linked_layers.add(covered.name)
+                break
 
 
 def _align(

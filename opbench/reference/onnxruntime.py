@@ -53,11 +53,29 @@ _ASYNC_PROVIDERS = frozenset(
         "JsExecutionProvider",
     }
 )
-_OVERHEAD_OPS = frozenset({"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost", "Memcpy"})
-_DATA_MOVEMENT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"})
-_INSERTED_NAME = re.compile(r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$", re.IGNORECASE)
+_OVERHEAD_OPS = frozenset(
+    {"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost", "Memcpy"}
+)
+_DATA_MOVEMENT_OPS = frozenset(
+    {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}
+)
+_INSERTED_NAME = re.compile(
+    r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$", re.IGNORECASE
+)
 _ACTIVATIONS = frozenset(
-    {"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Gelu", "FastGelu", "Silu", "Elu", "Selu"}
+    {
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "Tanh",
+        "Clip",
+        "HardSigmoid",
+        "Gelu",
+        "FastGelu",
+        "Silu",
+        "Elu",
+        "Selu",
+    }
 )
 _NODE_OP = re.compile(r"^(?:.*/)?([A-Za-z]+)(?:_\d+)?$")
 
@@ -153,10 +171,15 @@ class OnnxRuntimeReader:
 
     def read(self, path: Path, options: ReaderOptions) -> ReferenceProfile:
         if options.time_column is not None:
-            raise fail(path, "--time-column does not apply to onnxruntime profiles (times are event durations)")
+            raise fail(
+                path,
+                "--time-column does not apply to onnxruntime profiles (times are event durations)",
+            )
         notes: list[str] = []
         if options.unit not in (None, "us"):
-            raise fail(path, f"onnxruntime durations are in µs; --unit {options.unit} contradicts that")
+            raise fail(
+                path, f"onnxruntime durations are in µs; --unit {options.unit} contradicts that"
+            )
         text = read_json_text(path)
         lines = LineCounter(text)
         events = JsonEvents(path, text)
@@ -165,7 +188,12 @@ class OnnxRuntimeReader:
         last: _Occurrence | None = None
         for pos, event in events:
             if not isinstance(event, dict):
-                raise fail(path, "an event that is not a JSON object", lines.line_at(pos), lines.column_at(pos))
+                raise fail(
+                    path,
+                    "an event that is not a JSON object",
+                    lines.line_at(pos),
+                    lines.column_at(pos),
+                )
             category, name = event.get("cat"), event.get("name")
             if category == "Kernel" and last is not None:
                 last.device_us += self._duration(path, event, pos, lines)
@@ -189,7 +217,9 @@ class OnnxRuntimeReader:
             elif category == "Node":
                 last = None if not str(name).endswith(("_fence_before", "_fence_after")) else last
         if events.truncated:
-            notes.append("the file ends early (profiling interrupted?); read up to its last complete event")
+            notes.append(
+                "the file ends early (profiling interrupted?); read up to its last complete event"
+            )
         if not occurrences:
             raise fail(
                 path,
@@ -215,7 +245,12 @@ class OnnxRuntimeReader:
     def _timestamp(path: Path, event: dict, pos: int, lines: LineCounter) -> float:
         value = _number(event.get("ts"))
         if value is None or not math.isfinite(value):
-            raise fail(path, f"event {event.get('name')!r} has no numeric 'ts'", lines.line_at(pos), lines.column_at(pos))
+            raise fail(
+                path,
+                f"event {event.get('name')!r} has no numeric 'ts'",
+                lines.line_at(pos),
+                lines.column_at(pos),
+            )
         return value
 
     @staticmethod
@@ -223,9 +258,19 @@ class OnnxRuntimeReader:
         value = _number(event.get("dur"))
         name = event.get("name")
         if value is None or not math.isfinite(value):
-            raise fail(path, f"event {name!r} has no numeric 'dur'", lines.line_at(pos), lines.column_at(pos))
+            raise fail(
+                path,
+                f"event {name!r} has no numeric 'dur'",
+                lines.line_at(pos),
+                lines.column_at(pos),
+            )
         if value < 0:
-            raise fail(path, f"event {name!r} has a negative 'dur' ({value})", lines.line_at(pos), lines.column_at(pos))
+            raise fail(
+                path,
+                f"event {name!r} has a negative 'dur' ({value})",
+                lines.line_at(pos),
+                lines.column_at(pos),
+            )
         return value
 
     @staticmethod
@@ -275,7 +320,9 @@ class OnnxRuntimeReader:
         notes.append(f"{len(runs) - skip} run(s) aggregated")
         return nodes, len(runs) - skip, outside
 
-    def _timings(self, path: Path, nodes: dict[str, _Node], kept: int, lines: LineCounter) -> list[ReferenceTiming]:
+    def _timings(
+        self, path: Path, nodes: dict[str, _Node], kept: int, lines: LineCounter
+    ) -> list[ReferenceTiming]:
         layers = []
         ordered = list(nodes.values())  # first kept run's order, then later newcomers
         line_of = {pos: lines.line_at(pos) for pos in sorted(n.first_pos for n in ordered)}

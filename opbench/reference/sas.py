@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from opbench.reference.csvsniff import Role, Stat, header_columns, parse_shape
 from opbench.reference.aggregate import sample_stats
+from opbench.reference.csvsniff import Role, Stat, header_columns, parse_shape
 from opbench.reference.csvtable import LayerTable, TableLayer, is_input_layer, read_layer_table
 from opbench.reference.interface import Flag, ReaderOptions
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
@@ -44,7 +44,9 @@ _AUTO_ACTIVATION: dict[str, str | None] = {"conv": "relu", "transconv": "relu", 
 _NO_ACTIVATION = frozenset({"", "none", "identity", "linear"})
 
 
-def fused_members(raw_type: str | None, activation: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def fused_members(
+    raw_type: str | None, activation: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(members, flags) for a SAS layer type and its Activation cell."""
     if raw_type is None:
         return (), ()
@@ -101,7 +103,9 @@ def table_notes(table: LayerTable) -> list[str]:
 class SasReader:
     name = "sas"
     engine = "sas"
-    description = "CSV of per-layer times (SAS DLPy layer summary plus a time column, or any layer/time CSV)"
+    description = (
+        "CSV of per-layer times (SAS DLPy layer summary plus a time column, or any layer/time CSV)"
+    )
 
     def sniff(self, head: str) -> float:
         columns = header_columns(head)
@@ -145,7 +149,9 @@ class SasReader:
             )
         notes = table_notes(table)
         if shapes:
-            notes.append("output_shape as written in the file (DLPy: height, width, channels; no batch)")
+            notes.append(
+                "output_shape as written in the file (DLPy: height, width, channels; no batch)"
+            )
         return ReferenceProfile(
             engine=self.engine,
             source=str(path),

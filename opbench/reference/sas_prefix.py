@@ -41,7 +41,9 @@ class SasPrefixReader:
         if not columns:
             return 0.0
         has_name = any(c.role == Role.NAME for c in columns)
-        cumulative = any(c.role == Role.VALUE and c.cumulative and c.stat != Stat.STD for c in columns)
+        cumulative = any(
+            c.role == Role.VALUE and c.cumulative and c.stat != Stat.STD for c in columns
+        )
         return 0.85 if has_name and cumulative else 0.0
 
     def read(self, path: Path, options: ReaderOptions) -> ReferenceProfile:

@@ -81,7 +81,10 @@ def _graph_info(profile_path: Path, notes: list[str]) -> dict[str, dict[str, Any
             if isinstance(dims, list) and all(isinstance(d, int) for d in dims):
                 shape = tuple(dims)
         layer_type = layer.get("LayerType")
-        info[layer["Name"]] = {"type": layer_type if isinstance(layer_type, str) else None, "shape": shape}
+        info[layer["Name"]] = {
+            "type": layer_type if isinstance(layer_type, str) else None,
+            "shape": shape,
+        }
     notes.append(f"layer types and output shapes from {graph_path.name}")
     return info
 
@@ -104,12 +107,20 @@ class TensorRtReader:
             raise fail(path, f"trtexec profiles are in ms; --unit {options.unit} contradicts that")
         wanted = options.time_column
         if wanted is not None and wanted not in _TIME_KEYS:
-            raise fail(path, f"--time-column for tensorrt must be one of {', '.join(_TIME_KEYS)}, not {wanted!r}")
+            raise fail(
+                path,
+                f"--time-column for tensorrt must be one of {', '.join(_TIME_KEYS)}, not {wanted!r}",
+            )
         text = read_json_text(path)
         lines = LineCounter(text)
         events = JsonEvents(path, text)
         if events.top != "[":
-            raise fail(path, "expected a JSON list starting with {\"count\": N} (trtexec --exportProfile)", 1, 1)
+            raise fail(
+                path,
+                'expected a JSON list starting with {"count": N} (trtexec --exportProfile)',
+                1,
+                1,
+            )
         notes: list[str] = []
         graph = _graph_info(path, notes)
         count: int | None = None
@@ -122,7 +133,12 @@ class TensorRtReader:
                 raise fail(path, "an entry that is not a JSON object", *where)
             if count is None:
                 value = entry.get("count")
-                if "name" in entry or not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                if (
+                    "name" in entry
+                    or not isinstance(value, int)
+                    or isinstance(value, bool)
+                    or value < 1
+                ):
                     raise fail(path, 'the first entry must be {"count": N} with N >= 1', *where)
                 count = value
                 continue
@@ -130,14 +146,27 @@ class TensorRtReader:
             if not isinstance(name, str) or not name:
                 raise fail(path, "a layer entry without a 'name'", *where)
             if name in seen:
-                raise fail(path, f"layer {name!r} appears twice (first on line {seen[name]})", *where, layer=name)
+                raise fail(
+                    path,
+                    f"layer {name!r} appears twice (first on line {seen[name]})",
+                    *where,
+                    layer=name,
+                )
             seen[name] = line
-            stats = {key: self._ms(path, entry, key, where, name) for key in ("timeMs", "averageMs", "medianMs")}
+            stats = {
+                key: self._ms(path, entry, key, where, name)
+                for key in ("timeMs", "averageMs", "medianMs")
+            }
             mean = stats["averageMs"]
             if mean is None and stats["timeMs"] is not None:
                 mean = stats["timeMs"] / count
             if mean is None and stats["medianMs"] is None:
-                raise fail(path, f"layer {name!r} has none of timeMs, averageMs, medianMs", *where, layer=name)
+                raise fail(
+                    path,
+                    f"layer {name!r} has none of timeMs, averageMs, medianMs",
+                    *where,
+                    layer=name,
+                )
             median = None if wanted == "averageMs" else stats["medianMs"]
             info = graph.get(name, {})
             raw_type = info.get("type")
@@ -149,7 +178,7 @@ class TensorRtReader:
                     index=len(layers),
                     name=name,
                     raw_type=raw_type,
-                    members=split_members(name),
+                    members=() if overhead else split_members(name),
                     status=RefStatus.OVERHEAD if overhead else RefStatus.TIMED,
                     time_kind=TimeKind.DEVICE,
                     count=count,
@@ -163,7 +192,7 @@ class TensorRtReader:
         if count is None:
             raise fail(path, 'the file holds no entries (expected {"count": N} and layers)')
         if not layers:
-            raise fail(path, "the file holds no layer entries after {\"count\": N}")
+            raise fail(path, 'the file holds no layer entries after {"count": N}')
         if events.truncated:
             notes.append("the file ends early; read up to its last complete entry")
         notes.append(f"{count} inference(s) profiled by trtexec")
@@ -182,10 +211,22 @@ class TensorRtReader:
         if key not in entry:
             return None
         value = entry[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise fail(path, f"{key} of layer {name!r} is not a finite number: {value!r}", *where, layer=name, field=key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+        ):
+            raise fail(
+                path,
+                f"{key} of layer {name!r} is not a finite number: {value!r}",
+                *where,
+                layer=name,
+                field=key,
+            )
         if value < 0:
-            raise fail(path, f"{key} of layer {name!r} is negative: {value}", *where, layer=name, field=key)
+            raise fail(
+                path, f"{key} of layer {name!r} is negative: {value}", *where, layer=name, field=key
+            )
         return float(value)
 
 

@@ -19,6 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from opbench.compare.model import Comparison, ComparisonRow, Verdict
 from opbench.report.style import REFERENCE, backend_colour, row_label, verdict_colour
@@ -52,6 +53,14 @@ def _render(fig: Figure, name: str, title: str) -> PlotImage:
 def _labels(comparison: Comparison) -> list[str]:
     several = len({row.model for row in comparison.rows}) > 1
     return [row_label(row.model, row.layers, several) for row in comparison.rows]
+
+
+def _plain_log_ticks(axis, lo: float, hi: float) -> None:
+    """Log-scale tick labels as plain numbers (0.5, 2) rather than 5×10⁻¹; minor labels only
+    when the axis spans less than a decade."""
+    plain = FuncFormatter(lambda v, _pos: f"{v:g}")
+    axis.set_major_formatter(plain)
+    axis.set_minor_formatter(plain if hi / max(lo, 1e-300) < 10 else NullFormatter())
 
 
 def _empty(fig: Figure, text: str) -> None:
@@ -105,6 +114,7 @@ def speedup_plot(comparison: Comparison) -> PlotImage:
         ax.scatter([r.target for r in rows], y, marker="|", s=120, color="black", zorder=3)
     if log:
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis, lo_axis, hi_axis)
     ax.set_yticks(y, labels)
     ax.invert_yaxis()
     ax.set_xlabel(f"speedup = {comparison.reference.engine} time / {comparison.backend} time")
@@ -136,7 +146,7 @@ def times_plot(comparison: Comparison) -> PlotImage:
     ax = fig.add_subplot()
     labels = _labels(comparison)
     width = 0.8 / len(series)
-    drawn = False
+    drawn: list[float] = []
     for k, name in enumerate(series):
         offsets, values, err_lo, err_hi = [], [], [], []
         for i, row in enumerate(rows):
@@ -148,7 +158,7 @@ def times_plot(comparison: Comparison) -> PlotImage:
             err_lo.append(max(interval.value - interval.lo, 0))
             err_hi.append(max(interval.hi - interval.value, 0))
         if values:
-            drawn = True
+            drawn += [min(values), max(values)]
             ax.barh(offsets, values, height=width, color=backend_colour(name), label=name)
             ax.errorbar(
                 values,
@@ -161,6 +171,7 @@ def times_plot(comparison: Comparison) -> PlotImage:
             )
     if drawn:
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis, min(drawn), max(drawn))
     ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("time per call (ms)")
@@ -202,10 +213,19 @@ def roofline_plot(comparison: Comparison) -> PlotImage:
     ax.axvline(peaks.gbps, color="black", linestyle="--", linewidth=1)
     ax.axhline(peaks.tflops, color="black", linestyle=":", linewidth=1)
     ax.annotate(
-        f"{peaks.gbps:,.0f} GB/s", (peaks.gbps, min(ys) / 2.5), rotation=90, ha="right", fontsize=8
+        f"{peaks.gbps:,.0f} GB/s",
+        (peaks.gbps, peaks.tflops / 1.5),
+        rotation=90,
+        ha="right",
+        va="top",
+        fontsize=8,
     )
     ax.annotate(
-        f"{peaks.tflops:,.0f} TFLOP/s", (min(xs) / 2.8, peaks.tflops), va="bottom", fontsize=8
+        f"{peaks.tflops:,.0f} TFLOP/s",
+        (peaks.gbps / 1.5, peaks.tflops),
+        ha="right",
+        va="bottom",
+        fontsize=8,
     )
     ax.set_xlabel("achieved GB/s (minimum bytes / time)")
     ax.set_ylabel("achieved TFLOP/s")
@@ -216,7 +236,7 @@ def roofline_plot(comparison: Comparison) -> PlotImage:
         + (f"; {skipped} results without FLOPs not shown" if skipped else "")
     )
     ax.set_title(title + "\n" + caption, fontsize=9)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     return _render(fig, "roofline", title)
 
 

@@ -53,7 +53,7 @@ def fmt_ms(value: float | None) -> str:
         return "0"
     if abs(value) >= 100:
         return f"{value:.0f}"
-    return f"{value:.3g}"
+    return f"{value:#.3g}".rstrip(".")
 
 
 def fmt_x(value: float | None) -> str:
@@ -64,7 +64,7 @@ def fmt_x(value: float | None) -> str:
         return "∞×"
     if abs(value) >= 100:
         return f"{value:.0f}×"
-    return f"{value:.3g}×"
+    return f"{value:#.3g}".rstrip(".") + "×"
 
 
 def fmt_interval(interval: Interval | None, fmt=fmt_ms) -> str:

@@ -21,15 +21,22 @@ def _interval(interval: Interval | None, fmt=fmt_ms) -> Text:
     )
 
 
+def _names(names: tuple[str, ...]) -> str:
+    return names[0] + (f" (+{len(names) - 1} more)" if len(names) > 1 else "") if names else ""
+
+
 def _row(row: ComparisonRow, several: bool) -> list[Text]:
     p = row.primary
     style = verdict_colour(p.verdict)
     cells = [
-        Text(row_label(row.model, row.layers, several)),
+        Text(row_label(row.model, row.layers, several), overflow="fold"),
         Text(" + ".join(row.ops)),
-        Text("; ".join(row.reference_names), overflow="fold"),
+        Text(_names(row.reference_names), overflow="fold"),
         Text(fmt_ms(row.reference.value if row.reference else None)),
-        *(Text(fmt_ms(t.time.value if t.time else None)) for t in row.timings),
+        *(
+            Text(fmt_ms(t.time.value if t.time else None) + ("*" if t.interpreted else ""))
+            for t in row.timings
+        ),
         _interval(p.speedup, fmt_x),
         Text(f"{row.target:g}×"),
         Text(p.verdict, style=f"bold {style}"),
@@ -54,9 +61,12 @@ def comparison_table(c: Comparison) -> Table:
     table.add_column("speedup [95%]", justify="right")
     table.add_column("target", justify="right")
     table.add_column("verdict")
-    table.add_column("reason", max_width=40)
+    with_reason = any(row.primary.reason for row in c.rows)
+    if with_reason:
+        table.add_column("reason", max_width=40)
     for row in c.rows:
-        table.add_row(*_row(row, several))
+        cells = _row(row, several)
+        table.add_row(*(cells if with_reason else cells[:-1]))
     return table
 
 
@@ -96,6 +106,10 @@ def comparison_renderable(c: Comparison) -> Group:
         ms = sum(o.time_ms or 0.0 for o in c.overhead)
         parts.append(
             Text(f"engine overhead: {len(c.overhead)} reference rows, {fmt_ms(ms)} ms", style="dim")
+        )
+    if any(t.interpreted for row in c.rows for t in row.timings):
+        parts.append(
+            Text("* ran in the Triton CPU interpreter: not a performance figure", style="dim")
         )
     for note in c.notes:
         parts.append(Text(f"note: {note}", style="dim"))

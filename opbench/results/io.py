@@ -54,7 +54,9 @@ def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
     values["input_shape"] = _tuple_shape(values.get("input_shape"))
     values["output_shape"] = _tuple_shape(values.get("output_shape"))
     values["covers"] = tuple(values.get("covers") or ())
-    values["samples_ms"] = tuple(tuple(_float(t) for t in r) for r in values.get("samples_ms") or ())
+    values["samples_ms"] = tuple(
+        tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
+    )
     corr = values.get("correctness")
     if corr is not None:
         values["correctness"] = Correctness(
@@ -70,14 +72,18 @@ def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
 def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
     known = {f.name for f in fields(EndToEnd)}
     values = {k: v for k, v in data.items() if k in known}
-    values["samples_ms"] = tuple(tuple(_float(t) for t in r) for r in values.get("samples_ms") or ())
+    values["samples_ms"] = tuple(
+        tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
+    )
     return EndToEnd(**values)
 
 
 def run_from_dict(data: dict[str, Any]) -> RunResult:
     version = data.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise ValueError(f"schema_version {version!r} is not supported (this opbench reads {SCHEMA_VERSION})")
+        raise ValueError(
+            f"schema_version {version!r} is not supported (this opbench reads {SCHEMA_VERSION})"
+        )
     known = {f.name for f in fields(RunResult)}
     values = {k: v for k, v in data.items() if k in known}
     values["layers"] = tuple(_layer_from_dict(d) for d in data.get("layers") or ())
@@ -114,18 +120,23 @@ def read_run(path: Path | str) -> RunResult:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("no such run file", where) from None
+    except UnicodeDecodeError:
+        raise InputError("not a run file (not UTF-8 text)", where) from None
     except OSError as exc:
         raise InputError(f"cannot read run file: {exc.strerror}", where) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON: {exc.msg}", Location(file=str(path), line=exc.lineno, column=exc.colno)) from None
+        raise InputError(
+            f"not valid JSON: {exc.msg}",
+            Location(file=str(path), line=exc.lineno, column=exc.colno),
+        ) from None
     if not isinstance(data, dict):
         raise InputError("a run file holds a JSON object", where)
     try:
         return run_from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"not an opbench run: {exc}", where) from None
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"not an opbench run: {type(exc).__name__}: {exc}", where) from None
 
 
 def utc_stamp(now: datetime | None = None) -> str:

@@ -31,11 +31,15 @@ def _binomial_cdf(k: int, n: int) -> float:
     total = 0.0
     log_half_n = n * math.log(0.5)
     for i in range(k + 1):
-        total += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n)
+        total += math.exp(
+            math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + log_half_n
+        )
     return total
 
 
-def median_confidence_interval(sorted_values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+def median_confidence_interval(
+    sorted_values: Sequence[float], level: float = 0.95
+) -> tuple[float, float]:
     """Distribution-free confidence interval of the median from order statistics.
 
     The interval [x_(j), x_(n-j+1)] covers the median with probability 1 - 2·P(X < j) for
@@ -48,7 +52,11 @@ def median_confidence_interval(sorted_values: Sequence[float], level: float = 0.
     alpha = 1.0 - level
     if n > 2000:
         # Normal approximation: exact sums get slow and agree to many digits by then.
-        half = 0.5 * math.sqrt(n) * 1.959963984540054 if level == 0.95 else 0.5 * math.sqrt(n) * _z(level)
+        half = (
+            0.5 * math.sqrt(n) * 1.959963984540054
+            if level == 0.95
+            else 0.5 * math.sqrt(n) * _z(level)
+        )
         j = max(1, int(math.floor(n / 2 - half)))
     else:
         j = 0

@@ -31,20 +31,39 @@ MERGE_TAG = "tag:yaml.org,2002:merge"
 # ---- YAML with line numbers ---------------------------------------------------------------
 
 
-def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: LineMap, file: str) -> Any:
+def _construct(
+    loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: LineMap, file: str
+) -> Any:
     lines[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
     if isinstance(node, yaml.MappingNode):
         result: dict[Any, Any] = {}
         merged: dict[Any, Any] = {}
+        merged_lines: LineMap = {}
         for key_node, value_node in node.value:
             if key_node.tag == MERGE_TAG:
-                # `<<: *anchor` (or a list of anchors): keys written here win over merged ones.
-                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                # `<<: *anchor` (or a list of anchors): keys written here win over merged ones;
+                # merged keys keep the line where the anchor wrote them.
+                sources = (
+                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                )
                 for source in sources:
-                    value = _construct(loader, source, path, lines, file)
+                    source_lines: LineMap = {}
+                    value = _construct(loader, source, path, source_lines, file)
                     if not isinstance(value, dict):
-                        raise InputError("'<<' merges a mapping (an &anchor of one)", _loc(file, source))
-                    merged.update({k: v for k, v in value.items() if k not in merged})
+                        raise InputError(
+                            "'<<' merges a mapping (an &anchor of one)", _loc(file, source)
+                        )
+                    for k, v in value.items():
+                        if k not in merged:
+                            merged[k] = v
+                            prefix = (*path, k)
+                            merged_lines.update(
+                                {
+                                    p: at
+                                    for p, at in source_lines.items()
+                                    if p[: len(prefix)] == prefix
+                                }
+                            )
                 continue
             key = loader.construct_object(key_node, deep=True)
             if not isinstance(key, (str, int, float, bool)) or key is None:
@@ -54,10 +73,15 @@ def _construct(loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: Lin
             result[key] = _construct(loader, value_node, (*path, key), lines, file)
             lines[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
         if merged:
+            for p, at in merged_lines.items():
+                if p[len(path)] not in result:
+                    lines[p] = at
             result = {**{k: v for k, v in merged.items() if k not in result}, **result}
         return result
     if isinstance(node, yaml.SequenceNode):
-        return [_construct(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)]
+        return [
+            _construct(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)
+        ]
     return loader.construct_object(node, deep=True)
 
 
@@ -78,7 +102,11 @@ def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
         message = " ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
         raise InputError(
             f"YAML syntax error: {message}",
-            Location(file=file, line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None),
+            Location(
+                file=file,
+                line=mark.line + 1 if mark else None,
+                column=mark.column + 1 if mark else None,
+            ),
         ) from None
     except yaml.YAMLError as exc:
         raise InputError(f"YAML error: {exc}", Location(file=file)) from None
@@ -132,10 +160,17 @@ def _data_path(data: Any, loc: Path_, kind: str) -> Path_:
     return tuple(path)
 
 
-def _pydantic_error(exc: ValidationError, locate: _Locator, allowed: Mapping[Path_, Any]) -> InputError:
-    err = exc.errors()[0]
+def _pydantic_error(
+    exc: ValidationError, locate: _Locator, allowed: Mapping[Path_, Any]
+) -> InputError:
+    errors = [(e, _data_path(locate.data, tuple(e["loc"]), e["type"])) for e in exc.errors()]
+    # The first problem; among a union's alternatives (e.g. `batch: int | list[int]`) the one that
+    # got furthest into the data says the most (`batch: [1, true]`: the `true`, not "not an int").
+    first = errors[0][1]
+    err, path = max(
+        (pair for pair in errors if pair[1][: len(first)] == first), key=lambda pair: len(pair[1])
+    )
     kind = err["type"]
-    path = _data_path(locate.data, tuple(err["loc"]), kind)
     keys = [p for p in path if isinstance(p, str)]
     field = keys[-1] if keys else None
     if kind == "extra_forbidden":
@@ -192,7 +227,9 @@ def _pick(name: str, *levels: Any, default: Any = None) -> Any:
     return default
 
 
-def _resolve_params(layer: LayerModel, op_name: str, path: Path_, locate: _Locator) -> dict[str, Any]:
+def _resolve_params(
+    layer: LayerModel, op_name: str, path: Path_, locate: _Locator
+) -> dict[str, Any]:
     op = OPS[op_name]
     given = layer.op_params()
     known = {p.name for p in op.params}
@@ -201,18 +238,26 @@ def _resolve_params(layer: LayerModel, op_name: str, path: Path_, locate: _Locat
             # A misspelt layer setting (e.g. `tolerence`) lands here too: suggest from both.
             layer_fields = LayerModel.model_fields.keys()
             hint = suggest(key, [*known, *layer_fields]) or (
-                f" ({op_name} takes: {', '.join(sorted(known))})" if known else f" ({op_name} takes no parameters)"
+                f" ({op_name} takes: {', '.join(sorted(known))})"
+                if known
+                else f" ({op_name} takes no parameters)"
             )
-            raise InputError(f"unknown parameter {key!r} for op {op_name!r}{hint}", locate((*path, key), key))
+            raise InputError(
+                f"unknown parameter {key!r} for op {op_name!r}{hint}", locate((*path, key), key)
+            )
     params: dict[str, Any] = {}
     for param in op.params:
         if param.name in given:
             try:
                 params[param.name] = coerce_param(param, given[param.name])
             except ValueError as exc:
-                raise InputError(f"{param.name} {exc}", locate((*path, param.name), param.name)) from None
+                raise InputError(
+                    f"{param.name} {exc}", locate((*path, param.name), param.name)
+                ) from None
         elif param.required:
-            raise InputError(f"op {op_name!r} needs parameter {param.name!r}", locate(path, param.name))
+            raise InputError(
+                f"op {op_name!r} needs parameter {param.name!r}", locate(path, param.name)
+            )
         else:
             params[param.name] = param.default if param.default is not REQUIRED else None
     return params
@@ -227,11 +272,19 @@ def _resolve_model(
     for i, layer in enumerate(model.layers):
         path = ("models", index, "layers", i)
         if layer.name in seen:
-            raise InputError(f"duplicate layer name {layer.name!r}", locate((*path, "name"), "name"))
+            raise InputError(
+                f"duplicate layer name {layer.name!r}", locate((*path, "name"), "name")
+            )
         seen.add(layer.name)
         if layer.op not in OPS:
-            raise InputError(f"unknown op {layer.op!r}{suggest(layer.op, OPS)}", locate((*path, "op"), "op"))
-        for level_path, level in (((*path,), layer), (("models", index), model), (("defaults",), defaults)):
+            raise InputError(
+                f"unknown op {layer.op!r}{suggest(layer.op, OPS)}", locate((*path, "op"), "op")
+            )
+        for level_path, level in (
+            ((*path,), layer),
+            (("models", index), model),
+            (("defaults",), defaults),
+        ):
             for backend in (level.backends or []) if level is not None else []:
                 if backend not in BACKEND_NAMES:
                     raise InputError(
@@ -282,7 +335,14 @@ def _resolve_model(
             )
             shape = out_shape
         instances.append(
-            ModelSpec(name=name, base_name=model.name, batch=batch, layers=tuple(layers), fuse=model.fuse, line=locate(("models", index)).line)
+            ModelSpec(
+                name=name,
+                base_name=model.name,
+                batch=batch,
+                layers=tuple(layers),
+                fuse=model.fuse,
+                line=locate(("models", index)).line,
+            )
         )
     return instances
 
@@ -305,10 +365,14 @@ def load_suite_text(text: str, file: str = "<suite>") -> SuiteSpec:
     models: list[ModelSpec] = []
     for index, model in enumerate(suite.models):
         if model.name in seen:
-            raise InputError(f"duplicate model name {model.name!r}", locate(("models", index, "name"), "name"))
+            raise InputError(
+                f"duplicate model name {model.name!r}", locate(("models", index, "name"), "name")
+            )
         seen.add(model.name)
         models.extend(_resolve_model(suite, model, index, locate))
-    return SuiteSpec(name=suite.name, description=suite.description, models=tuple(models), source=file, raw=data)
+    return SuiteSpec(
+        name=suite.name, description=suite.description, models=tuple(models), source=file, raw=data
+    )
 
 
 def load_suite(path: str | Path) -> SuiteSpec:
@@ -327,13 +391,22 @@ def load_suite(path: str | Path) -> SuiteSpec:
     return load_suite_text(text, file)
 
 
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively: what JSON gives back, so a run equals its re-read file."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def spec_to_dict(suite: SuiteSpec) -> dict[str, Any]:
-    """The suite as loaded, as plain data for run.json."""
+    """The suite as loaded, as plain JSON-ready data (lists, not tuples) for run.json."""
 
     def layer_dict(layer: LayerSpec) -> dict[str, Any]:
         data = asdict(layer)
-        data["params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in layer.params.items()}
-        return data
+        data["params"] = dict(layer.params)
+        return _plain(data)
 
     return {
         "name": suite.name,

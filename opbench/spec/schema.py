@@ -13,8 +13,12 @@ NAME_PATTERN = r"^[A-Za-z0-9_-]+$"
 Dtype = Literal["float32", "float16", "bfloat16"]
 
 
+# strict=True: a quoted number, `true` for an integer or `1` for a boolean is a mistake in a
+# suite, not something to coerce silently (ints are still accepted where a float is expected).
+
+
 class TimingModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     warmup_ms: float | None = Field(default=None, ge=0)
     rep_ms: float | None = Field(default=None, gt=0)
@@ -35,13 +39,13 @@ class CommonSettings(BaseModel):
 
 
 class DefaultsModel(CommonSettings):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class LayerModel(CommonSettings):
     """A layer: common settings, name, op, and the op's own parameters as extra keys."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     name: str = Field(pattern=r"^[^\s/]+$")
     op: str
@@ -60,7 +64,7 @@ class LayerModel(CommonSettings):
 
 
 class ModelModel(CommonSettings):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(pattern=NAME_PATTERN)
     batch: int | list[int] = 1
@@ -89,7 +93,7 @@ class ModelModel(CommonSettings):
 
 
 class SuiteModel(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None

@@ -10,8 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels import Unsupported
-from opbench.kernels import linear
+from opbench.kernels import Unsupported, linear
 from opbench.kernels.linear import Plan, prepare_linear
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}

@@ -23,11 +23,26 @@ from opbench.reference.model import ReferenceTiming, RefStatus
 from opbench.results.model import LayerResult
 
 
-def row(name: str, index: int = 0, *, raw_type: str | None = None, status: str = RefStatus.TIMED,
-        members: tuple[str, ...] = (), shape: tuple[int, ...] | None = None, ms: float = 1.0) -> ReferenceTiming:
+def row(
+    name: str,
+    index: int = 0,
+    *,
+    raw_type: str | None = None,
+    status: str = RefStatus.TIMED,
+    members: tuple[str, ...] = (),
+    shape: tuple[int, ...] | None = None,
+    ms: float = 1.0,
+) -> ReferenceTiming:
     return ReferenceTiming(
-        engine="test", source="ref.json", index=index, name=name, raw_type=raw_type, members=members,
-        status=status, median_ms=ms, output_shape=shape,
+        engine="test",
+        source="ref.json",
+        index=index,
+        name=name,
+        raw_type=raw_type,
+        members=members,
+        status=status,
+        median_ms=ms,
+        output_shape=shape,
     )
 
 
@@ -37,8 +52,13 @@ def model(name: str, *layers: tuple, base: str | None = None) -> SuiteModel:
         name=name,
         base_name=base or name.split("[")[0],
         layers=tuple(
-            SuiteLayer(name=spec[0], index=i, op=spec[1], output_shape=spec[2],
-                       reference_name=spec[3] if len(spec) > 3 else None)
+            SuiteLayer(
+                name=spec[0],
+                index=i,
+                op=spec[1],
+                output_shape=spec[2],
+                reference_name=spec[3] if len(spec) > 3 else None,
+            )
             for i, spec in enumerate(layers)
         ),
     )
@@ -59,9 +79,15 @@ def links(match) -> set[tuple[int, str, str]]:
 
 
 def test_names_from_onnx_paths_and_fused_members():
-    assert path_of("/fc1/MatMul/MatMulAddFusion_kernel_time") == ("fc1", "MatMul", "MatMulAddFusion")
+    assert path_of("/fc1/MatMul/MatMulAddFusion_kernel_time") == (
+        "fc1",
+        "MatMul",
+        "MatMulAddFusion",
+    )
     assert members_of(row("Conv_0 + Relu_1")) == ("Conv_0", "Relu_1")
-    assert members_of(row("x", members=("a", "b"))) == ("a", "b")
+    assert members_of(row("a + b", members=("a", "b"))) == ("a", "b")
+    assert members_of(row("PWN(a, b)", members=("a", "b"))) == ("a", "b")
+    assert members_of(row("x", members=("Conv", "Relu"))) == ("x",)  # op kinds, not names
 
 
 def test_onnxruntime_names_match_by_path_and_case():
@@ -100,10 +126,16 @@ def test_sas_lower_case_names():
 
 
 def test_tensorrt_fused_row_covers_several_layers():
-    m = model("cnn", ("conv1", "conv2d", None), ("relu1", "relu", None), ("pool1", "maxpool2d", None))
+    m = model(
+        "cnn", ("conv1", "conv2d", None), ("relu1", "relu", None), ("pool1", "maxpool2d", None)
+    )
     rows = [row("conv1 + relu1", 0), row("pool1", 1)]
     found = links(match_model(m, rows))
-    assert found == {(0, "conv1", MatchSource.NAME), (0, "relu1", MatchSource.NAME), (1, "pool1", MatchSource.NAME)}
+    assert found == {
+        (0, "conv1", MatchSource.NAME),
+        (0, "relu1", MatchSource.NAME),
+        (1, "pool1", MatchSource.NAME),
+    }
 
 
 def test_reference_name_wins_over_names():
@@ -125,7 +157,13 @@ def test_map_file(tmp_path: Path):
     )
     name_map = read_name_map(path)
     check_name_map(name_map, [MLP])
-    rows = [row("dense_in", 0), row("block", 1), row("noise", 2), row("Other/Thing", 3), row("ln", 4)]
+    rows = [
+        row("dense_in", 0),
+        row("block", 1),
+        row("noise", 2),
+        row("Other/Thing", 3),
+        row("ln", 4),
+    ]
     mm = match_model(MLP, rows, name_map=name_map)
     assert links(mm) == {
         (0, "fc1", MatchSource.MAP),
@@ -253,16 +291,39 @@ def test_tied_models_need_model_option():
 def test_suite_models_from_spec_and_fused_results():
     spec = {
         "models": [
-            {"name": "cnn", "base_name": "cnn", "layers": [
-                {"name": "conv", "op": "conv2d", "output_shape": [2, 8, 4, 4], "reference_name": None},
-                {"name": "bn", "op": "batchnorm2d", "output_shape": [2, 8, 4, 4]},
-                {"name": "relu", "op": "relu", "output_shape": [2, 8, 4, 4], "reference_name": "Relu_3"},
-            ]},
+            {
+                "name": "cnn",
+                "base_name": "cnn",
+                "layers": [
+                    {
+                        "name": "conv",
+                        "op": "conv2d",
+                        "output_shape": [2, 8, 4, 4],
+                        "reference_name": None,
+                    },
+                    {"name": "bn", "op": "batchnorm2d", "output_shape": [2, 8, 4, 4]},
+                    {
+                        "name": "relu",
+                        "op": "relu",
+                        "output_shape": [2, 8, 4, 4],
+                        "reference_name": "Relu_3",
+                    },
+                ],
+            },
             {"name": "not_run", "layers": [{"name": "x", "op": "relu"}]},
         ]
     }
-    fused = LayerResult(model="cnn", layer="conv", op="conv2d", backend="triton", status="ok", dtype="float16",
-                        input_shape=(2, 3, 4, 4), output_shape=(2, 8, 4, 4), covers=("conv", "bn", "relu"))
+    fused = LayerResult(
+        model="cnn",
+        layer="conv",
+        op="conv2d",
+        backend="triton",
+        status="ok",
+        dtype="float16",
+        input_shape=(2, 3, 4, 4),
+        output_shape=(2, 8, 4, 4),
+        covers=("conv", "bn", "relu"),
+    )
     (cnn,) = suite_models(spec, [fused])
     assert [layer.name for layer in cnn.layers] == ["conv", "bn", "relu"]
     assert cnn.layers[1].op == "batchnorm2d"
@@ -271,3 +332,42 @@ def test_suite_models_from_spec_and_fused_results():
     (alone,) = suite_models({}, [fused])
     assert [layer.name for layer in alone.layers] == ["conv", "bn", "relu"]
     assert alone.layers[1].op is None
+
+
+def test_onnxruntime_op_kind_members_are_not_names():
+    # the ORT reader lists op kinds as members; "Add" must not match a layer called "add"
+    m = model("m", ("fc1", "linear", None), ("add", "relu", None))
+    rows = [row("/fc1/MatMul/MatMulAddFusion", 0, raw_type="Gemm", members=("MatMul", "Add"))]
+    assert links(match_model(m, rows)) == {(0, "fc1", MatchSource.NAME)}
+
+
+def test_fused_kinds_take_the_following_layers():
+    m = model(
+        "cnn",
+        ("conv1", "conv2d", None),
+        ("relu1", "relu", None),
+        ("pool1", "maxpool2d", None),
+        ("fc", "linear", None),
+        ("probs", "softmax", None),
+    )
+    rows = [
+        row("/conv1/Conv", 0, raw_type="FusedConv", members=("Conv", "Relu")),
+        row("/pool1/MaxPool", 1, raw_type="MaxPool"),
+        row("fc", 2, raw_type="output", members=("fc", "softmax")),  # SAS output layer
+    ]
+    assert links(match_model(m, rows)) == {
+        (0, "conv1", MatchSource.NAME),
+        (0, "relu1", MatchSource.FUSION),
+        (1, "pool1", MatchSource.NAME),
+        (2, "fc", MatchSource.NAME),
+        (2, "probs", MatchSource.FUSION),
+    }
+
+
+def test_tensorrt_pointwise_names():
+    m = model("m", ("add_6", "relu", None), ("relu_7", "relu", None))
+    rows = [row("PWN(Add_6, Relu_7)", 0, members=("Add_6", "Relu_7"))]
+    assert links(match_model(m, rows)) == {
+        (0, "add_6", MatchSource.NAME),
+        (0, "relu_7", MatchSource.NAME),
+    }

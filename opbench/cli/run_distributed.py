@@ -1,0 +1,83 @@
+"""`opbench run` under torchrun: each rank runs its share; rank 0 writes the one run.json."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import typer
+
+from opbench import distributed as dist_run
+from opbench.cli.console import console
+from opbench.cli.run import finish
+from opbench.errors import ExitCode
+from opbench.results.io import RUN_FILE, new_run_dir, point_latest, write_run
+
+
+def run_distributed(suite, options, out: Path, world: dist_run.World) -> None:
+    import torch
+
+    from opbench.measure.env import fingerprint
+    from opbench.pipeline import gpu_label, planned_results, run_suite
+    from opbench.report.run_table import failures
+
+    dist_run.raise_on_sigterm()
+    dist_run.init(world)
+    device = options.device
+    if device.startswith("cuda"):
+        device = f"cuda:{world.local_rank}"
+        torch.cuda.set_device(world.local_rank)
+    options = replace(options, device=device, shard=world.shard, gpu_label=gpu_label(device))
+    options = replace(options, gpu_label=f"{options.gpu_label or 'cpu'} (rank {world.rank})")
+    run_dir = dist_run.shared_run_dir(world, lambda: new_run_dir(out, suite.name))
+    env = {**fingerprint(device), "rank": world.rank}
+    if world.rank == 0:
+        console.print(f"torchrun: {world.size} ranks, run folder {run_dir}")
+
+    # Test-only: OPBENCH_TEST_KILL_RANK=R makes rank R die after its first result, the way a
+    # crashed GPU process would, so the tests can check that nothing finished is lost.
+    doomed = os.environ.get("OPBENCH_TEST_KILL_RANK") == str(world.rank)
+
+    def progress(event: str, payload) -> None:
+        if doomed and event == "done":
+            os._exit(1)
+
+    run = None
+    failure = None
+    try:
+        run = run_suite(
+            suite, options, run_path=dist_run.rank_file(run_dir, world.rank), env=env, progress=progress
+        )
+    except dist_run.Terminated:
+        failure = "terminated by torchrun after another rank failed"
+
+    if world.rank != 0:
+        if run is not None:
+            try:
+                dist_run.gather(world, run)
+            except Exception:
+                pass  # rank 0 falls back to the files on disk
+        bad = run is None or bool(failures(run))
+        raise typer.Exit(ExitCode.LAYER_ERROR if bad else ExitCode.OK)
+
+    runs = None
+    if run is not None:
+        try:
+            runs = dict(enumerate(dist_run.gather(world, run)))
+        except (dist_run.Terminated, Exception) as exc:  # a rank died mid-gather
+            failure = f"gather failed: {type(exc).__name__}"
+    if runs is None:
+        runs = dist_run.runs_from_disk(run_dir, world.size)
+    template = runs.get(0) or run
+    if template is None:
+        template = dist_run.read_run(dist_run.rank_file(run_dir, 0))
+    plan = planned_results(suite, replace(options, shard=None, gpu_label=None))
+    merged = dist_run.combine(plan, runs, world.size, template, failure)
+    run_path = run_dir / RUN_FILE
+    write_run(merged, run_path)
+    point_latest(run_dir)
+    if failure:
+        console.print(f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
+                      f"finished results in {run_path}, the rest marked error")
+    finish(merged, run_path)

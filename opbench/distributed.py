@@ -1,0 +1,129 @@
+"""Running one suite across the ranks of `torchrun`.
+
+Every rank takes a deterministic share of the (model, layers, backend) work on its own GPU and
+writes its partial run file into the shared run folder after every result. Rank 0 gathers the
+results through torch.distributed and writes one run.json. When a rank dies, torchrun stops the
+others with SIGTERM: rank 0 then merges what the partial files on disk hold and marks the
+unfinished work `error`, so nothing already measured is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from pathlib import Path
+
+from opbench.results.io import read_run, run_from_dict, run_to_dict, write_run
+from opbench.results.model import LayerResult, RunResult, Status
+
+GATHER_TIMEOUT = timedelta(minutes=30)
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        return (self.rank + 1, self.size)
+
+
+def current_world() -> World | None:
+    """The torchrun world this process belongs to, or None when not under torchrun (or alone)."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return None
+    return World(int(os.environ.get("RANK", "0")), size, int(os.environ.get("LOCAL_RANK", "0")))
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (torchrun stopping the ranks after one of them failed)."""
+
+
+def raise_on_sigterm() -> None:
+    def handler(signum, frame):
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def init(world: World) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        # gloo carries Python objects on any machine; the timed work never crosses ranks.
+        dist.init_process_group("gloo", timeout=GATHER_TIMEOUT)
+
+
+def shared_run_dir(world: World, make_dir) -> Path:
+    """Rank 0 creates the run folder; every rank learns its path."""
+    import torch.distributed as dist
+
+    box = [str(make_dir()) if world.rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return Path(box[0])
+
+
+def rank_file(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank-{rank}.json"
+
+
+def gather(world: World, run: RunResult) -> list[RunResult] | None:
+    """All ranks' runs on rank 0 (None elsewhere). Raises if a rank is gone."""
+    import torch.distributed as dist
+
+    box = [None] * world.size if world.rank == 0 else None
+    dist.gather_object(run_to_dict(run), box, dst=0)
+    return [run_from_dict(d) for d in box] if world.rank == 0 else None
+
+
+def runs_from_disk(run_dir: Path, world_size: int) -> dict[int, RunResult]:
+    runs = {}
+    for rank in range(world_size):
+        path = rank_file(run_dir, rank)
+        if path.is_file():
+            try:
+                runs[rank] = read_run(path)
+            except Exception:
+                continue
+    return runs
+
+
+def combine(
+    plan: list[LayerResult],
+    runs: dict[int, RunResult],
+    world_size: int,
+    template: RunResult,
+    failure: str | None,
+) -> RunResult:
+    """One run from the ranks' runs; work no rank finished becomes an `error` result."""
+    done: dict[tuple[str, tuple[str, ...], str], LayerResult] = {}
+    for run in runs.values():
+        for result in run.layers:
+            done[(result.model, result.members, result.backend)] = result
+    layers: list[LayerResult] = []
+    missing = 0
+    for index, planned in enumerate(plan):
+        result = done.get((planned.model, planned.members, planned.backend))
+        if result is None:
+            missing += 1
+            why = failure or "did not report"
+            message = f"rank {index % world_size} did not finish this layer: {why}"
+            result = replace(planned, status=Status.ERROR, message=message)
+        layers.append(result)
+    complete = (
+        missing == 0 and all(run.complete for run in runs.values()) and len(runs) == world_size
+    )
+    return replace(
+        template,
+        layers=tuple(layers),
+        end_to_end=tuple(e for run in runs.values() for e in run.end_to_end),
+        planned=len(plan),
+        complete=complete,
+        shard=None,
+        env={**template.env, "world_size": world_size},
+    )

@@ -1,0 +1,1 @@
+"""Other inference engines opbench can drive to produce reference timings (`opbench reference`)."""

@@ -1,0 +1,140 @@
+"""Sharding, merging and torchrun on the CPU (gloo), with a tiny torch-only suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from opbench.cli.main import app
+from opbench.results.io import read_run
+
+SUITE = """\
+name: tiny
+defaults: {backends: [torch], timing: {warmup_ms: 0, rep_ms: 1, rounds: 2}}
+models:
+  - name: m
+    input: [8]
+    batch: 2
+    layers:
+      - {name: a, op: relu}
+      - {name: b, op: linear, out_features: 4}
+      - {name: c, op: softmax}
+      - {name: d, op: gelu}
+      - {name: e, op: silu}
+"""
+OTHER = SUITE.replace("name: tiny", "name: other")
+
+runner = CliRunner()
+
+
+def keys(run) -> set[tuple]:
+    return {(r.model, r.members, r.backend) for r in run.layers}
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SUITE)
+    return path
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    result = runner.invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+def shard_run(suite: Path, out: Path, share: str) -> Path:
+    code, output = run_cli("run", str(suite), "--out", str(out), "--shard", share)
+    assert code == 0, output
+    return out / "tiny" / "latest"
+
+
+def test_shards_merge_into_the_full_run(suite, tmp_path):
+    code, _ = run_cli("run", str(suite), "--out", str(tmp_path / "full"))
+    assert code == 0
+    full = read_run(tmp_path / "full" / "tiny" / "latest")
+    parts = [shard_run(suite, tmp_path / f"s{k}", f"{k}/3") for k in (1, 2, 3)]
+    shares = [read_run(p) for p in parts]
+    assert [s.shard for s in shares] == [(1, 3), (2, 3), (3, 3)]
+    assert not set.intersection(*(keys(s) for s in shares))
+    code, output = run_cli("merge", *map(str, parts), "--out", str(tmp_path / "merged"))
+    assert code == 0, output
+    merged = read_run(tmp_path / "merged" / "tiny" / "latest")
+    assert merged.complete and keys(merged) == keys(full)
+    # Results come back in suite order, whichever share ran them.
+    assert [r.layer for r in merged.layers] == ["a", "b", "c", "d", "e"]
+
+
+def test_merge_refuses_missing_overlapping_and_foreign_runs(suite, tmp_path):
+    one = shard_run(suite, tmp_path / "s1", "1/2")
+    two = shard_run(suite, tmp_path / "s2", "2/2")
+    code, output = run_cli("merge", str(one), "--out", str(tmp_path / "m"))
+    assert code == 2 and "missing share(s) 2/2" in output
+    code, output = run_cli("merge", str(one), str(one), "--out", str(tmp_path / "m"))
+    assert code == 2 and "appears twice" in output
+    code, output = run_cli("merge", str(one), "--allow-partial", "--out", str(tmp_path / "m"))
+    assert code == 0 and "incomplete" in output
+    assert not read_run(tmp_path / "m" / "tiny" / "latest").complete
+
+    other_suite = tmp_path / "other.yaml"
+    other_suite.write_text(OTHER)
+    code, _ = run_cli("run", str(other_suite), "--out", str(tmp_path / "o"), "--shard", "2/2")
+    assert code == 0
+    code, output = run_cli("merge", str(one), str(tmp_path / "o" / "other" / "latest"), "--out", str(tmp_path / "m"))
+    assert code == 2 and "suite" in output
+
+    run_json = two / "run.json"
+    data = json.loads(run_json.read_text())
+    data["env"]["torch"] = "9.9.9"
+    run_json.write_text(json.dumps(data))
+    code, output = run_cli("merge", str(one), str(two), "--out", str(tmp_path / "m"))
+    assert code == 2 and "environment differs" in output and "torch" in output
+
+
+def test_bad_shard_text_is_bad_input(suite, tmp_path):
+    for text in ("3/2", "0/2", "a/b", "2"):
+        code, output = run_cli("run", str(suite), "--out", str(tmp_path), "--shard", text)
+        assert code == 2, (text, output)
+        assert "--shard" in output
+
+
+def torchrun(suite: Path, out: Path, nproc: int = 2, **env: str) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **env}
+    environment.pop("TRITON_INTERPRET", None)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+         "-m", "opbench", "run", str(suite), "--out", str(out), "--device", "cpu"],
+        capture_output=True, text=True, timeout=180, env=environment,
+    )
+
+
+def test_torchrun_two_ranks_write_one_complete_run(suite, tmp_path):
+    code, _ = run_cli("run", str(suite), "--out", str(tmp_path / "single"))
+    assert code == 0
+    single = read_run(tmp_path / "single" / "tiny" / "latest")
+    proc = torchrun(suite, tmp_path / "dist")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "dist" / "tiny" / "latest")
+    assert run.complete and keys(run) == keys(single)
+    assert {r.gpu for r in run.layers} == {"cpu (rank 0)", "cpu (rank 1)"}
+
+
+def test_a_killed_rank_loses_nothing_already_measured(suite, tmp_path):
+    proc = torchrun(suite, tmp_path / "dist", OPBENCH_TEST_KILL_RANK="1")
+    assert proc.returncode != 0
+    run = read_run(tmp_path / "dist" / "tiny" / "latest")
+    assert not run.complete
+    assert len(run.layers) == 5  # every planned result is present, finished or marked error
+    by_rank = {r.layer: r for r in run.layers}
+    # Rank 1 finished its first layer (b) before dying: that result is kept.
+    assert by_rank["b"].status == "ok" and by_rank["b"].gpu == "cpu (rank 1)"
+    # Its unfinished layer (d) is an error naming the rank.
+    assert by_rank["d"].status == "error" and "rank 1" in by_rank["d"].message
+    # Whatever rank 0 finished is kept too.
+    assert by_rank["a"].status == "ok"

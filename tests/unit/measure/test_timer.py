@@ -1,0 +1,82 @@
+"""The CPU timer on synthetic functions, and the statistics read from its samples."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from opbench.measure.timer import MAX_CALLS_PER_ROUND, _calls_per_round, time_callable, time_cpu
+from opbench.results.stats import TimingStats
+from opbench.spec.model import TimingSpec
+
+
+class Counter:
+    def __init__(self, sleep_s: float = 0.0) -> None:
+        self.calls = 0
+        self.sleep_s = sleep_s
+
+    def __call__(self) -> None:
+        self.calls += 1
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+
+
+def test_samples_are_grouped_by_rounds_and_every_call_is_kept() -> None:
+    fn = Counter(0.002)
+    m = time_cpu(fn, TimingSpec(warmup_ms=0, rep_ms=10, rounds=3))
+    assert m.timer == "perf_counter"
+    assert len(m.rounds) == 3
+    sizes = {len(r) for r in m.rounds}
+    assert len(sizes) == 1, "every round has the same number of calls"
+    per_round = sizes.pop()
+    assert 1 <= per_round <= 5  # ~10 ms of 2 ms calls (fewer if the machine is slow)
+    # One probe call, then exactly the timed calls: no call is dropped or hidden.
+    assert fn.calls == 1 + 3 * per_round
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 7])
+def test_round_count_is_honoured(rounds: int) -> None:
+    m = time_cpu(Counter(), TimingSpec(warmup_ms=0, rep_ms=0.5, rounds=rounds))
+    assert len(m.rounds) == rounds
+    assert all(len(r) >= 1 for r in m.rounds)
+
+
+def test_median_is_close_to_a_known_sleep() -> None:
+    m = time_cpu(Counter(0.002), TimingSpec(warmup_ms=2, rep_ms=20, rounds=3))
+    stats = TimingStats(m.rounds)
+    # time.sleep never returns early; a loaded machine may make it much later.
+    assert 1.9 <= stats.median <= 25.0, stats.median
+    assert stats.min >= 1.9
+    lo, hi = stats.ci95
+    assert lo <= stats.median <= hi
+
+
+def test_warmup_is_spent_before_recording() -> None:
+    fn = Counter(0.001)
+    start = time.perf_counter()
+    m = time_cpu(fn, TimingSpec(warmup_ms=30, rep_ms=1, rounds=1))
+    elapsed_ms = (time.perf_counter() - start) * 1e3
+    recorded = sum(len(r) for r in m.rounds)
+    assert elapsed_ms >= 30
+    assert fn.calls > recorded + 2, "warm-up calls happen and are not recorded"
+
+
+def test_time_callable_on_cpu_uses_the_cpu_timer() -> None:
+    m = time_callable(Counter(), TimingSpec(warmup_ms=0, rep_ms=0.2, rounds=2), "cpu")
+    assert m.timer == "perf_counter" and len(m.rounds) == 2
+
+
+def test_calls_per_round_is_bounded() -> None:
+    assert _calls_per_round(2.0, 10.0) == 5
+    assert _calls_per_round(50.0, 10.0) == 1, "a call longer than a round still runs once"
+    assert _calls_per_round(1e-9, 1000.0) == MAX_CALLS_PER_ROUND
+    assert _calls_per_round(0.0, 10.0) == MAX_CALLS_PER_ROUND
+
+
+def test_quick_and_with_rounds() -> None:
+    spec = TimingSpec(warmup_ms=25, rep_ms=100, rounds=5, flush_l2=False, cuda_graph=True)
+    quick = spec.quick()
+    assert quick.warmup_ms <= 2 and quick.rep_ms <= 5 and quick.rounds <= 2
+    assert (quick.flush_l2, quick.cuda_graph) == (False, True)
+    assert spec.with_rounds(9) == TimingSpec(25, 100, 9, False, True)

@@ -1,0 +1,177 @@
+"""The torch eager backend against the float64 reference, for every op and dtype (CPU torch);
+the int8 note; channels_last; torch-compile availability."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from opbench.backends.base import torch_dtype
+from opbench.backends.registry import BACKEND_NAMES, get_backend
+from opbench.measure.check import compare_outputs
+from opbench.ops.registry import OPS
+from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item
+from opbench.results.model import Status
+from opbench.spec.load import load_suite_text
+from opbench.spec.model import DEFAULT_TOLERANCE, SuiteSpec
+
+TIMING = "{warmup_ms: 0, rep_ms: 1, rounds: 2}"
+
+# Odd, small shapes (no powers of two), one layer per op.
+CASES = {
+    "linear": ("[5, 7]", "out_features: 9, activation: gelu"),
+    "conv2d": ("[3, 7, 6]", "out_channels: 4, kernel_size: [3, 2], stride: 2, padding: 1, dilation: [1, 2]"),
+    "maxpool2d": ("[3, 7, 6]", "kernel_size: 3, stride: 2, padding: 1"),
+    "avgpool2d": ("[3, 7, 6]", "kernel_size: 2, padding: 1"),
+    "batchnorm2d": ("[3, 5, 4]", ""),
+    "layernorm": ("[5, 7]", ""),
+    "rmsnorm": ("[5, 7]", ""),
+    "softmax": ("[5, 7]", "dim: 1"),
+    "relu": ("[5, 7]", ""),
+    "gelu": ("[5, 7]", ""),
+    "silu": ("[5, 7]", ""),
+    "transpose": ("[5, 7]", "dims: [1, -1]"),
+    "permute": ("[3, 5, 7]", "dims: [0, 3, 1, 2]"),
+    "flatten": ("[3, 5, 7]", "start_dim: 2"),
+    "attention": ("[5, 6]", "heads: 2, causal: true"),
+}
+EXTRA_CASES = {
+    "linear-no-bias-relu": ("linear", "[1, 7]", "out_features: 3, bias: false, activation: relu"),
+    "linear-silu": ("linear", "[7]", "out_features: 5, activation: silu"),
+    "conv2d-groups-gelu": ("conv2d", "[4, 5, 5]", "out_channels: 6, kernel_size: 3, groups: 2, padding: 1, activation: gelu"),
+    "conv2d-depthwise-no-bias": ("conv2d", "[3, 5, 5]", "out_channels: 3, kernel_size: 3, groups: 3, bias: false"),
+    "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
+    "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
+    "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
+}
+
+
+def one_layer_suite(op: str, input_shape: str, params: str, dtype: str, backend: str = "torch") -> SuiteSpec:
+    extra = f", {params}" if params else ""
+    text = (
+        f"name: t\ndefaults: {{dtype: {dtype}, backends: [{backend}], timing: {TIMING}}}\n"
+        f"models:\n  - name: m\n    batch: 2\n    input: {input_shape}\n"
+        f"    layers:\n      - {{name: layer, op: {op}{extra}}}\n"
+    )
+    return load_suite_text(text, "test.yaml")
+
+
+def run_one(suite: SuiteSpec, backend: str = "torch"):
+    model = suite.models[0]
+    return measure_item(WorkItem(model, (0,), backend), ModelData(suite, model, "cpu"), get_backend(backend), RunOptions())
+
+
+def test_every_op_is_covered() -> None:
+    assert set(CASES) == set(OPS)
+
+
+DTYPE_LIMIT = {"float32": 1e-5, "float16": DEFAULT_TOLERANCE["float16"], "bfloat16": DEFAULT_TOLERANCE["bfloat16"]}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("op", list(CASES) + list(EXTRA_CASES))
+def test_torch_matches_float64_reference(op: str, dtype: str) -> None:
+    op_name, shape, params = (op, *CASES[op]) if op in CASES else EXTRA_CASES[op]
+    suite = one_layer_suite(op_name, shape, params, dtype)
+    layer = suite.models[0].layers[0]
+    result = run_one(suite)
+    assert result.status == Status.OK, result.message
+    corr = result.correctness
+    assert corr is not None and corr.reference == "float64-cpu"
+    assert corr.nonfinite == 0
+    assert corr.tolerance == DEFAULT_TOLERANCE[dtype]
+    assert corr.rel_l2 <= DTYPE_LIMIT[dtype], corr
+    assert corr.passed and result.correct
+    # Samples are kept, grouped by the 2 rounds asked for.
+    assert len(result.samples_ms) == 2 and all(len(r) >= 1 for r in result.samples_ms)
+    assert all(t > 0 for r in result.samples_ms for t in r)
+    assert result.timer == "perf_counter" and not result.interpreted
+    assert (result.input_shape, result.output_shape) == (layer.input_shape, layer.output_shape)
+    assert result.flops == OPS[op_name].flops(layer.input_shape, layer.output_shape, layer.params)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_built_layer_returns_the_layer_dtype_and_shape(dtype: str) -> None:
+    for op, (shape, params) in CASES.items():
+        suite = one_layer_suite(op, shape, params, dtype)
+        model = suite.models[0]
+        layer = model.layers[0]
+        data = ModelData(suite, model, "cpu")
+        built = get_backend("torch").build([layer], [data.weights(0)], "cpu")
+        x = data.input(0)
+        assert x.dtype == torch_dtype(dtype) and x.abs().sum() > 0, "inputs are random normal, never zeros"
+        out = built.fn(x)
+        assert out.dtype == torch_dtype(dtype), op
+        assert tuple(out.shape) == layer.output_shape, op
+        ref, kind = data.reference((0,))
+        assert ref.dtype == torch.float64 and kind == "float64-cpu"
+        assert compare_outputs(out, ref, layer.effective_tolerance, kind).passed, op
+
+
+def test_reference_uses_the_rounded_inputs_and_weights() -> None:
+    suite = one_layer_suite("linear", "[7]", "out_features: 5", "float16")
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    w = data.weights(0)
+    assert w["weight"].dtype == torch.float32  # weights are drawn in float32 ...
+    x16 = data.input(0)
+    expected = torch.nn.functional.linear(
+        x16.double(), w["weight"].half().double(), w["bias"].half().double()
+    )  # ... and rounded to the layer dtype before the float64 reference
+    ref, _ = data.reference((0,))
+    assert torch.equal(ref, expected)
+
+
+def test_data_is_seeded_and_reproducible() -> None:
+    suite = one_layer_suite("linear", "[7]", "out_features: 5", "float32")
+    model = suite.models[0]
+    a, b = ModelData(suite, model, "cpu"), ModelData(suite, model, "cpu")
+    assert torch.equal(a.input(0), b.input(0))
+    assert torch.equal(a.weights(0)["weight"], b.weights(0)["weight"])
+    # Linear weights are scaled by 1/sqrt(K): outputs stay O(1).
+    assert 0.1 < a.weights(0)["weight"].std().item() * 7**0.5 < 3
+
+
+def test_int8_layer_runs_unquantized_on_torch_and_says_so() -> None:
+    suite = one_layer_suite("linear", "[5, 7]", "out_features: 9, quant: int8", "float16")
+    result = run_one(suite)
+    assert result.status == Status.OK and result.quant == "int8"
+    assert result.note is not None and "unquantized" in result.note and "float16" in result.note
+    # Unquantized fp16 is far more accurate than int8 would be.
+    assert result.correctness.rel_l2 < DEFAULT_TOLERANCE["float16"]
+    assert result.correctness.tolerance == suite.models[0].layers[0].effective_tolerance
+
+
+def test_channels_last_conv_converts_its_input_before_timing() -> None:
+    suite = one_layer_suite("conv2d", "[3, 7, 6]", "out_channels: 5, kernel_size: 3, channels_last: true", "float32")
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    built = get_backend("torch").build([model.layers[0]], [data.weights(0)], "cpu")
+    assert built.prepare_input is not None and "channels_last" in built.note
+    x = built.prepare_input(data.input(0))
+    assert x.is_contiguous(memory_format=torch.channels_last)
+    result = run_one(suite)
+    assert result.status == Status.OK and result.correct
+
+
+def test_torch_compile_is_available_or_says_why() -> None:
+    backend = get_backend("torch-compile")
+    reason = backend.unavailable_reason("cpu")
+    if reason is not None:
+        assert isinstance(reason, str) and reason.strip()
+        pytest.skip(f"torch-compile unavailable here: {reason}")
+    import shutil
+
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("torch.compile on the CPU needs a C compiler (Inductor); none on PATH")
+    # One tiny layer; the first compile on a cold cache can take ~30 s on a 2-core machine.
+    result = run_one(one_layer_suite("relu", "[3]", "", "float32", backend="torch-compile"), "torch-compile")
+    assert result.status == Status.OK, result.message
+    assert result.correct
+    assert result.tuning_s is not None and result.tuning_s > 0
+
+
+def test_registry_names_every_backend() -> None:
+    assert BACKEND_NAMES == ("torch", "torch-compile", "triton")
+    for name in BACKEND_NAMES:
+        assert get_backend(name).name == name
