@@ -89,16 +89,25 @@ def dot_operand(x, UPCAST_DOT: tl.constexpr):
 
 @triton.jit
 def online_softmax_update(
-    acc, m_i, l_i, scores, v, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr
+    acc,
+    m_i,
+    l_i,
+    qk,
+    qk_offset,
+    qk_scale,
+    v,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST_DOT: tl.constexpr,
 ):
     """Fold one key block into the running (acc, m, l) of the online softmax.
 
-    scores: [BLOCK_M, BLOCK_N] fp32 logits already multiplied by log2(e) (masked ones -inf);
-    every row has seen at least one finite logit by the time this runs, so m stays finite.
+    The block's base-2 logits are (qk - qk_offset) * qk_scale with qk_scale > 0, so the row
+    maximum is taken on qk and each logit costs one FMA; masked entries of qk are -inf.
+    Every row has seen a finite logit by the time this runs, so m stays finite.
     P is rounded to V's dtype, as the tensor cores take it.
     """
-    m_new = tl.maximum(m_i, tl.max(scores, 1))
-    p = tl.math.exp2(scores - m_new[:, None])
+    m_new = tl.maximum(m_i, (tl.max(qk, 1) - qk_offset) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - (m_new + qk_offset * qk_scale)[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
@@ -169,15 +178,17 @@ def _attend_key_blocks(
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
         k = dot_operand(k, UPCAST_DOT)
-        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * qk_scale
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
             visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, CAUSAL)
-            scores = tl.where(visible, scores, float("-inf"))
+            qk = tl.where(visible, qk, float("-inf"))
         v = load_rows(
             v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
-        acc, m_i, l_i = online_softmax_update(acc, m_i, l_i, scores, v, DOT_PRECISION, UPCAST_DOT)
+        acc, m_i, l_i = online_softmax_update(
+            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT
+        )
     return acc, m_i, l_i
 
 

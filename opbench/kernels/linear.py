@@ -36,6 +36,7 @@ import functools
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -438,8 +439,8 @@ def tile_candidates(elem_bytes: int, tma: bool) -> list[Plan]:
              (64, 64, 4, 4)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)  # fmt: skip
     plans = [Plan("tiled", bm, bn, bk, w, s) for bm, bn, w, s in tiled]
     if tma:
-        tma_tiles = [(128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (128, 128, 8, 4),
-                     (128, 128, 4, 5)]  # fmt: skip
+        tma_tiles = [(128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (256, 128, 8, 4),
+                     (128, 128, 8, 4), (128, 128, 4, 5), (64, 128, 4, 4)]  # fmt: skip
         for bm, bn, w, s in tma_tiles:
             for persistent in (True, False):
                 plans.append(Plan("tma", bm, bn, bk, w, s, persistent=persistent))
@@ -473,6 +474,9 @@ def _sm_count(device: torch.device) -> int:
     return 4 if INTERPRET else _properties(_index(device)).multi_processor_count
 
 
+_NO_DIRECT_LAUNCH = "no-direct-launch"
+
+
 def launch(kernel, grid: tuple, args: tuple, meta: dict, compiled: dict | None, key) -> None:
     """kernel[grid](*args, **meta), remembering the compiled kernel under `key`.
 
@@ -487,12 +491,19 @@ def launch(kernel, grid: tuple, args: tuple, meta: dict, compiled: dict | None, 
     entry = None if compiled is None else compiled.get(key)
     if entry is not None:
         function, constexprs = entry
-        # CompiledKernel[grid] takes every signature argument in order (constexprs included,
-        # then ignored) and a full 3-D grid.
-        function[(*grid, 1, 1)[:3]](*args, *constexprs)
-        return
+        try:
+            # CompiledKernel[grid] takes every signature argument in order (constexprs included,
+            # then ignored) and a full 3-D grid.
+            function[(*grid, 1, 1)[:3]](*args, *constexprs)
+            return
+        except (TypeError, IndexError, AttributeError) as err:  # raised before anything launches
+            warnings.warn(
+                f"direct kernel launch failed ({err}); using Triton's JIT launch", stacklevel=2
+            )
+            compiled.clear()
+            compiled[_NO_DIRECT_LAUNCH] = True
     function = kernel[grid](*args, **meta)
-    if compiled is not None and not INTERPRET:
+    if compiled is not None and not INTERPRET and _NO_DIRECT_LAUNCH not in compiled:
         compiled[key] = (function, tuple(meta[name] for name in kernel.arg_names[len(args) :]))
 
 

@@ -62,7 +62,7 @@ def _pool2d_kernel(
     PAD_W: tl.constexpr,
     BLOCK_H: tl.constexpr,  # output rows per program
     BLOCK_W: tl.constexpr,  # output columns per program
-    PAIRED: tl.constexpr,  # stride-2 columns read as aligned pairs (_pool_paired_columns)
+    PAIRED: tl.constexpr,  # read stride-2 columns as aligned pairs where _pairable allows
 ):
     # Program id -> (plane, row block, column block); column blocks vary fastest.
     pid = tl.program_id(0)
@@ -89,7 +89,7 @@ def _pool2d_kernel(
     else:
         fill = 0.0
         acc_dtype = tl.float32
-    if PAIRED:
+    if PAIRED and STRIDE_W == 2 and PAD_W <= 1 and KERNEL_W - PAD_W <= 3:
         acc = _pool_paired_columns(
             x_plane, in_row0, out_row_mask, block_w * BLOCK_W, height, width, x_stride_h,
             x_stride_w, fill, acc_dtype, IS_MAX, KERNEL_H, KERNEL_W, PAD_W, BLOCK_H, BLOCK_W,
@@ -188,7 +188,7 @@ def _configs() -> list[triton.Config]:
     """Output tiles of 256-4096 elements, 64 wide (most feature maps are <= 64 wide after
     pooling), each with and without paired column loads."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": False}, num_warps=4)]
+        return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": True}, num_warps=4)]
     shapes = [(4, 64, 4), (8, 64, 4), (16, 64, 4), (8, 64, 2), (32, 64, 8), (16, 128, 8)]
     return [
         triton.Config({"BLOCK_H": h, "BLOCK_W": w, "PAIRED": paired}, num_warps=warps)

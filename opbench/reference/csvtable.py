@@ -228,7 +228,7 @@ class _TableReader:
             try:
                 columns = self._read_header(stream)
                 layout = self._layout(columns)
-                rows = csv.reader(stream, delimiter=self.separator, skipinitialspace=True)
+                rows = csv.reader(stream, delimiter=self.separator, skipinitialspace=True, strict=True)
                 self._rows = rows
                 return self._read_rows(rows, layout, len(columns))
             except UnicodeDecodeError as exc:

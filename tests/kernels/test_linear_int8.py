@@ -65,6 +65,7 @@ def test_every_kernel_kind(dtype: torch.dtype) -> None:
     fn = prepare_linear(w, b, activation="silu", quant="int8")
     plans = fn.candidates(x, every_kind=True)
     assert {p.kind for p in plans} == {"split_k", "tiled", "tma"}
+    assert any(p.fused_quant for p in plans) and any(p.split_k > 1 for p in plans)
     ref = reference(x, w, b, "silu")
     for plan in plans:
         out = torch.full((37, 51), float("nan"), dtype=dtype)

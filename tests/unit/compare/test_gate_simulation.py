@@ -141,22 +141,24 @@ def test_interval_coverage(cv):
     assert 0.985 <= covered.mean() <= 0.996
 
 
-def test_false_alarm_rate_with_confirmation_runs():
-    """(a) again, counting the second look: inconclusive layers re-run with 10 rounds."""
+@pytest.mark.parametrize("cv, suites, limit", [(0.03, 1000, 0.01), (0.10, 2000, 0.0125)])
+def test_false_alarm_rate_with_confirmation_runs(cv, suites, limit):
+    """(a) again, counting the second look: inconclusive layers (and regressions not
+    significant) are re-run with 10 rounds against the same baseline and BH runs again.
+    The second look shares the baseline's error, so at CV 10% the long-run rate rises from
+    ~0.45% to ~0.85% (4000 suites); 2000 suites cannot tell 0.85% from 1%, hence 1.25% here."""
     rng = np.random.default_rng(3)
-    suites = 1000
-    for cv in (0.03, 0.10):
-        base = simulate(rng, suites, cv)
-        fails, codes, p = gate_suites(base, simulate(rng, suites, cv))
-        again = (codes == 2) | ((codes == 1) & ~fails)
-        rerun = simulate(rng, suites, cv, rounds=2 * ROUNDS)
-        thr = math.log1p(THRESHOLD)
-        second = log_ratio_test(np.log(base[again]), np.log(rerun[again]), thr, LEVEL)
-        codes2, p2 = codes.copy(), p.copy()
-        codes2[again] = classify(second.low, second.high, thr)
-        p2[again] = second.p_regressed
-        significant, _ = benjamini_hochberg(p2, Q)
-        assert ((codes2 == 1) & significant).any(axis=1).mean() <= 0.01
+    base = simulate(rng, suites, cv)
+    fails, codes, p = gate_suites(base, simulate(rng, suites, cv))
+    again = (codes == 2) | ((codes == 1) & ~fails)
+    rerun = simulate(rng, suites, cv, rounds=2 * ROUNDS)
+    thr = math.log1p(THRESHOLD)
+    second = log_ratio_test(np.log(base[again]), np.log(rerun[again]), thr, LEVEL)
+    codes2, p2 = codes.copy(), p.copy()
+    codes2[again] = classify(second.low, second.high, thr)
+    p2[again] = second.p_regressed
+    significant, _ = benjamini_hochberg(p2, Q)
+    assert ((codes2 == 1) & significant).any(axis=1).mean() <= limit
 
 
 @pytest.mark.parametrize("cv, rounds", [(0.01, 5), (0.02, 10), (0.03, 20)])
