@@ -94,11 +94,14 @@ def precompile(workers: int) -> list[tuple]:
         ("fp", "bfloat16", 128, False, 1000),
         ("fp", "float32", 64, True, 1000),
     ]:
-        shapes = A.FP32_SHAPES if dtype_name == "float32" else A.HALF_SHAPES[head_dim]
-        for bm, bn, warps, stages in shapes:
+        if dtype_name == "float32":
+            tiles = A.FP32_TILES
+        else:
+            tiles = (A.FP16_TILES if kind == "fp" else A8.INT8_TILES)[head_dim]
+        for bm, bn, warps, stages, maxnreg in tiles:
             for desc in (False,) if dtype_name == "float32" else (False, True):
                 config = dict(BLOCK_M=bm, BLOCK_N=bn, USE_DESC=desc, num_warps=warps,
-                              num_stages=stages)  # fmt: skip
+                              num_stages=stages, maxnreg=maxnreg)  # fmt: skip
                 jobs.append((kind, dtype_name, head_dim, causal, seq, config))
     t0 = time.time()
     failed = []
@@ -118,7 +121,15 @@ def drop_failed_configs(failed: list[tuple]) -> None:
         tuned.configs = [
             c
             for c in tuned.configs
-            if config_key(kind, {**c.kwargs, "num_warps": c.num_warps, "num_stages": c.num_stages})
+            if config_key(
+                kind,
+                {
+                    **c.kwargs,
+                    "num_warps": c.num_warps,
+                    "num_stages": c.num_stages,
+                    "maxnreg": c.maxnreg,
+                },
+            )  # fmt: skip
             not in failed
         ]
 
@@ -142,11 +153,17 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref).norm() / ref.norm()).item()
 
 
-def torch_sdpa(heads: int, causal: bool):
+def torch_sdpa(heads: int, causal: bool, backend=None):
+    """The torch op as opbench's torch backend runs it; `backend` pins an SDPA backend."""
+
     def fn(x):
         b, s, w = x.shape
         qkv = x.view(b, s, 3, heads, w // (3 * heads)).permute(2, 0, 3, 1, 4)
-        o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=causal)
+        if backend is None:
+            o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=causal)
+        else:
+            with torch.nn.attention.sdpa_kernel(backend):
+                o = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=causal)
         return o.transpose(1, 2).reshape(b, s, w // 3)
 
     return fn
@@ -229,6 +246,8 @@ def time_shape(name, b, h, s, d, causal, with_naive=True) -> dict:
     }
     if with_naive:
         fns["naive"] = torch_naive(h, causal)
+    if DEVICE == "cuda":
+        fns["flash"] = torch_sdpa(h, causal, torch.nn.attention.SDPBackend.FLASH_ATTENTION)
     ref = reference(x, h, causal, True)
     row = dict(shape=name, B=b, H=h, S=s, D=d, causal=causal)
     tuned_before = {
@@ -245,6 +264,10 @@ def time_shape(name, b, h, s, d, causal, with_naive=True) -> dict:
         ms = bench(lambda fn=fn: fn(x))
         row[f"{key}_ms"] = ms
         row[f"{key}_tflops"] = flops / ms / 1e9
+    # The int8 path's first two steps alone: bytes = read K twice + write int8 K.
+    k = A.split_heads(x, h, True)[1]
+    row["int8_prepass_ms"] = bench(lambda: A8.smooth_and_quantize_keys(k))
+    row["int8_prepass_tbps"] = (2 * 2 + 1) * b * s * e / row["int8_prepass_ms"] / 1e9
     for key, tuned in (("triton", A._attention_fwd_tuned), ("int8", A8._attention_int8_tuned)):
         row[f"{key}_config"] = str(getattr(tuned, "best_config", None))
         if len(tuned.cache) > tuned_before[key]:  # tuned for this shape: keep every candidate
@@ -308,7 +331,8 @@ def main() -> None:
 
     print(
         "\nshape                B  H     S   D  c |  sdpa ms  naive ms triton ms  int8 ms |"
-        " triton TF  int8 TF | tri/sdpa int8/sdpa tri/naive | err tri   err int8"
+        " triton TF  int8 TF | tri/sdpa int8/sdpa tri/naive | err tri   err int8 | flash ms"
+        " prepass ms"
     )
     for r in result["timings"]:
         naive = r.get("naive_ms", float("nan"))
@@ -316,7 +340,8 @@ def main() -> None:
               f" {r['sdpa_ms']:8.3f} {naive:9.3f} {r['triton_ms']:9.3f} {r['int8_ms']:8.3f} |"
               f" {r['triton_tflops']:9.1f} {r['int8_tflops']:8.1f} |"
               f" {r['sdpa_ms'] / r['triton_ms']:8.2f} {r['sdpa_ms'] / r['int8_ms']:9.2f}"
-              f" {naive / r['triton_ms']:9.2f} | {r['triton_err']:.2e} {r['int8_err']:.2e}")  # fmt: skip
+              f" {naive / r['triton_ms']:9.2f} | {r['triton_err']:.2e} {r['int8_err']:.2e} |"
+              f" {r.get('flash_ms', float('nan')):8.3f} {r['int8_prepass_ms']:10.3f}")  # fmt: skip
     bad = [c["check"] for c in result["checks"] if not c["ok"]]
     print(f"checks: {len(result['checks']) - len(bad)}/{len(result['checks'])} passed", bad)
     print(f"total {time.time() - start:.0f}s")

@@ -7,6 +7,7 @@ from enum import Enum
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from opbench.cli.console import console, handles_errors
@@ -29,7 +30,7 @@ def validate_command(
     for model in suite.models:
         for layer in model.layers:
             table.add_row(
-                model.name,
+                escape(model.name),
                 layer.name,
                 layer.op,
                 layer.dtype,

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from opbench.cli.console import console, handles_errors
@@ -186,7 +187,7 @@ def finish(run, run_path: Path) -> None:
     console.print(f"run written to [bold]{run_path}[/]")
     bad = failures(run)
     if bad:
-        names = ", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5])
+        names = escape(", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5]))
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
         console.print(
             f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}"

@@ -481,6 +481,13 @@ def compare_run(
         else:
             overhead.append(Overhead(row.name, row.status, pos, row.time_ms, row.raw_type, owner))
 
+    if profile.total_ms is not None:
+        whole_ref, whole_source = profile.total_ms, "the reference's own total"
+    else:
+        whole_ref = sum(
+            _time(r) for r in profile.layers if r.status in (RefStatus.TIMED, RefStatus.OVERHEAD)
+        )
+        whole_source = "sum of every reference row"
     notes = list(matched.notes)
     if foreign:
         owners = sorted({_owner(profile.layers[p], models) or "?" for p in foreign})
@@ -525,6 +532,9 @@ def compare_run(
         roofline=roofline,
         peaks=peaks_from_env(run.env),
         how_matched=matched.how,
+        opbench_total_ms=sum(m.opbench_total_ms for m in summaries),
+        reference_total_ms=whole_ref,
+        reference_total_source=whole_source,
         notes=tuple(notes),
         env=dict(run.env),
     )

@@ -385,7 +385,7 @@ def gate(
     seen: set[Key] = set()
     order: list[Key] = []
     for result in current.layers:
-        if not wanted(result.backend) or result.key in final or result.key in seen:
+        if not wanted(result.backend) or result.key in seen:
             continue
         seen.add(result.key)
         order.append(result.key)

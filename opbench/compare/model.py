@@ -202,6 +202,9 @@ class Comparison:
 
     backend: the primary (gated) backend; backends: every backend in the run, primary first.
     target: the --target override, or None when each row uses its suite target.
+    opbench_total_ms: the primary backend's time summed over every layer of the compared
+        models (fused results once), against reference_total_ms: the profile's own total, or
+        the sum of all its rows (reference_total_source says which).
     """
 
     suite: str
@@ -220,6 +223,9 @@ class Comparison:
     roofline: tuple[RooflinePoint, ...] = ()
     peaks: Peaks | None = None
     how_matched: str = ""
+    opbench_total_ms: float = 0.0
+    reference_total_ms: float | None = None
+    reference_total_source: str = ""
     notes: tuple[str, ...] = ()
     env: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = COMPARISON_SCHEMA_VERSION
@@ -229,6 +235,12 @@ class Comparison:
         for row in self.rows:
             counts[row.primary.verdict] += 1
         return counts
+
+    @property
+    def whole_speedup(self) -> float | None:
+        if self.reference_total_ms is None or self.opbench_total_ms <= 0:
+            return None
+        return self.reference_total_ms / self.opbench_total_ms
 
     @property
     def failed(self) -> bool:

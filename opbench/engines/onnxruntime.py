@@ -375,6 +375,7 @@ def profile_suite(
             f"profiling with ONNX Runtime {ort.__version__} ({device}): {warmup} warm-up + {runs} runs"
         )
         session = _session(onnx_path, providers, profile_prefix=str(work / "ort_profile"))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         feeds = _feeds(session, _example_inputs(suite, plan))
         started = time.perf_counter()
         for _ in range(warmup + runs):
@@ -397,6 +398,7 @@ def profile_suite(
             "intra_op_threads": "ONNX Runtime default (one per physical core)",
             "cpu": _cpu_name(),
             "cpu_count": os.cpu_count(),
+            "load_average_1m_at_start": round(load, 2) if load is not None else None,
             "python": platform.python_version(),
             "exporter": exporter,
             "opset": opset,
@@ -437,6 +439,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

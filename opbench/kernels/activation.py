@@ -38,21 +38,27 @@ def _activation_kernel(
     # meta-parameters
     ACTIVATION: tl.constexpr,  # code from epilogue.ACTIVATION_CODES
     BLOCK: tl.constexpr,  # elements per program
+    EVICTION: tl.constexpr,  # cache policy: "" (default) or "evict_first" (streamed once)
 ):
     # int64 start: tensors may hold more than 2**31 elements.
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < numel
-    x = tl.load(x_ptr + offsets, mask=mask)
-    y = apply_activation(x.to(tl.float32), ACTIVATION)
-    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    x = tl.load(x_ptr + offsets, mask=mask, eviction_policy=EVICTION)
+    y = apply_activation(x.to(tl.float32), ACTIVATION).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + offsets, y, mask=mask, eviction_policy=EVICTION)
 
 
 def _configs() -> list[triton.Config]:
-    """Blocks of 1K-8K elements: 8 to 32 values per thread keeps enough bytes in flight."""
+    """Blocks of 1K-8K elements (8 to 32 values per thread keeps enough bytes in flight),
+    with and without evict-first loads and stores."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK": 256}, num_warps=4)]
-    shapes = [(1024, 4), (2048, 4), (4096, 4), (4096, 8), (8192, 8), (8192, 16)]
-    return [triton.Config({"BLOCK": block}, num_warps=warps) for block, warps in shapes]
+        return [triton.Config({"BLOCK": 256, "EVICTION": ""}, num_warps=4)]
+    shapes = [(1024, 4), (2048, 4), (4096, 4), (2048, 8), (8192, 8)]
+    return [
+        triton.Config({"BLOCK": block, "EVICTION": eviction}, num_warps=warps)
+        for block, warps in shapes
+        for eviction in ("", "evict_first")
+    ]
 
 
 _activation = triton.autotune(configs=_configs(), key=["numel", "ACTIVATION"])(_activation_kernel)

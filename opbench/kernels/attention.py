@@ -289,38 +289,70 @@ def _attention_fwd_kernel(
         tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-# Candidate (BLOCK_M, BLOCK_N, num_warps, num_stages) per head dim for 16-bit inputs, and for
-# fp32. Each compiles for sm_90 without register spills and within 227 KB of shared memory
-# (D = 128, 128 x 128, 3 stages: Q 32 KB + 3 x (K 32 KB + V 32 KB) = 224 KB). Hopper favours
-# 128-row query blocks on two warpgroups (8 warps); fp32 runs its dots on FMA units (ieee),
-# which only small tiles keep out of local memory.
-HALF_SHAPES = {
-    16: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
-    32: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
-    64: [(128, 128, 8, 3), (128, 128, 8, 4), (128, 64, 8, 4), (64, 64, 4, 4)],
-    128: [(128, 128, 8, 3), (128, 64, 8, 3), (128, 64, 8, 4), (64, 64, 4, 3)],
-    256: [(64, 64, 4, 2), (128, 32, 8, 2), (64, 32, 4, 3)],
+# Autotune candidates: (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg) per head dim.
+# Each compiles for sm_90 without register spills and within 227 KB of shared memory
+# (e.g. D = 128, 128 x 128, 3 stages: Q 32 KB + 3 x (K 32 KB + V 32 KB) = 224 KB). Hopper
+# runs 128-row blocks on two warpgroups (8 warps). The two warpgroups of one program wait on
+# the same tiles, so their softmax and matrix phases do not overlap; two programs per SM
+# (64-row blocks on 4 warps, or a 128-register cap) let the scheduler overlap them.
+# fp32 runs its dots on FMA units (ieee), which only small tiles keep out of local memory.
+Tile = tuple[int, int, int, int, "int | None"]
+_SMALL_HEAD_TILES: list[Tile] = [
+    (128, 64, 8, 4, None),
+    (128, 64, 8, 3, None),
+    (64, 64, 4, 4, None),
+    (64, 64, 4, 3, None),
+    (128, 128, 8, 3, None),
+]
+FP16_TILES: dict[int, list[Tile]] = {
+    16: _SMALL_HEAD_TILES,
+    32: _SMALL_HEAD_TILES,
+    64: _SMALL_HEAD_TILES,
+    128: [
+        (128, 64, 8, 4, None),
+        (128, 64, 8, 3, None),
+        (128, 64, 8, 2, 128),
+        (64, 64, 4, 3, None),
+        (128, 128, 8, 3, None),
+    ],
+    256: [(64, 64, 4, 2, None), (128, 32, 8, 2, None), (64, 32, 4, 3, None)],
 }
-FP32_SHAPES = [(32, 16, 4, 2), (32, 16, 8, 2)]
+FP32_TILES: list[Tile] = [(32, 16, 4, 2, None), (32, 16, 8, 2, None)]
 
 
-def fwd_configs() -> list[triton.Config]:
-    """Every candidate, each with and without tensor descriptors; `prune_configs` keeps the
-    ones that suit a call. Under the interpreter: one small config."""
+def tile_of(config: triton.Config) -> Tile:
+    kw = config.kwargs
+    return (kw["BLOCK_M"], kw["BLOCK_N"], config.num_warps, config.num_stages, config.maxnreg)
+
+
+def make_configs(tile_lists: list[list[Tile]]) -> list[triton.Config]:
+    """Every candidate tile, each with and without tensor descriptors; `keep_configs` picks
+    the ones a call can use. Under the interpreter: one small config."""
     if INTERPRET:
         return [
             triton.Config(
                 {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False}, num_warps=4, num_stages=1
             )
         ]
-    shapes = sorted({shape for table in HALF_SHAPES.values() for shape in table} | set(FP32_SHAPES))
+    tiles = sorted({tile for tiles in tile_lists for tile in tiles}, key=str)
     return [
         triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc}, num_warps=warps, num_stages=stages
+            {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc},
+            num_warps=warps,
+            num_stages=stages,
+            maxnreg=maxnreg,
         )
-        for bm, bn, warps, stages in shapes
+        for bm, bn, warps, stages, maxnreg in tiles
         for desc in (False, True)
     ]
+
+
+def keep_configs(
+    configs: list[triton.Config], tiles: list[Tile], desc_ok: bool
+) -> list[triton.Config]:
+    if INTERPRET:
+        return configs
+    return [c for c in configs if tile_of(c) in tiles and (desc_ok or not c.kwargs["USE_DESC"])]
 
 
 def descriptors_usable(*tensors: torch.Tensor) -> bool:
@@ -339,20 +371,11 @@ def descriptors_usable(*tensors: torch.Tensor) -> bool:
 
 
 def prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Keep the configs whose tile shape suits this dtype and head dim, and the TMA ones only
-    where descriptors can address q/k/v and out."""
-    if INTERPRET:
-        return configs
+    """Tiles for this dtype and head dim; TMA only where descriptors can address q/k/v, out."""
     q, out = named_args["q_ptr"], named_args["out_ptr"]
-    head_dim = kwargs["HEAD_DIM"]
-    shapes = FP32_SHAPES if q.element_size() == 4 else HALF_SHAPES[head_dim]
-    desc_ok = q.element_size() < 4 and descriptors_usable(q, out)
-    return [
-        c
-        for c in configs
-        if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in shapes
-        and (desc_ok or not c.kwargs["USE_DESC"])
-    ]
+    if q.element_size() == 4:
+        return keep_configs(configs, FP32_TILES, desc_ok=False)
+    return keep_configs(configs, FP16_TILES[kwargs["HEAD_DIM"]], descriptors_usable(q, out))
 
 
 def quick_bench(kernel_call: Callable[[], None], quantiles: tuple[float, ...]) -> list[float]:
@@ -361,7 +384,7 @@ def quick_bench(kernel_call: Callable[[], None], quantiles: tuple[float, ...]) -
 
 
 _attention_fwd_tuned = triton.autotune(
-    configs=fwd_configs(),
+    configs=make_configs([*FP16_TILES.values(), FP32_TILES]),
     key=["seq_len", "HEAD_DIM", "CAUSAL"],
     prune_configs_by={"early_config_prune": prune_configs},
     do_bench=quick_bench,

@@ -2,17 +2,22 @@
 
 Three steps per call, all Triton kernels:
 
-1. Smooth K: mu[b, h, :] = mean over the sequence of k[b, :, h, :]. Subtracting mu from
-   every key is exact for softmax: q.(k_j - mu) = q.k_j - q.mu shifts each query row's logits
-   by one constant. It removes the channel bias that K of real models carries, so the int8
-   grid spends its 255 levels on the part that varies between keys.
-2. Quantize K - mu per block of KEY_QUANT_ROWS keys, symmetric: scale = max|k - mu| / 127,
-   k8 = round((k - mu) / scale). k8 goes to an [B, H, S_pad, D] int8 buffer (rows past S are
-   zero) and each key row gets its block's scale in an [B, H, S_pad] fp32 vector.
+1. Smooth K: mu[b, h, :] = mean over the sequence of k[b, :, h, :], from partial sums over
+   chunks of SUM_CHUNK_ROWS keys (many programs, so the pass runs at memory speed).
+   Subtracting mu from every key is exact for softmax: q.(k_j - mu) = q.k_j - q.mu shifts
+   each query row's logits by one constant. It removes the channel bias that K of real
+   models carries, so the int8 grid spends its 255 levels on what varies between keys.
+2. Quantize K - mu per block of KEY_BLOCK keys, symmetric: scale = max|k - mu| / 127,
+   k8 = round((k - mu) / scale), into an [B, H, S_pad, D] int8 buffer (rows past S are 0)
+   and one fp32 scale per block.
 3. Attention: each program quantizes its own BLOCK_M query rows the same way (the softmax
    scale log2(e)/sqrt(D) folded in first), then for each key block
-       s = (q8 . k8^T) [int32, exact] * (q_scale * k_scale)   -> online softmax in fp32,
-       acc += P V with P rounded to V's dtype (fp16/bf16 tensor cores, fp32 accumulate).
+       qk = q8 . k8^T  (int32, exact)   logits = qk * q_scale * k_scale (one scalar)
+   and the online softmax and PV of the fp16 kernel (P rounded to V's 16-bit dtype).
+   The int32 -> fp32 conversion is an integer add: for |qk| < 2^22 the bits of
+   0x4B400000 + qk read as a float are exactly 1.5 * 2^23 + qk, and the softmax update
+   takes that offset off inside the same FMA that applies the scale. |qk| <= 127^2 D < 2^22
+   for D <= 256.
 
 Why PV stays 16-bit: with random data the output is a sum of N weakly-correlated terms, so
 its relative error is about the per-term error; e4m3 P (3 mantissa bits, ~2% rms rounding)
@@ -21,7 +26,7 @@ plus fp8 V would alone use most of the 3e-2 budget that int8 QK^T (~1%) leaves.
 Cost per call, E = H D, element size e:
     FLOPs   QK^T 2 B H S^2 D as int8 ops (twice the fp16 tensor-core rate on Hopper),
             PV 2 B H S^2 D in fp16; half of each when causal.
-    bytes   steps 1-2: read K twice (2 B S E e), write k8 and scales (B S E + 4 B H S);
+    bytes   steps 1-2: read K twice (2 B S E e), write k8 (B S E);
             step 3: read Q, V (2 B S E e), k8 (B S E) and write O (B S E e).
 """
 
@@ -35,31 +40,41 @@ import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import (
-    HALF_SHAPES,
     INTERPRET,
     LOG2E,
+    Tile,
     check_head_dim,
     descriptors_usable,
     ensure_descriptor_allocator,
+    keep_configs,
     key_mask,
     key_ranges,
     load_rows,
+    make_configs,
     online_softmax_update,
     quick_bench,
 )
 
-# Keys per quantization block (one scale each); the padded key buffer is a multiple of
-# PAD_ROWS so that no key tile of the attention kernel (BLOCK_N <= 128) reads past it.
-KEY_QUANT_ROWS = 64
-PAD_ROWS = 128
-MEAN_BLOCK_ROWS = 64
+# Keys per quantization block (one scale each). The key tiles of the attention kernel
+# (BLOCK_N <= 128) divide it, so each tile has one scale and never reads past the padding.
+KEY_BLOCK = 128
+# Keys summed by one program of the mean pass, BLOCK_S rows at a time.
+SUM_CHUNK_ROWS = 512
+SUM_BLOCK_ROWS = 64
+# 0x4B400000 read as fp32 is 1.5 * 2^23: adding an int32 |x| < 2^22 to these bits gives
+# the float 1.5 * 2^23 + x exactly.
+MAGIC_BITS = tl.constexpr(0x4B400000)
+# Floor of a block's max |value| (an all-zero block, e.g. the smoothed keys of S = 1): keeps
+# every scale, and the product of two, a positive normal float, so -inf * scale stays -inf.
+MIN_AMAX = tl.constexpr(1e-12)
+MAGIC_FLOAT = tl.constexpr(12582912.0)
 
 
 @triton.jit
-def _key_mean_kernel(
+def _key_partial_sums_kernel(
     # pointers
     k_ptr,  # [B, S, H, D] view of the keys
-    mean_ptr,  # [B * H, D] fp32 output: mean of each channel over the sequence
+    partial_ptr,  # [B * H, num_chunks, D] fp32 output: sum of each chunk's keys
     # shapes
     seq_len,
     heads,
@@ -70,20 +85,23 @@ def _key_mean_kernel(
     stride_xd,
     # meta-parameters
     HEAD_DIM: tl.constexpr,
-    BLOCK_S: tl.constexpr,  # sequence rows summed per step
+    CHUNK_ROWS: tl.constexpr,  # keys per program (SUM_CHUNK_ROWS)
+    BLOCK_S: tl.constexpr,  # keys per load
 ):
-    """Grid (B * H,): one program sums one head's keys over the whole sequence."""
-    pid_bh = tl.program_id(0)
+    """Grid (cdiv(S, CHUNK_ROWS), B * H): sum one chunk of one head's keys."""
+    pid_c = tl.program_id(0)
+    pid_bh = tl.program_id(1)
     batch = pid_bh // heads
     head = pid_bh % heads
     k_base = k_ptr + batch.to(tl.int64) * stride_xb + head.to(tl.int64) * stride_xh
     cols = tl.arange(0, HEAD_DIM)
     total = tl.zeros([BLOCK_S, HEAD_DIM], dtype=tl.float32)
-    for start in range(0, seq_len, BLOCK_S):
+    for start in range(pid_c * CHUNK_ROWS, (pid_c + 1) * CHUNK_ROWS, BLOCK_S):
         rows = start + tl.arange(0, BLOCK_S)
         ptrs = k_base + rows[:, None] * stride_xs + cols[None, :] * stride_xd
         total += tl.load(ptrs, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
-    tl.store(mean_ptr + pid_bh * HEAD_DIM + cols, tl.sum(total, 0) / seq_len)
+    num_chunks = tl.num_programs(0)
+    tl.store(partial_ptr + (pid_bh * num_chunks + pid_c) * HEAD_DIM + cols, tl.sum(total, 0))
 
 
 @triton.jit
@@ -96,13 +114,14 @@ def round_to_int8(x):
 def _quantize_keys_kernel(
     # pointers
     k_ptr,  # [B, S, H, D] view of the keys
-    mean_ptr,  # [B * H, D] fp32 key means
+    partial_ptr,  # [B * H, num_chunks, D] fp32 partial key sums
     k8_ptr,  # [B * H, S_pad, D] int8 output
-    scale_ptr,  # [B * H, S_pad] fp32 output: the scale of each key row's block
+    scale_ptr,  # [B * H, S_pad / BLOCK_S] fp32 output: one scale per key block
     # shapes
     seq_len,
     padded_len,  # S_pad
     heads,
+    num_chunks,
     # strides (elements) of the key view
     stride_xb,
     stride_xs,
@@ -110,27 +129,30 @@ def _quantize_keys_kernel(
     stride_xd,
     # meta-parameters
     HEAD_DIM: tl.constexpr,
-    BLOCK_S: tl.constexpr,  # keys per quantization block
+    BLOCK_S: tl.constexpr,  # keys per quantization block (KEY_BLOCK)
 ):
     """Grid (S_pad / BLOCK_S, B * H): smooth and quantize one block of keys."""
     pid_s = tl.program_id(0)
     pid_bh = tl.program_id(1)
     batch = pid_bh // heads
     head = pid_bh % heads
-    rows = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
     cols = tl.arange(0, HEAD_DIM)
+    key_sum = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for chunk in range(0, num_chunks):
+        key_sum += tl.load(partial_ptr + (pid_bh * num_chunks + chunk) * HEAD_DIM + cols)
+    mean = key_sum / seq_len
+    rows = pid_s * BLOCK_S + tl.arange(0, BLOCK_S)
     in_seq = rows[:, None] < seq_len
     k_base = k_ptr + batch.to(tl.int64) * stride_xb + head.to(tl.int64) * stride_xh
     k = tl.load(k_base + rows[:, None] * stride_xs + cols[None, :] * stride_xd, mask=in_seq)
-    mean = tl.load(mean_ptr + pid_bh * HEAD_DIM + cols)
     # Rows past the sequence must not widen the scale: they become exact zeros.
     smooth = tl.where(in_seq, k.to(tl.float32) - mean[None, :], 0.0)
-    amax = tl.max(tl.max(tl.abs(smooth), 1), 0)
-    scale = amax / 127.0
-    k8 = round_to_int8(smooth * (127.0 / tl.maximum(amax, 1e-30)))
-    out_offset = pid_bh.to(tl.int64) * padded_len
-    tl.store(k8_ptr + (out_offset + rows[:, None]) * HEAD_DIM + cols[None, :], k8)
-    tl.store(scale_ptr + out_offset + rows, tl.full([BLOCK_S], 0.0, tl.float32) + scale)
+    amax = tl.maximum(tl.max(tl.max(tl.abs(smooth), 1), 0), MIN_AMAX)
+    k8 = round_to_int8(smooth * (127.0 / amax))
+    tl.store(
+        k8_ptr + (pid_bh.to(tl.int64) * padded_len + rows[:, None]) * HEAD_DIM + cols[None, :], k8
+    )
+    tl.store(scale_ptr + pid_bh * tl.num_programs(0) + pid_s, amax / 127.0)
 
 
 @triton.jit
@@ -153,6 +175,7 @@ def _attend_key_blocks_int8(
     stride_xd,
     HEAD_DIM: tl.constexpr,
     BLOCK_N: tl.constexpr,
+    KEY_BLOCK: tl.constexpr,
     CAUSAL: tl.constexpr,
     MASKED: tl.constexpr,
     USE_DESC: tl.constexpr,
@@ -165,15 +188,19 @@ def _attend_key_blocks_int8(
         k8 = load_rows(
             k8_base, k8_desc, start_n, seq_len, HEAD_DIM, 1, BLOCK_N, HEAD_DIM, USE_DESC, False
         )
-        k_scale = tl.load(k_scale_base + offs_n)
-        scores = tl.dot(q8, tl.trans(k8)).to(tl.float32) * (q_scale * k_scale)[None, :]
+        k_scale = tl.load(k_scale_base + start_n // KEY_BLOCK)
+        qk = tl.dot(q8, tl.trans(k8))
+        # int32 -> fp32 as MAGIC_FLOAT + qk, by an integer add (see the module docstring).
+        qk = (qk + MAGIC_BITS).to(tl.float32, bitcast=True)
         if MASKED:
-            scores = tl.where(key_mask(offs_m, offs_n, seq_len, CAUSAL), scores, float("-inf"))
+            qk = tl.where(key_mask(offs_m, offs_n, seq_len, CAUSAL), qk, float("-inf"))
         v = load_rows(
             v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
-        acc, m_i, l_i = online_softmax_update(acc, m_i, l_i, scores, v, "tf32", UPCAST_DOT)
+        acc, m_i, l_i = online_softmax_update(
+            acc, m_i, l_i, qk, MAGIC_FLOAT, q_scale * k_scale, v, "tf32", UPCAST_DOT
+        )
     return acc, m_i, l_i
 
 
@@ -182,7 +209,7 @@ def _attention_int8_kernel(
     # pointers
     q_ptr,  # [B, S, H, D] fp16/bf16 view of x
     k8_ptr,  # [B * H, S_pad, D] int8 smoothed, quantized keys
-    k_scale_ptr,  # [B * H, S_pad] fp32 scale of each key row
+    k_scale_ptr,  # [B * H, S_pad / KEY_BLOCK] fp32 scale of each key block
     v_ptr,  # [B, S, H, D] view of x, same strides as q
     out_ptr,  # [B, S, H, D] view of the output
     # shapes
@@ -205,11 +232,13 @@ def _attention_int8_kernel(
     CAUSAL: tl.constexpr,
     UPCAST_DOT: tl.constexpr,  # interpreter + bf16 only (see attention.dot_operand)
     BLOCK_M: tl.constexpr,  # query rows per program = rows per Q quantization block
+    KEY_BLOCK: tl.constexpr,  # keys per K quantization block; a multiple of BLOCK_N
     BLOCK_N: tl.constexpr,  # keys per inner step
     USE_DESC: tl.constexpr,  # K8/V tiles through tensor descriptors (TMA)
 ):
     """Grid (cdiv(S, BLOCK_M), B * H), as the fp16 kernel."""
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
+    tl.static_assert(KEY_BLOCK % BLOCK_N == 0)
     num_m_blocks = tl.cdiv(seq_len, BLOCK_M)
     pid_m = tl.program_id(0)
     if CAUSAL:
@@ -221,7 +250,7 @@ def _attention_int8_kernel(
     q_base = q_ptr + x_offset
     v_base = v_ptr + x_offset
     k8_base = k8_ptr + pid_bh.to(tl.int64) * padded_len * HEAD_DIM
-    k_scale_base = k_scale_ptr + pid_bh.to(tl.int64) * padded_len
+    k_scale_base = k_scale_ptr + pid_bh * (padded_len // KEY_BLOCK)
     if USE_DESC:
         k8_desc = tl.make_tensor_descriptor(
             k8_base, [padded_len, HEAD_DIM], [HEAD_DIM, 1], [BLOCK_N, HEAD_DIM]
@@ -240,9 +269,9 @@ def _attention_int8_kernel(
         q_base, None, start_m, seq_len, stride_xs, stride_xd, BLOCK_M, HEAD_DIM, False, True
     )
     q = q.to(tl.float32) * qk_scale
-    q_amax = tl.max(tl.max(tl.abs(q), 1), 0)
+    q_amax = tl.maximum(tl.max(tl.max(tl.abs(q), 1), 0), MIN_AMAX)
     q_scale = q_amax / 127.0
-    q8 = round_to_int8(q * (127.0 / tl.maximum(q_amax, 1e-30)))
+    q8 = round_to_int8(q * (127.0 / q_amax))
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -251,12 +280,12 @@ def _attention_int8_kernel(
     acc, m_i, l_i = _attend_key_blocks_int8(
         acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
         0, unmasked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, False, USE_DESC, UPCAST_DOT,
     )  # fmt: skip
     acc, m_i, l_i = _attend_key_blocks_int8(
         acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
         unmasked_end, masked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, True, USE_DESC, UPCAST_DOT,
     )  # fmt: skip
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
@@ -271,45 +300,63 @@ def _attention_int8_kernel(
     tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-def int8_configs() -> list[triton.Config]:
-    """Tile shapes of the fp16 kernel (int8 K tiles take half the shared memory), +/- TMA."""
-    if INTERPRET:
-        return [
-            triton.Config(
-                {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False}, num_warps=4, num_stages=1
-            )
-        ]
-    shapes = sorted({shape for table in HALF_SHAPES.values() for shape in table})
-    return [
-        triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc}, num_warps=warps, num_stages=stages
-        )
-        for bm, bn, warps, stages in shapes
-        for desc in (False, True)
-    ]
+# Autotune candidates as in attention.py; the int8 K tile takes half the shared memory of
+# an fp16 one, so more stages fit.
+_SMALL_HEAD_TILES: list[Tile] = [
+    (64, 64, 4, 4, None),
+    (64, 64, 4, 3, None),
+    (128, 64, 8, 3, 128),
+    (128, 128, 8, 3, None),
+]
+INT8_TILES: dict[int, list[Tile]] = {
+    16: _SMALL_HEAD_TILES,
+    32: _SMALL_HEAD_TILES,
+    64: _SMALL_HEAD_TILES,
+    128: [
+        (64, 64, 4, 3, None),
+        (64, 64, 4, 4, None),
+        (128, 64, 8, 2, 128),
+        (128, 64, 8, 3, None),
+        (128, 128, 8, 3, None),
+    ],
+    256: [(64, 64, 4, 2, None), (64, 32, 4, 3, None)],
+}
 
 
 def prune_int8_configs(
     configs: list[triton.Config], named_args: dict, **kwargs
 ) -> list[triton.Config]:
-    if INTERPRET:
-        return configs
-    shapes = HALF_SHAPES[kwargs["HEAD_DIM"]]
     desc_ok = descriptors_usable(named_args["v_ptr"])
-    return [
-        c
-        for c in configs
-        if (c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.num_warps, c.num_stages) in shapes
-        and (desc_ok or not c.kwargs["USE_DESC"])
-    ]
+    return keep_configs(configs, INT8_TILES[kwargs["HEAD_DIM"]], desc_ok)
 
 
 _attention_int8_tuned = triton.autotune(
-    configs=int8_configs(),
+    configs=make_configs(list(INT8_TILES.values())),
     key=["seq_len", "HEAD_DIM", "CAUSAL"],
     prune_configs_by={"early_config_prune": prune_int8_configs},
     do_bench=quick_bench,
 )(_attention_int8_kernel)
+
+
+def smooth_and_quantize_keys(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1-2 on a [B, S, H, D] key view: int8 keys [B * H, S_pad, D] (S_pad a multiple
+    of KEY_BLOCK, pad rows zero) and their scales [B * H, S_pad / KEY_BLOCK]."""
+    batch, seq_len, heads, head_dim = k.shape
+    padded_len = triton.cdiv(seq_len, KEY_BLOCK) * KEY_BLOCK
+    num_chunks = triton.cdiv(seq_len, SUM_CHUNK_ROWS)
+    rows = batch * heads
+    partial = torch.empty((rows, num_chunks, head_dim), dtype=torch.float32, device=k.device)
+    k8 = torch.empty((rows, padded_len, head_dim), dtype=torch.int8, device=k.device)
+    k_scale = torch.empty((rows, padded_len // KEY_BLOCK), dtype=torch.float32, device=k.device)
+    _key_partial_sums_kernel[(num_chunks, rows)](
+        k, partial, seq_len, heads, *k.stride(),
+        HEAD_DIM=head_dim, CHUNK_ROWS=SUM_CHUNK_ROWS, BLOCK_S=SUM_BLOCK_ROWS,
+    )  # fmt: skip
+    _quantize_keys_kernel[(padded_len // KEY_BLOCK, rows)](
+        k, partial, k8, k_scale, seq_len, padded_len, heads, num_chunks, *k.stride(),
+        HEAD_DIM=head_dim, BLOCK_S=KEY_BLOCK,
+    )  # fmt: skip
+    return k8, k_scale
 
 
 def attention_int8_forward(
@@ -323,7 +370,7 @@ def attention_int8_forward(
 ) -> torch.Tensor:
     """Smooth and quantize K, then run the int8 attention kernel; all on [B, S, H, D] views.
 
-    Scratch (key means, int8 keys, scales) is allocated per call; nothing is computed by torch.
+    Scratch (partial sums, int8 keys, scales) is allocated per call; torch computes nothing.
     config: explicit attention-kernel meta-parameters, bypassing the autotuner.
     """
     batch, seq_len, heads, head_dim = q.shape
@@ -332,30 +379,18 @@ def attention_int8_forward(
         raise Unsupported("int8 attention keeps PV on 16-bit tensor cores: use float16/bfloat16")
     assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
     ensure_descriptor_allocator()
-    padded_len = triton.cdiv(seq_len, PAD_ROWS) * PAD_ROWS
-    device = q.device
-    key_mean = torch.empty((batch * heads, head_dim), dtype=torch.float32, device=device)
-    k8 = torch.empty((batch * heads, padded_len, head_dim), dtype=torch.int8, device=device)
-    k_scale = torch.empty((batch * heads, padded_len), dtype=torch.float32, device=device)
-
-    _key_mean_kernel[(batch * heads,)](
-        k, key_mean, seq_len, heads, *k.stride(),
-        HEAD_DIM=head_dim, BLOCK_S=MEAN_BLOCK_ROWS,
-    )  # fmt: skip
-    _quantize_keys_kernel[(padded_len // KEY_QUANT_ROWS, batch * heads)](
-        k, key_mean, k8, k_scale, seq_len, padded_len, heads, *k.stride(),
-        HEAD_DIM=head_dim, BLOCK_S=KEY_QUANT_ROWS,
-    )  # fmt: skip
+    k8, k_scale = smooth_and_quantize_keys(k)
     kernel = _attention_int8_tuned if config is None else _attention_int8_kernel
     grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)  # noqa: E731
     kernel[grid](
         q, k8, k_scale, v, out,
-        seq_len, padded_len, heads,
+        seq_len, k8.shape[1], heads,
         *q.stride(), *out.stride(),
         LOG2E / math.sqrt(head_dim),
         HEAD_DIM=head_dim,
         CAUSAL=causal,
         UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
+        KEY_BLOCK=KEY_BLOCK,
         **(config or {}),
     )  # fmt: skip
     return out

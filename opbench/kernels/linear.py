@@ -400,9 +400,19 @@ class Plan:
         return Plan(**{k: v for k, v in d.items() if k in Plan.__dataclass_fields__})
 
 
+# Host-side integer helpers. triton.cdiv / triton.next_power_of_2 are constexpr-function
+# wrappers costing microseconds per call; these run on every launch.
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def small_m_block(m: int) -> int:
     """BLOCK_M of the split-K kernel: M rounded up to a power of two, at least 16 (tl.dot)."""
-    return max(16, triton.next_power_of_2(m))
+    return max(16, next_power_of_2(m))
 
 
 def split_k_candidates(m: int, elem_bytes: int, fused_quant: bool = False) -> list[Plan]:
@@ -554,13 +564,13 @@ def launch_gemm(
     )
     bm, bn, bk = plan.block_m, plan.block_n, plan.block_k
     if plan.kind == "tiled":
-        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+        grid = (cdiv(M, bm) * cdiv(N, bn),)
         args = (a, w, *pointers, M, N, K,
                 a.stride(0), a.stride(1), w.stride(0), w.stride(1), out.stride(0), out.stride(1))  # fmt: skip
         meta.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=plan.group_m, EVEN_K=K % bk == 0)
         launch(_linear_tiled_kernel, grid, args, meta, compiled, key)
     elif plan.kind == "tma":
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        tiles = cdiv(M, bm) * cdiv(N, bn)
         programs = min(tiles, _sm_count(a.device)) if plan.persistent else tiles
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
         w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk])
@@ -568,7 +578,7 @@ def launch_gemm(
         meta.update(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=plan.group_m)
         launch(_linear_tma_kernel, (programs,), args, meta, compiled, key)
     elif plan.kind == "split_k":
-        grid = (triton.cdiv(N, bn), plan.split_k, triton.cdiv(M, bm))
+        grid = (cdiv(N, bn), plan.split_k, cdiv(M, bm))
         if grid[0] * grid[2] > arrivals.numel():
             raise ValueError(f"split-K plan needs {grid[0] * grid[2]} tile counters")
         partial = unused
@@ -686,7 +696,7 @@ class PreparedLinear:
         self.weight = self._prepare_weight(weight)
         self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
         # One counter per output tile of the split-K kernel (its BLOCK_M covers all rows).
-        self.arrivals = torch.zeros(triton.cdiv(self.out_features, 16), dtype=torch.int32,
+        self.arrivals = torch.zeros(cdiv(self.out_features, 16), dtype=torch.int32,
                                     device=weight.device)  # fmt: skip
         self.tuning_seconds = 0.0
         self._plan_memo: dict[tuple, Plan] = {}
@@ -749,7 +759,7 @@ class PreparedLinear:
         return tiles
 
     def plan_for(self, x2: torch.Tensor, out2: torch.Tensor) -> Plan:
-        m_bucket = triton.next_power_of_2(x2.shape[0])
+        m_bucket = next_power_of_2(x2.shape[0])
         tma = self._tma_ok(x2)
         memo_key = (x2.device, x2.dtype, m_bucket, tma)
         if memo_key in self._plan_memo:  # the per-call fast path: no string keys, no dict merges

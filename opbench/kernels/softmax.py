@@ -17,6 +17,7 @@ coalesced without transposing anything. `layernorm`/`rmsnorm` (norm.py) reuse th
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ def _softmax_kernel(
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_L: tl.constexpr,  # elements of the reduced axis per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
+    EVICTION: tl.constexpr,  # cache policy for the last read of x and the writes of y
 ):
     pid = tl.program_id(0)
     blocks_r = tl.cdiv(size_r, BLOCK_R)
@@ -77,13 +79,19 @@ def _softmax_kernel(
 
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < length)[None, :]
-        x = tl.load(x_rows + cols[None, :] * x_stride_l, mask=mask, other=-float("inf"))
+        x = tl.load(
+            x_rows + cols[None, :] * x_stride_l,
+            mask=mask,
+            other=-float("inf"),
+            eviction_policy=EVICTION,
+        )
         x = x.to(tl.float32)
         # exp(v) = 2**(v * log2(e)); exp2 is the native instruction.
         shifted = (x - tl.max(x, axis=1)[:, None]) * 1.4426950408889634
         numerator = tl.exp2(shifted)
         y = numerator / tl.sum(numerator, axis=1)[:, None]
-        tl.store(y_rows + cols[None, :] * y_stride_l, y.to(y_ptr.dtype.element_ty), mask=mask)
+        y = y.to(y_ptr.dtype.element_ty)
+        tl.store(y_rows + cols[None, :] * y_stride_l, y, mask=mask, eviction_policy=EVICTION)
     else:
         # Online softmax: keep a running max m and the sum s of exp(x - m), rescaling s
         # whenever m grows, so the statistics need only one read of the row.
@@ -102,12 +110,15 @@ def _softmax_kernel(
         inverse_sum = 1.0 / row_sum
         for start in range(0, length, BLOCK_L):
             mask = row_mask[:, None] & (start + cols < length)[None, :]
-            x = tl.load(x_rows + (start + cols)[None, :] * x_stride_l, mask=mask).to(tl.float32)
+            x = tl.load(
+                x_rows + (start + cols)[None, :] * x_stride_l, mask=mask, eviction_policy=EVICTION
+            ).to(tl.float32)
             y = tl.exp2((x - row_max[:, None]) * 1.4426950408889634) * inverse_sum[:, None]
             tl.store(
                 y_rows + (start + cols)[None, :] * y_stride_l,
                 y.to(y_ptr.dtype.element_ty),
                 mask=mask,
+                eviction_policy=EVICTION,
             )
 
 
@@ -140,20 +151,31 @@ class RowLayout:
 
 def row_layout(x: torch.Tensor, y: torch.Tensor, dim: int, op: str) -> RowLayout:
     """Split x and y (same shape) into outer axes, a row axis and the reduced axis `dim`."""
-    others = [a for a in range(x.dim()) if a != dim]
-    sizes, (x_strides, y_strides) = collapse_dims(
-        [x.shape[a] for a in others], [x.stride(a) for a in others], [y.stride(a) for a in others]
+    return _row_layout(tuple(x.shape), x.stride(), y.stride(), dim, op)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_layout(
+    shape: tuple[int, ...],
+    x_strides: tuple[int, ...],
+    y_strides: tuple[int, ...],
+    dim: int,
+    op: str,
+) -> RowLayout:
+    """Cached: layers call it with the same layout every time."""
+    others = [a for a in range(len(shape)) if a != dim]
+    sizes, (x_batch, y_batch) = collapse_dims(
+        [shape[a] for a in others], [x_strides[a] for a in others], [y_strides[a] for a in others]
     )
     if len(sizes) > 3:
         raise Unsupported(f"{op}: {len(sizes)} non-mergeable batch axes (at most 3)")
-    row = min(range(len(sizes)), key=lambda a: (x_strides[a], -a))
+    row = min(range(len(sizes)), key=lambda a: (x_batch[a], -a))
     outer = [a for a in range(len(sizes)) if a != row]
-    padding = [None] * (2 - len(outer))
-    axes = padding + outer + [row]
+    axes = [None] * (2 - len(outer)) + outer + [row]
     layout = RowLayout(
-        sizes=(*[1 if a is None else sizes[a] for a in axes], x.shape[dim]),
-        x_strides=(*[0 if a is None else x_strides[a] for a in axes], x.stride(dim)),
-        y_strides=(*[0 if a is None else y_strides[a] for a in axes], y.stride(dim)),
+        sizes=(*[1 if a is None else sizes[a] for a in axes], shape[dim]),
+        x_strides=(*[0 if a is None else x_batch[a] for a in axes], x_strides[dim]),
+        y_strides=(*[0 if a is None else y_batch[a] for a in axes], y_strides[dim]),
     )
     for strides in (layout.x_strides, layout.y_strides):
         span = (layout.sizes[2] - 1) * strides[2] + (layout.sizes[3] - 1) * strides[3]
@@ -170,13 +192,15 @@ def row_block(length: int) -> tuple[int, bool]:
 
 
 def row_configs() -> list[triton.Config]:
-    """Rows per program x warps; `fit_rows_to_shape` keeps the ones sized for the problem."""
+    """Rows per program x warps x cache policy (evict_first: x and y are touched once, do not
+    let them push other data out of L2); `fit_rows_to_shape` keeps the ones that fit."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_R": 4}, num_warps=4)]
+        return [triton.Config({"BLOCK_R": 4, "EVICTION": ""}, num_warps=4)]
     return [
-        triton.Config({"BLOCK_R": rows}, num_warps=warps)
+        triton.Config({"BLOCK_R": rows, "EVICTION": eviction}, num_warps=warps)
         for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-        for warps in (4, 8, 16)
+        for warps in (2, 4, 8)
+        for eviction in ("", "evict_first")
     ]
 
 
@@ -185,7 +209,7 @@ def fit_rows_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) 
     mostly padding; for tiny problems keep the largest tile that fits."""
     block_l = kwargs["BLOCK_L"]
     max_rows = triton.next_power_of_2(named_args["size_r"])
-    target = min(2048, block_l * max_rows)
+    target = min(1024, block_l * max_rows)
     fitting = [
         c
         for c in configs

@@ -26,6 +26,7 @@ memory-bound kernels (softmax, norm, activation, pool, batchnorm).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -187,7 +188,23 @@ def launch_strided_map(x: torch.Tensor, y: torch.Tensor, activation: int) -> Non
     """
     if x.numel() == 0:
         return
-    sizes, (x_strides, y_strides) = collapse_dims(list(y.shape), list(x.stride()), list(y.stride()))
+    copying, size, xs, ys = _strided_plan(tuple(y.shape), x.stride(), y.stride())
+    kernel = _permute_copying if copying else _permute_transposing
+
+    def grid(meta: dict) -> tuple[int]:
+        tiles = triton.cdiv(size[2], meta["BLOCK_T"]) * triton.cdiv(size[3], meta["BLOCK_I"])
+        return (size[0] * size[1] * tiles,)
+
+    kernel[grid](x, y, size[1], size[2], size[3], *xs, *ys, ACTIVATION=activation)
+
+
+@functools.lru_cache(maxsize=1024)
+def _strided_plan(
+    shape: tuple[int, ...], x_strides: tuple[int, ...], y_strides: tuple[int, ...]
+) -> tuple[bool, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(copying, sizes, x strides, y strides) of the kernel's four axes (batch0, batch1,
+    tile, inner). Cached: layers call it with the same layout every time."""
+    sizes, (x_strides, y_strides) = collapse_dims(shape, x_strides, y_strides)
     if len(sizes) > 4:
         raise Unsupported(f"strided copy of {len(sizes)} non-mergeable axes (at most 4)")
     inner = min(range(len(sizes)), key=lambda a: (y_strides[a], -a))
@@ -206,19 +223,13 @@ def launch_strided_map(x: torch.Tensor, y: torch.Tensor, activation: int) -> Non
     def pick(values: list[int], axis: int | None, empty: int) -> int:
         return empty if axis is None else values[axis]
 
-    size = [pick(sizes, a, 1) for a in axes]
-    xs = [pick(x_strides, a, 0) for a in axes]
-    ys = [pick(y_strides, a, 0) for a in axes]
+    size = tuple(pick(sizes, a, 1) for a in axes)
+    xs = tuple(pick(x_strides, a, 0) for a in axes)
+    ys = tuple(pick(y_strides, a, 0) for a in axes)
     for strides in (xs, ys):
         if (size[2] - 1) * strides[2] + (size[3] - 1) * strides[3] > MAX_INT32_OFFSET:
             raise Unsupported("one permute tile spans more than 2**31 elements")
-    kernel = _permute_copying if copying else _permute_transposing
-
-    def grid(meta: dict) -> tuple[int]:
-        tiles = triton.cdiv(size[2], meta["BLOCK_T"]) * triton.cdiv(size[3], meta["BLOCK_I"])
-        return (size[0] * size[1] * tiles,)
-
-    kernel[grid](x, y, size[1], size[2], size[3], *xs, *ys, ACTIVATION=activation)
+    return copying, size, xs, ys
 
 
 # --------------------------------------------------------------------------------------

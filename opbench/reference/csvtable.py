@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from opbench.errors import InputError
+from opbench.reference.csvlayout import Layout, choose_layout
 from opbench.reference.csvsniff import (
     Column,
-    Role,
     Stat,
     classify,
     detect_separator,
@@ -43,7 +43,6 @@ _FOOTER = re.compile(
     re.IGNORECASE,
 )
 _FOOTER_START = frozenset("sStToOaAmMwWeE ")
-_TIME_PRIORITY = (Stat.MEDIAN, Stat.TIME, Stat.MEAN)
 _INPUT_NAME = re.compile(r"^input(layer)?[_\-\s]*\d*$", re.IGNORECASE)
 _INPUT_TYPES = frozenset({"input", "inputlayer", "input layer", "placeholder", "parameter"})
 
@@ -85,21 +84,6 @@ def _is_footer(text: str) -> bool:
     return bool(text) and text[0] in _FOOTER_START and bool(_FOOTER.match(text))
 
 
-@dataclass
-class _Layout:
-    """The columns a table is read from (indices into each row)."""
-
-    name: Column
-    time: Column
-    stats: dict[str, Column]
-    units: dict[int, str | None]
-    ident: Column | None
-    layer_type: Column | None
-    activation: Column | None
-    output: Column | None
-    run: Column | None
-
-
 class _TableReader:
     def __init__(self, path: Path, options: ReaderOptions, cumulative: bool) -> None:
         self.path = path
@@ -137,98 +121,18 @@ class _TableReader:
         where = field_column(self.header_raw, column.index, self.separator)
         return fail(self.path, message, self.header_line, where, field=column.header)
 
-    def _choose_time(self, columns: list[Column]) -> Column:
-        headers = ", ".join(repr(c.header) for c in columns if c.header)
-        wanted = self.options.time_column
-        if wanted is not None:
-            for column in columns:
-                if column.header.strip().lower() == wanted.strip().lower():
-                    if column.role == Role.VALUE and column.stat != Stat.COUNT:
-                        return column
-                    return Column(
-                        column.index, column.header, Role.VALUE, Stat.TIME, None, self.cumulative
-                    )
-            raise self._at_header(f"no column {wanted!r}; the header has {headers}")
-        values = [c for c in columns if c.role == Role.VALUE and c.stat in _TIME_PRIORITY]
-        for stat in _TIME_PRIORITY:
-            for column in values:
-                if column.stat == stat and column.cumulative == self.cumulative:
-                    return column
-        if self.cumulative:
-            hint = "a header with 'cumulative' or 'prefix', e.g. 'Prefix time (ms)'"
-            if values:
-                hint += f"; {values[0].header!r} looks like a per-layer time: use --format sas"
-        else:
-            hint = "a header like 'Time (ms)', 'time_us', 'Elapsed' or 'Duration'"
-            if values:
-                hint += f"; {values[0].header!r} is a cumulative time: use --format sas-prefix"
-        raise self._at_header(
-            f"no time column ({hint}); the header has {headers}; or pass --time-column"
-        )
-
-    def _layout(self, columns: list[Column]) -> _Layout:
-        by_role: dict[str, Column] = {}
-        for column in columns:
-            if column.role not in (Role.VALUE, Role.OTHER):
-                by_role.setdefault(column.role, column)
-        if Role.NAME not in by_role:
-            headers = ", ".join(repr(c.header) for c in columns if c.header)
-            raise self._at_header(
-                f"no layer-name column (a header like 'Layer', 'name' or 'layer_name'); the header has {headers}"
-            )
-        time = self._choose_time(columns)
-        stats: dict[str, Column] = {}
-        for column in columns:
-            if (
-                column.role != Role.VALUE
-                or column.index == time.index
-                or column.stat in (Stat.TIME, time.stat)
-            ):
-                continue
-            spread_or_count = column.stat in (Stat.STD, Stat.COUNT)
-            if column.cumulative == self.cumulative or spread_or_count:
-                # a spread labelled "prefix std" wins over a bare "std" in prefix files
-                if column.stat not in stats or (column.cumulative and self.cumulative):
-                    stats[column.stat] = column  # type: ignore[index]
-        run = by_role.get(Role.RUN)
-        if run is not None and stats:
-            ignored = ", ".join(repr(c.header) for c in stats.values())
-            self.notes.append(
-                f"one row per run: statistics come from the samples; ignored {ignored}"
-            )
-            stats = {}
-        units = {c.index: self._unit(c, time) for c in [time, *stats.values()]}
-        return _Layout(
-            name=by_role[Role.NAME],
-            time=time,
-            stats=stats,
-            units=units,
-            ident=by_role.get(Role.ID),
-            layer_type=by_role.get(Role.TYPE),
-            activation=by_role.get(Role.ACTIVATION),
-            output=by_role.get(Role.OUTPUT),
-            run=run,
-        )
-
-    def _unit(self, column: Column, time: Column) -> str | None:
-        option = self.options.unit
-        if column.unit is None:
-            return option or time.unit
-        if option is not None and option != column.unit and column is time:
-            self.notes.append(
-                f"unit {option!r} from the options overrides {column.unit!r} of column {column.header!r}"
-            )
-            return option
-        return column.unit
-
     # -- rows ---------------------------------------------------------------------------------
 
     def read(self) -> LayerTable:
         with open_text(self.path) as stream:
             try:
                 columns = self._read_header(stream)
-                layout = self._layout(columns)
-                rows = csv.reader(stream, delimiter=self.separator, skipinitialspace=True, strict=True)
+                layout = choose_layout(
+                    columns, self.options, self.cumulative, self.notes, self._at_header
+                )
+                rows = csv.reader(
+                    stream, delimiter=self.separator, skipinitialspace=True, strict=True
+                )
                 self._rows = rows
                 return self._read_rows(rows, layout, len(columns))
             except UnicodeDecodeError as exc:
@@ -278,7 +182,7 @@ class _TableReader:
             )
         return value * UNIT_TO_MS[unit]
 
-    def _read_rows(self, rows: Any, layout: _Layout, width: int) -> LayerTable:
+    def _read_rows(self, rows: Any, layout: Layout, width: int) -> LayerTable:
         layers: dict[str, TableLayer] = {}
         run_order: dict[object, int] = {}
         skip = self.options.skip_runs if layout.run is not None else 0

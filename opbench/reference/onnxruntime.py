@@ -214,8 +214,8 @@ class OnnxRuntimeReader:
                     pos=pos,
                 )
                 occurrences.append(last)
-            elif category == "Node":
-                last = None if not str(name).endswith(("_fence_before", "_fence_after")) else last
+            elif category == "Node" and not str(name).endswith(("_fence_before", "_fence_after")):
+                last = None  # another node's event: Kernel events after it are not `last`'s
         if events.truncated:
             notes.append(
                 "the file ends early (profiling interrupted?); read up to its last complete event"
@@ -281,17 +281,19 @@ class OnnxRuntimeReader:
         skip: int,
         notes: list[str],
     ) -> tuple[dict[str, _Node], int, int]:
+        held = f"the profile holds {len(runs)} model_run(s)"
         if not runs:
             start = min(o.ts for o in occurrences)
             runs = [(start, max(o.ts + o.dur_us for o in occurrences))]
             notes.append("no model_run events: all node events taken as one run")
+            held = "the profile has no model_run events, so all its nodes count as one run,"
         runs.sort()
         if len(runs) <= skip:
             raise fail(
                 path,
-                f"the profile holds {len(runs)} model_run(s) and the first {skip} are skipped as "
-                f"warm-up, which leaves none: profile more runs, or pass --skip-runs "
-                f"{max(len(runs) - 1, 0)} (0 keeps the warm-up run)",
+                f"{held} and the first {skip} are skipped as warm-up, which leaves none: "
+                f"profile more runs, or pass --skip-runs {max(len(runs) - 1, 0)} "
+                "(0 keeps the warm-up run)",
             )
         starts = [start for start, _ in runs]
         per_run: list[dict[str, list[_Occurrence]]] = [{} for _ in runs]

@@ -150,6 +150,8 @@ def comparison_from_dict(data: dict[str, Any]) -> Comparison:
             for p in data.get("roofline") or ()
         ),
         peaks=_build(Peaks, peaks) if peaks else None,
+        opbench_total_ms=float(data.get("opbench_total_ms") or 0.0),
+        reference_total_ms=_f(data.get("reference_total_ms")),
         notes=tuple(data.get("notes") or ()),
         env=data.get("env") or {},
     )

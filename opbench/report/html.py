@@ -11,7 +11,14 @@ from typing import Any
 
 from opbench.compare.model import Comparison, ComparisonRow, Interval, Verdict
 from opbench.report.plots import PlotImage
-from opbench.report.style import backend_colour, fmt_ms, fmt_x, row_label, verdict_colour
+from opbench.report.style import (
+    backend_colour,
+    fmt_ms,
+    fmt_x,
+    row_label,
+    verdict_colour,
+    whole_run_sentence,
+)
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.5rem; color: #222; }
@@ -91,7 +98,8 @@ def _summary(c: Comparison) -> str:
             f"<td class='num' title='{_e(m.reference_total_source)}'>{_e(fmt_ms(m.reference_total_ms))}</td>"
             f"<td class='num'>{_e(fmt_ms(m.overhead_ms))}</td></tr>"
         )
-    return f'<table id="summary">{head}{"".join(body)}</table>'
+    whole = f'<p id="whole-run">{_e(whole_run_sentence(c))}.</p>'
+    return f'<table id="summary">{head}{"".join(body)}</table>{whole}'
 
 
 def _layer_row(row: ComparisonRow, several: bool) -> str:

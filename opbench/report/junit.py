@@ -147,6 +147,9 @@ def gate_case(suite: str, v: GateVerdict, level: float) -> JUnitCase:
             "bh_adjusted_p": v.q_value,
             "baseline_median_ms": v.baseline_ms,
             "current_median_ms": v.current_ms,
+            "baseline_cv": v.cv_baseline,
+            "current_cv": v.cv_current,
+            "rounds": None if v.rounds is None else f"{v.rounds[0]}/{v.rounds[1]}",
         },
     )
 

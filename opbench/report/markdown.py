@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from opbench.compare.model import Comparison, ComparisonRow, Verdict
-from opbench.report.style import VERDICT_SYMBOLS, fmt_ms, fmt_x, row_label
+from opbench.report.style import VERDICT_SYMBOLS, fmt_ms, fmt_x, row_label, whole_run_sentence
 
 # GitHub refuses comments over 65,536 characters; stay well below with the layer table.
 MAX_ROWS = 150
@@ -23,6 +23,10 @@ def md(text: object) -> str:
     s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
     return s.replace("\r", " ").replace("\n", " ")
+
+
+def _first_names(names: tuple[str, ...]) -> str:
+    return names[0] + (f" (+{len(names) - 1} more)" if len(names) > 1 else "") if names else ""
 
 
 def _speedup_cell(row: ComparisonRow) -> str:
@@ -54,10 +58,10 @@ def render_markdown(comparison: Comparison) -> str:
         "at or above the target."
     )
     lines.append("")
-    detected = " (detected)" if c.reference.detected else ""
+    detected = ", detected" if c.reference.detected else ""
     lines.append(
         f"Run `{md(c.run)}` on {md(c.device)} · reference `{md(c.reference.source)}` "
-        f"({md(c.reference.format)}{detected}) · matched by {md(c.how_matched)}"
+        f"(format {md(c.reference.format)}{detected}) · matched by {md(c.how_matched)}"
     )
     lines.append("")
     lines.append(
@@ -71,6 +75,8 @@ def render_markdown(comparison: Comparison) -> str:
             f"| {fmt_ms(m.matched_reference_ms)} | {fmt_ms(m.matched_opbench_ms)} | {fmt_x(m.total_speedup)} "
             f"| {fmt_ms(m.opbench_total_ms)} | {fmt_ms(m.reference_total_ms)} |"
         )
+    lines.append("")
+    lines.append(md(whole_run_sentence(c)) + ".")
     lines.append("")
     others = [b for b in c.backends if b != c.backend]
     header = [
@@ -89,7 +95,7 @@ def render_markdown(comparison: Comparison) -> str:
         cells = [
             md(row_label(row.model, row.layers, several)),
             md(" + ".join(row.ops)),
-            md("; ".join(row.reference_names)),
+            md(_first_names(row.reference_names)),
             fmt_ms(row.reference.value if row.reference else None),
             *times,
             _speedup_cell(row),

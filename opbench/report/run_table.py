@@ -3,6 +3,7 @@ that is not a plain function of the results."""
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -92,8 +93,8 @@ def run_table(run: RunResult) -> Table:
         if result.message and result.status != Status.OK:
             status.append(f" {result.message}", style="dim")
         table.add_row(
-            result.model if result.model != previous_model else "",
-            layer,
+            escape(result.model) if result.model != previous_model else "",
+            escape(layer),
             result.backend,
             ms,
             _throughput(result),
@@ -119,7 +120,7 @@ def end_to_end_table(run: RunResult) -> Table | None:
         )
         stats = e2e.stats
         table.add_row(
-            e2e.model,
+            escape(e2e.model),
             e2e.backend,
             f"{stats.median:.4f}" if stats else "—",
             f"{layer_sum:.4f}" if layer_sum else "—",

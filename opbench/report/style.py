@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import zlib
 
-from opbench.compare.model import Interval, Verdict
+from opbench.compare.model import Comparison, Interval, Verdict
 
 REFERENCE = "reference"
 
@@ -76,3 +76,13 @@ def fmt_interval(interval: Interval | None, fmt=fmt_ms) -> str:
 def row_label(model: str, layers: tuple[str, ...], several_models: bool) -> str:
     label = " + ".join(layers)
     return f"{model} / {label}" if several_models else label
+
+
+def whole_run_sentence(c: Comparison) -> str:
+    """The run's summed layer time against the reference's total, in one sentence."""
+    models = ", ".join(m.model for m in c.models)
+    return (
+        f"Whole run ({models}): {c.backend} {fmt_ms(c.opbench_total_ms)} ms summed over every layer "
+        f"vs {c.reference.engine} {fmt_ms(c.reference_total_ms)} ms ({c.reference_total_source})"
+        f" = {fmt_x(c.whole_speedup)}"
+    )

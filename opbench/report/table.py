@@ -8,7 +8,14 @@ from rich.table import Table
 from rich.text import Text
 
 from opbench.compare.model import Comparison, ComparisonRow, Interval, Verdict
-from opbench.report.style import backend_colour, fmt_ms, fmt_x, row_label, verdict_colour
+from opbench.report.style import (
+    backend_colour,
+    fmt_ms,
+    fmt_x,
+    row_label,
+    verdict_colour,
+    whole_run_sentence,
+)
 
 MAX_LISTED = 12
 
@@ -82,6 +89,7 @@ def _summary_lines(c: Comparison) -> list[Text]:
             f" · all layers {fmt_ms(m.opbench_total_ms)} ms vs reference total {fmt_ms(m.reference_total_ms)} ms"
         )
         lines.append(line)
+    lines.append(Text(whole_run_sentence(c), style="bold"))
     return lines
 
 

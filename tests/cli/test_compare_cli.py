@@ -28,15 +28,30 @@ app.add_typer(reference_app, name="reference")
 
 runner = CliRunner()
 REPORT_FILES = {
-    "comparison.json", "comparison.csv", "report.md", "report.html",
-    "speedup.png", "speedup.svg", "times.png", "times.svg", "roofline.png", "roofline.svg",
+    "comparison.json",
+    "comparison.csv",
+    "report.md",
+    "report.html",
+    "speedup.png",
+    "speedup.svg",
+    "times.png",
+    "times.svg",
+    "roofline.png",
+    "roofline.svg",
 }
 
 
 def _result(layer: str, ms: float, backend: str = "triton") -> LayerResult:
     return LayerResult(
-        model="mlp", layer=layer, op="linear", backend=backend, status="ok", dtype="float16",
-        input_shape=(4, 8), output_shape=(4, 8), samples_ms=((ms,) * 20,),
+        model="mlp",
+        layer=layer,
+        op="linear",
+        backend=backend,
+        status="ok",
+        dtype="float16",
+        input_shape=(4, 8),
+        output_shape=(4, 8),
+        samples_ms=((ms,) * 20,),
         correctness=Correctness(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4),
     )
 
@@ -45,13 +60,29 @@ def _result(layer: str, ms: float, backend: str = "triton") -> LayerResult:
 def run_dir(tmp_path: Path) -> Path:
     """reports/demo/<stamp>/run.json with fc1 at 1 ms and fc2 at 1 ms (triton and torch)."""
     run = RunResult(
-        suite="demo", started_at="2026-11-22T00:00:00Z", device="cuda", complete=True,
+        suite="demo",
+        started_at="2026-11-22T00:00:00Z",
+        device="cuda",
+        complete=True,
         layers=tuple(_result(n, 1.0, b) for n in ("fc1", "fc2") for b in ("triton", "torch")),
     )
     folder = new_run_dir(tmp_path / "reports", "demo", "20261122T000000Z")
     write_run(run, folder / "run.json")
     point_latest(folder)
     return folder
+
+
+@pytest.fixture
+def fast_plots(monkeypatch):
+    """For tests about exit codes and options: stand-in plots instead of matplotlib's (slow)."""
+    from opbench.report import files
+    from opbench.report.plots import PLOT_NAMES, PlotImage
+
+    stub = [
+        PlotImage(n, n, b"\x89PNG\r\n\x1a\n", b"<svg xmlns='http://www.w3.org/2000/svg'/>")
+        for n in PLOT_NAMES
+    ]
+    monkeypatch.setattr(files, "render_plots", lambda _comparison: stub)
 
 
 def reference(tmp_path: Path, fc1_ms: float, fc2_ms: float, name: str = "ref.csv") -> Path:
@@ -65,7 +96,9 @@ def files_in(folder: Path) -> set[str]:
 
 
 def test_all_pass_exits_0_and_writes_reports(run_dir: Path, tmp_path: Path):
-    done = runner.invoke(app, ["compare", str(run_dir), "--reference", str(reference(tmp_path, 3, 3))])
+    done = runner.invoke(
+        app, ["compare", str(run_dir), "--reference", str(reference(tmp_path, 3, 3))]
+    )
     assert done.exit_code == 0, done.output
     assert "format sas (detected)" in done.output
     assert files_in(run_dir) == {"run.json"} | REPORT_FILES
@@ -73,7 +106,7 @@ def test_all_pass_exits_0_and_writes_reports(run_dir: Path, tmp_path: Path):
     assert [row["timings"][0]["verdict"] for row in data["rows"]] == ["PASS", "PASS"]
 
 
-def test_a_fail_exits_1_unless_no_gate(run_dir: Path, tmp_path: Path):
+def test_a_fail_exits_1_unless_no_gate(run_dir: Path, tmp_path: Path, fast_plots):
     ref = str(reference(tmp_path, 3, 1.2))
     done = runner.invoke(app, ["compare", str(run_dir), "--reference", ref])
     assert done.exit_code == 1, done.output
@@ -83,17 +116,26 @@ def test_a_fail_exits_1_unless_no_gate(run_dir: Path, tmp_path: Path):
     assert done.exit_code == 0, done.output
 
 
-def test_target_and_backend_options(run_dir: Path, tmp_path: Path):
+def test_target_and_backend_options(run_dir: Path, tmp_path: Path, fast_plots):
     ref = str(reference(tmp_path, 3, 1.2))
-    assert runner.invoke(app, ["compare", str(run_dir), "-r", ref, "--target", "1.1"]).exit_code == 0
-    done = runner.invoke(app, ["compare", str(run_dir / "run.json"), "-r", ref, "--backend", "torch", "--target", "4"])
+    assert (
+        runner.invoke(app, ["compare", str(run_dir), "-r", ref, "--target", "1.1"]).exit_code == 0
+    )
+    done = runner.invoke(
+        app,
+        ["compare", str(run_dir / "run.json"), "-r", ref, "--backend", "torch", "--target", "4"],
+    )
     assert done.exit_code == 1, done.output
 
 
-def test_default_run_is_the_latest_and_out_folder(run_dir: Path, tmp_path: Path, monkeypatch):
+def test_default_run_is_the_latest_and_out_folder(
+    run_dir: Path, tmp_path: Path, monkeypatch, fast_plots
+):
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "elsewhere"
-    done = runner.invoke(app, ["compare", "--reference", str(reference(tmp_path, 3, 3)), "--out", str(out)])
+    done = runner.invoke(
+        app, ["compare", "--reference", str(reference(tmp_path, 3, 3)), "--out", str(out)]
+    )
     assert done.exit_code == 0, done.output
     assert files_in(out) == REPORT_FILES
     assert files_in(run_dir) == {"run.json"}
@@ -110,19 +152,44 @@ def test_no_run_anywhere_is_bad_input(tmp_path: Path, monkeypatch):
     ("make_args", "message"),
     [
         (lambda d, t: ["--reference", str(t / "absent.csv")], "absent.csv"),
-        (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--format", "pdf"], "unknown format"),
-        (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--backend", "tensorrt"], "no results for backend"),
+        (
+            lambda d, t: ["--reference", str(reference(t, 3, 3)), "--format", "pdf"],
+            "unknown format",
+        ),
+        (
+            lambda d, t: ["--reference", str(reference(t, 3, 3)), "--backend", "tensorrt"],
+            "no results for backend",
+        ),
         (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--model", "vit"], "not in the run"),
-        (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--unit", "parsecs"], "unknown time unit"),
+        (
+            lambda d, t: ["--reference", str(reference(t, 3, 3)), "--unit", "parsecs"],
+            "unknown time unit",
+        ),
         (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--target", "0"], "--target"),
         (lambda d, t: ["--reference", str(_write(t / "bad.json", '[{"cat": "Node",'))], "bad.json"),
-        (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--map", str(_write(t / "m.yaml", "x: [fc1\n"))],
-         "m.yaml:2"),
-        (lambda d, t: ["--reference", str(reference(t, 3, 3)), "--map", str(_write(t / "m.yaml", "x: nope\n"))],
-         "m.yaml:1"),
+        (
+            lambda d, t: [
+                "--reference",
+                str(reference(t, 3, 3)),
+                "--map",
+                str(_write(t / "m.yaml", "x: [fc1\n")),
+            ],
+            "m.yaml:2",
+        ),
+        (
+            lambda d, t: [
+                "--reference",
+                str(reference(t, 3, 3)),
+                "--map",
+                str(_write(t / "m.yaml", "x: nope\n")),
+            ],
+            "m.yaml:1",
+        ),
     ],
 )
-def test_bad_input_exits_2_and_writes_nothing(run_dir: Path, tmp_path: Path, make_args, message: str):
+def test_bad_input_exits_2_and_writes_nothing(
+    run_dir: Path, tmp_path: Path, make_args, message: str
+):
     done = runner.invoke(app, ["compare", str(run_dir), *make_args(run_dir, tmp_path)])
     assert done.exit_code == 2, done.output
     assert message in done.output
@@ -135,7 +202,9 @@ def test_corrupt_run_is_bad_input(tmp_path: Path):
     folder = tmp_path / "run"
     folder.mkdir()
     _write(folder / "run.json", '{"schema_version": 1, "suite": ')
-    done = runner.invoke(app, ["compare", str(folder), "--reference", str(reference(tmp_path, 1, 1))])
+    done = runner.invoke(
+        app, ["compare", str(folder), "--reference", str(reference(tmp_path, 1, 1))]
+    )
     assert done.exit_code == 2
     assert "run.json:1" in done.output
     assert files_in(folder) == {"run.json"}
@@ -146,25 +215,35 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def test_map_option(run_dir: Path, tmp_path: Path):
+def test_map_option(run_dir: Path, tmp_path: Path, fast_plots):
     ref = tmp_path / "ref.csv"
     ref.write_text("layer,time_ms\nDense_A,3\nDense_B,3\n")
     mapping = _write(tmp_path / "map.yaml", "Dense_A: fc1\nDense_B: mlp/fc2\n")
     done = runner.invoke(app, ["compare", str(run_dir), "-r", str(ref), "--map", str(mapping)])
     assert done.exit_code == 0, done.output
     data = json.loads((run_dir / "comparison.json").read_text())
-    assert [(row["layers"], row["sources"]) for row in data["rows"]] == [(["fc1"], ["map"]), (["fc2"], ["map"])]
+    assert [(row["layers"], row["sources"]) for row in data["rows"]] == [
+        (["fc1"], ["map"]),
+        (["fc2"], ["map"]),
+    ]
 
 
 def test_report_rerenders_from_comparison_json(run_dir: Path, tmp_path: Path):
-    assert runner.invoke(app, ["compare", str(run_dir), "-r", str(reference(tmp_path, 3, 1.2)), "--no-gate"]).exit_code == 0
+    assert (
+        runner.invoke(
+            app, ["compare", str(run_dir), "-r", str(reference(tmp_path, 3, 1.2)), "--no-gate"]
+        ).exit_code
+        == 0
+    )
     for name in REPORT_FILES - {"comparison.json"}:
         (run_dir / name).unlink()
     done = runner.invoke(app, ["report", str(run_dir)])
     assert done.exit_code == 0, done.output
     assert files_in(run_dir) == {"run.json"} | REPORT_FILES
     out = tmp_path / "copy"
-    assert runner.invoke(app, ["report", str(run_dir / "run.json"), "--out", str(out)]).exit_code == 0
+    assert (
+        runner.invoke(app, ["report", str(run_dir / "run.json"), "--out", str(out)]).exit_code == 0
+    )
     assert files_in(out) == REPORT_FILES
 
 
@@ -179,7 +258,18 @@ def test_reference_onnxruntime_bad_input(tmp_path: Path):
     done = runner.invoke(app, ["reference", "onnxruntime", str(tmp_path / "none.yaml")])
     assert done.exit_code == 2
     assert "no such suite file" in done.output
-    done = runner.invoke(app, ["reference", "onnxruntime", str(QUICKSTART), "--model", "vit", "--out", str(tmp_path / "x.json")])
+    done = runner.invoke(
+        app,
+        [
+            "reference",
+            "onnxruntime",
+            str(QUICKSTART),
+            "--model",
+            "vit",
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+    )
     assert done.exit_code == 2
     assert "no model 'vit'" in done.output
     assert not (tmp_path / "x.json").exists()
@@ -193,18 +283,50 @@ def test_quickstart_end_to_end(tmp_path: Path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     ref = tmp_path / "quickstart_ort.json"
-    done = runner.invoke(app, ["reference", "onnxruntime", str(QUICKSTART), "--model", "mlp", "--runs", "3", "--out", str(ref)])
+    done = runner.invoke(
+        app,
+        [
+            "reference",
+            "onnxruntime",
+            str(QUICKSTART),
+            "--model",
+            "mlp",
+            "--runs",
+            "3",
+            "--out",
+            str(ref),
+        ],
+    )
     assert done.exit_code == 0, done.output
     meta = json.loads((tmp_path / "quickstart_ort.meta.json").read_text())
     assert meta["models"] == ["mlp"] and meta["runs"] == 3 and meta["skipped_layers"] == []
 
-    done = runner.invoke(main_app, ["run", str(QUICKSTART), "--model", "mlp", "--backend", "torch", "--quick", "--device", "cpu"])
+    done = runner.invoke(
+        main_app,
+        [
+            "run",
+            str(QUICKSTART),
+            "--model",
+            "mlp",
+            "--backend",
+            "torch",
+            "--quick",
+            "--device",
+            "cpu",
+        ],
+    )
     assert done.exit_code == 0, done.output
-    done = runner.invoke(main_app, ["compare", "--reference", str(ref), "--backend", "torch", "--no-gate"])
+    done = runner.invoke(
+        main_app, ["compare", "--reference", str(ref), "--backend", "torch", "--no-gate"]
+    )
     assert done.exit_code == 0, done.output
     assert "format onnxruntime (detected)" in done.output
 
-    (run_folder,) = [p for p in (tmp_path / "reports" / "quickstart").iterdir() if not p.is_symlink() and p.is_dir()]
+    (run_folder,) = [
+        p
+        for p in (tmp_path / "reports" / "quickstart").iterdir()
+        if not p.is_symlink() and p.is_dir()
+    ]
     data = json.loads((run_folder / "comparison.json").read_text())
     layers = [layer for row in data["rows"] for layer in row["layers"]]
     assert layers == ["ln", "fc1", "act", "fc2", "rms", "head", "probs"]

@@ -22,9 +22,13 @@ from opbench.reference.model import ReferenceProfile, ReferenceTiming
 from opbench.report.files import write_reports
 from opbench.results.model import Correctness, LayerResult, RunResult
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+CHROMIUM = next(
+    (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)),
+    None,
+)
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium installed (Debian: apt-get install -y chromium); .ci/run installs it"
+    CHROMIUM is None,
+    reason="no Chromium installed (Debian: apt-get install -y chromium); .ci/run installs it",
 )
 
 FLAGS = [
@@ -67,7 +71,13 @@ class Browser:
         self._next_id = 0
         self.events: list[dict] = []
 
-    def send(self, method: str, params: dict | None = None, session: str | None = None, timeout: float = 30) -> dict:
+    def send(
+        self,
+        method: str,
+        params: dict | None = None,
+        session: str | None = None,
+        timeout: float = 30,
+    ) -> dict:
         self._next_id += 1
         message: dict = {"id": self._next_id, "method": method, "params": params or {}}
         if session:
@@ -137,21 +147,39 @@ def _comparison():
 
     def result(layer: str, ms: float, backend: str) -> LayerResult:
         return LayerResult(
-            model="mlp", layer=layer, op="linear", backend=backend, status="ok", dtype="float16",
-            input_shape=(4, 8), output_shape=(4, 8), samples_ms=(tuple(ms * (1 + 0.01 * (i % 5)) for i in range(20)),),
-            correctness=ok, flops=10**9, bytes=10**7,
+            model="mlp",
+            layer=layer,
+            op="linear",
+            backend=backend,
+            status="ok",
+            dtype="float16",
+            input_shape=(4, 8),
+            output_shape=(4, 8),
+            samples_ms=(tuple(ms * (1 + 0.01 * (i % 5)) for i in range(20)),),
+            correctness=ok,
+            flops=10**9,
+            bytes=10**7,
         )
 
     names = ["<script>alert('x')</script>", "fc1", "fc2"]
     run = RunResult(
-        suite="browser", started_at="2026-11-22T00:00:00Z", device="cuda", complete=True,
-        layers=tuple(result(n, 0.1 * (i + 1), b) for i, n in enumerate(names) for b in ("triton", "torch")),
+        suite="browser",
+        started_at="2026-11-22T00:00:00Z",
+        device="cuda",
+        complete=True,
+        layers=tuple(
+            result(n, 0.1 * (i + 1), b) for i, n in enumerate(names) for b in ("triton", "torch")
+        ),
     )
     rows = tuple(
-        ReferenceTiming(engine="onnxruntime", source="ref.json", index=i, name=f"/{n}/MatMul", median_ms=0.3)
+        ReferenceTiming(
+            engine="onnxruntime", source="ref.json", index=i, name=f"/{n}/MatMul", median_ms=0.3
+        )
         for i, n in enumerate(names)
     )
-    return compare_run(run, ReferenceProfile("onnxruntime", "ref.json", "onnxruntime", rows), run_label="run")
+    return compare_run(
+        run, ReferenceProfile("onnxruntime", "ref.json", "onnxruntime", rows), run_label="run"
+    )
 
 
 def test_report_html_loads_cleanly_in_chromium(tmp_path: Path):
@@ -160,7 +188,9 @@ def test_report_html_loads_cleanly_in_chromium(tmp_path: Path):
     browser = Browser(tmp_path / "profile")
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        session = browser.send("Target.attachToTarget", {"targetId": target, "flatten": True})[
+            "sessionId"
+        ]
         for domain in ("Runtime", "Log", "Page"):
             browser.send(f"{domain}.enable", session=session)
         browser.send("Page.navigate", {"url": page.as_uri()}, session=session)
@@ -175,20 +205,28 @@ def test_report_html_loads_cleanly_in_chromium(tmp_path: Path):
             "cell: document.querySelector('#layers tr:nth-child(2) td').textContent"
             "})"
         )
-        value = browser.send("Runtime.evaluate", {"expression": probe, "returnByValue": True}, session=session)
+        value = browser.send(
+            "Runtime.evaluate", {"expression": probe, "returnByValue": True}, session=session
+        )
         seen = json.loads(value["result"]["value"])
     finally:
         browser.close()
 
     errors = [
-        e for e in browser.events
+        e
+        for e in browser.events
         if e.get("method") in ("Runtime.exceptionThrown",)
-        or (e.get("method") == "Runtime.consoleAPICalled" and e["params"].get("type") in ("error", "assert"))
+        or (
+            e.get("method") == "Runtime.consoleAPICalled"
+            and e["params"].get("type") in ("error", "assert")
+        )
         or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")
     ]
     assert not errors, errors
     assert seen["rows"] == 1 + 3  # header + one row per layer
     assert len(seen["images"]) == 3  # speedup, times, roofline
-    assert all(complete and w > 100 and h > 100 for complete, w, h in seen["images"]), seen["images"]
+    assert all(complete and w > 100 and h > 100 for complete, w, h in seen["images"]), seen[
+        "images"
+    ]
     assert seen["scripts"] == 0  # the layer named <script> stayed text
     assert seen["cell"] == "<script>alert('x')</script>"

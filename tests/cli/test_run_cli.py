@@ -215,11 +215,6 @@ def test_validate_prints_every_layer() -> None:
     assert result.stdout.rstrip().endswith("sweep_chain.yaml is valid")
 
 
-@pytest.mark.xfail(
-    reason="lead: rich parses '[batch=8]' in model names as markup; tables print 'mlp' for every sweep "
-    "instance (cli/info.py validate table, report/run_table.py run table, cli/run.py failure line)",
-    strict=True,
-)
 def test_tables_show_sweep_instance_names(tmp_path: Path) -> None:
     result = invoke("validate", SUITES / "sweep_chain.yaml")
     assert {row[0] for row in table_rows(result.stdout)} == {"mlp[batch=1]", "mlp[batch=3]", "mlp[batch=8]"}

@@ -29,7 +29,13 @@ CSV_CASES = [
     ("Layer,Time (ms)\nconv1,0.5 parsecs\n", "sas", "unknown unit 'parsecs'", 2, 7),
     ("Layer,Time (ms)\nconv1,\n", "sas", r"missing time in column 'Time \(ms\)'", 2, 7),
     ("Layer,Time (ms)\nconv1\n", "sas", "missing time", 2, 6),
-    ("Layer,Time (ms)\nconv1,1\nfc,2\nconv1,3\n", "sas", r"duplicate layer name 'conv1' \(first on line 2\)", 4, 1),
+    (
+        "Layer,Time (ms)\nconv1,1\nfc,2\nconv1,3\n",
+        "sas",
+        r"duplicate layer name 'conv1' \(first on line 2\)",
+        4,
+        1,
+    ),
     ("Layer,Time (ms)\nconv1,1\nCONV1,3\n", "sas", "differ only in case", 3, 1),
     ("Layer,Elapsed\nconv1,1.5\n", "sas", "cannot tell the unit of column 'Elapsed'.*--unit", 1, 7),
     ("Layer,Time (ms)\n,1.5\n", "sas", "a time but no layer name", 2, 1),
@@ -51,7 +57,11 @@ def test_bad_csv(tmp_path, text, fmt, message, line, column):
         read_reference(path, fmt, ReaderOptions())
     error = info.value
     assert error.exit_code == ExitCode.BAD_INPUT
-    assert (error.location.file, error.location.line, error.location.column) == (str(path), line, column)
+    assert (error.location.file, error.location.line, error.location.column) == (
+        str(path),
+        line,
+        column,
+    )
 
 
 def test_message_is_one_line_with_location(tmp_path):

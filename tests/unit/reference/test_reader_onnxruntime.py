@@ -167,7 +167,9 @@ def test_no_model_run_means_one_run(tmp_path):
 )
 def test_bad_events_name_their_line(tmp_path, event, message):
     path = tmp_path / "bad.json"
-    path.write_text('[\n{"cat": "Session", "name": "x", "ts": 0, "dur": 1},\n' + json.dumps(event) + "\n]")
+    path.write_text(
+        '[\n{"cat": "Session", "name": "x", "ts": 0, "dur": 1},\n' + json.dumps(event) + "\n]"
+    )
     with pytest.raises(InputError, match=message) as info:
         read(path, skip_runs=0)
     assert (info.value.location.line, info.value.location.column) == (3, 1)
@@ -225,3 +227,12 @@ def test_sniff():
     assert READER.sniff((DATA / "onnxruntime_profile_mlp_cpu.json").read_text()[:65536]) == 0.95
     assert READER.sniff((DATA / "trt_resnet_a100_fp32.profile.json").read_text()) == 0.0
     assert READER.sniff("layer,time\n") == 0.0
+
+
+def test_no_model_run_and_default_skip_explains(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps([{"cat": "Node", "name": "a_kernel_time", "ts": 1, "dur": 5}]))
+    with pytest.raises(
+        InputError, match="no model_run events, so all its nodes count as one run.*--skip-runs 0"
+    ):
+        read(path)

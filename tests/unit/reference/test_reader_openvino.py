@@ -46,7 +46,15 @@ def test_average_counters():
 def test_detailed_counters_aggregate_requests():
     profile = read(DATA / "openvino_detailed_counters.csv")
     layers = {layer.name: layer for layer in profile.layers}
-    assert list(layers) == ["input", "conv1/WithoutBiases", "relu1", "pool1", "fc/MatMul", "softmax", "output"]
+    assert list(layers) == [
+        "input",
+        "conv1/WithoutBiases",
+        "relu1",
+        "pool1",
+        "fc/MatMul",
+        "softmax",
+        "output",
+    ]
     conv = layers["conv1/WithoutBiases"]
     assert conv.count == 3
     assert conv.median_ms == pytest.approx(0.060)
@@ -58,13 +66,18 @@ def test_detailed_counters_aggregate_requests():
 
 
 def test_python_writer_variant():
-    layers = {layer.name: layer for layer in read(DATA / "openvino_average_counters_python.csv").layers}
+    layers = {
+        layer.name: layer for layer in read(DATA / "openvino_average_counters_python.csv").layers
+    }
     assert layers["conv1/WithoutBiases"].time_ms == pytest.approx(0.061)
     assert layers["relu1"].status == RefStatus.NOT_RUN
 
 
 def test_cpu_time_column():
-    layers = {layer.name: layer for layer in read(DATA / "openvino_average_counters.csv", time_column="cpuTime").layers}
+    layers = {
+        layer.name: layer
+        for layer in read(DATA / "openvino_average_counters.csv", time_column="cpuTime").layers
+    }
     assert layers["conv1/WithoutBiases"].time_ms == pytest.approx(0.060)
     with pytest.raises(InputError, match="realTime or cpuTime"):
         read(DATA / "openvino_average_counters.csv", time_column="layerType")
@@ -80,7 +93,11 @@ def test_sorted_counters_are_noted(tmp_path):
 
 def test_crlf_and_decimal_comma(tmp_path):
     path = tmp_path / "c.csv"
-    path.write_bytes((HEADER + "conv;EXECUTED;Convolution;jit;0,250000;0,250000;\n").replace("\n", "\r\n").encode())
+    path.write_bytes(
+        (HEADER + "conv;EXECUTED;Convolution;jit;0,250000;0,250000;\n")
+        .replace("\n", "\r\n")
+        .encode()
+    )
     assert read(path).layers[0].time_ms == pytest.approx(0.25)
 
 
@@ -101,7 +118,9 @@ def test_bad_rows_name_line_and_column(tmp_path, row, message, column):
 
 
 def test_duplicate_in_one_block(tmp_path):
-    text = HEADER + "conv;EXECUTED;Convolution;jit;0.1;0.1;\nconv;EXECUTED;Convolution;jit;0.1;0.1;\n"
+    text = (
+        HEADER + "conv;EXECUTED;Convolution;jit;0.1;0.1;\nconv;EXECUTED;Convolution;jit;0.1;0.1;\n"
+    )
     with pytest.raises(InputError, match="appears twice in one block") as info:
         read(write(tmp_path, text))
     assert info.value.location.line == 3

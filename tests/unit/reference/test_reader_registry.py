@@ -78,7 +78,15 @@ def test_explicit_format_and_aliases():
     assert resolve_format("kineto") == "torch-profiler"
     assert resolve_format("sas_prefix") == "sas-prefix"
     assert resolve_format("auto") == "auto"
-    assert format_names() == ["auto", "sas-prefix", "sas", "onnxruntime", "tensorrt", "openvino", "torch-profiler"]
+    assert format_names() == [
+        "auto",
+        "sas-prefix",
+        "sas",
+        "onnxruntime",
+        "tensorrt",
+        "openvino",
+        "torch-profiler",
+    ]
     assert set(FORMATS) == {reader.name for reader in READERS}
 
 
@@ -91,7 +99,9 @@ def test_unknown_format():
 def test_undetectable_file(tmp_path):
     path = tmp_path / "notes.txt"
     path.write_text("NOTE: Training from scratch.\nNOTE: The total time is 23.33 (s).\n")
-    with pytest.raises(InputError, match="cannot tell the format .*NOTE: Training from scratch.*--format") as info:
+    with pytest.raises(
+        InputError, match="cannot tell the format .*NOTE: Training from scratch.*--format"
+    ) as info:
         read_reference(path)
     assert info.value.location.file == str(path) and info.value.location.line == 1
     assert str(info.value).startswith(f"{path}:1: cannot tell the format")

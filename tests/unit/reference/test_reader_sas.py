@@ -89,7 +89,9 @@ def test_tab_separated_microseconds_with_count_and_std():
 def test_statistics_columns():
     layers = by_name(read(DATA / "sas_generic_stats.csv"))
     fc = layers["fc1"]
-    assert (fc.median_ms, fc.mean_ms, fc.min_ms, fc.max_ms) == pytest.approx((0.156, 0.1571, 0.1502, 0.1703))
+    assert (fc.median_ms, fc.mean_ms, fc.min_ms, fc.max_ms) == pytest.approx(
+        (0.156, 0.1571, 0.1502, 0.1703)
+    )
     assert fc.noise_ms == pytest.approx(0.0042) and fc.count == 50
     assert fc.time_ms == pytest.approx(0.156)  # the median is the representative time
 

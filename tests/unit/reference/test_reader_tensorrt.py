@@ -62,7 +62,10 @@ def test_profile_alone_has_no_types(tmp_path):
 
 
 def test_several_inferences_and_old_keys(tmp_path):
-    path = write(tmp_path, [{"count": 10}, {"name": "Conv_0", "timeMs": 5.0, "averageMs": 0.5, "percentage": 100}])
+    path = write(
+        tmp_path,
+        [{"count": 10}, {"name": "Conv_0", "timeMs": 5.0, "averageMs": 0.5, "percentage": 100}],
+    )
     (layer,) = read(path).layers
     assert layer.count == 10 and layer.mean_ms == pytest.approx(0.5) and layer.median_ms is None
     assert layer.total_ms == pytest.approx(5.0)
@@ -71,7 +74,9 @@ def test_several_inferences_and_old_keys(tmp_path):
 
 
 def test_time_column_average_forces_the_mean(tmp_path):
-    path = write(tmp_path, [{"count": 3}, {"name": "a", "timeMs": 3, "averageMs": 1.0, "medianMs": 0.9}])
+    path = write(
+        tmp_path, [{"count": 3}, {"name": "a", "timeMs": 3, "averageMs": 1.0, "medianMs": 0.9}]
+    )
     assert read(path).layers[0].time_ms == pytest.approx(0.9)
     assert read(path, time_column="averageMs").layers[0].time_ms == pytest.approx(1.0)
     with pytest.raises(InputError, match="must be one of medianMs, averageMs"):
@@ -86,7 +91,11 @@ def test_time_column_average_forces_the_mean(tmp_path):
         ([{"count": 1}, {"name": "a", "averageMs": "1"}], "not a finite number", 3),
         ([{"count": 1}, {"name": "a"}], "none of timeMs, averageMs, medianMs", 3),
         ([{"count": 1}, {"averageMs": 1}], "without a 'name'", 3),
-        ([{"count": 1}, {"name": "a", "averageMs": 1}, {"name": "a", "averageMs": 1}], "appears twice", 4),
+        (
+            [{"count": 1}, {"name": "a", "averageMs": 1}, {"name": "a", "averageMs": 1}],
+            "appears twice",
+            4,
+        ),
         ([{"count": 1}], "no layer entries", None),
     ],
 )

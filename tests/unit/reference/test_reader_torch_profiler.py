@@ -38,7 +38,14 @@ def test_rocm_training_trace_prefers_gpu_annotations():
 
 def test_cpu_trace_with_record_function_per_layer():
     profile = read(DATA / "pytorch_kineto_cpu_record_function.trace.json")
-    assert [layer.name for layer in profile.layers] == ["conv1", "relu1", "pool1", "flatten", "fc", "softmax"]
+    assert [layer.name for layer in profile.layers] == [
+        "conv1",
+        "relu1",
+        "pool1",
+        "flatten",
+        "fc",
+        "softmax",
+    ]
     conv = profile.layers[0]
     assert conv.time_kind == TimeKind.HOST and conv.count == 3
     assert conv.median_ms == pytest.approx(0.24031)  # of 2.701907, 0.24031, 0.191048 ms
@@ -50,7 +57,14 @@ def test_cpu_trace_with_record_function_per_layer():
 def test_gpu_trace_device_times_nesting_and_host_fallback():
     profile = read(GPU)
     layers = by_name(profile)
-    assert list(layers) == ["block1", "conv1", "relu1", "fc", "softmax", "Optimizer.zero_grad#SGD.zero_grad"]
+    assert list(layers) == [
+        "block1",
+        "conv1",
+        "relu1",
+        "fc",
+        "softmax",
+        "Optimizer.zero_grad#SGD.zero_grad",
+    ]
     conv = layers["conv1"]
     assert conv.time_kind == TimeKind.DEVICE and conv.count == 2
     assert conv.median_ms == pytest.approx((95.5 + 93.5) / 2 / 1000)
@@ -60,7 +74,9 @@ def test_gpu_trace_device_times_nesting_and_host_fallback():
     softmax = layers["softmax"]  # no GPU range: host time
     assert softmax.time_kind == TimeKind.HOST and softmax.time_ms == pytest.approx(0.0125)
     assert layers["Optimizer.zero_grad#SGD.zero_grad"].status == RefStatus.OVERHEAD
-    assert any("4 layer(s) timed on the GPU stream, 2 on the host" in note for note in profile.notes)
+    assert any(
+        "4 layer(s) timed on the GPU stream, 2 on the host" in note for note in profile.notes
+    )
 
 
 def test_time_column_host_forces_host_ranges():
@@ -80,7 +96,9 @@ def test_gzip_trace(tmp_path):
 
 def test_trace_without_ranges(tmp_path):
     path = tmp_path / "t.json"
-    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0, "pid": 1, "tid": 1}]
+    events = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1.0, "dur": 2.0, "pid": 1, "tid": 1}
+    ]
     path.write_text(json.dumps({"traceEvents": events}))
     with pytest.raises(InputError, match="no record_function ranges"):
         read(path)
@@ -93,7 +111,9 @@ def test_list_trace_is_refused(tmp_path):
 
 def test_negative_duration_names_its_line(tmp_path):
     path = tmp_path / "t.json"
-    path.write_text('{"traceEvents": [\n{"ph": "X", "cat": "user_annotation", "name": "a", "ts": 1.5, "dur": -2.0}\n]}')
+    path.write_text(
+        '{"traceEvents": [\n{"ph": "X", "cat": "user_annotation", "name": "a", "ts": 1.5, "dur": -2.0}\n]}'
+    )
     with pytest.raises(InputError, match="negative duration") as info:
         read(path)
     assert info.value.location.line == 2

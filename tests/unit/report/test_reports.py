@@ -31,44 +31,81 @@ GOOD = Correctness(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
 
 def result(layer: str, ms: float, backend: str = "triton", **kw) -> LayerResult:
     values = dict(
-        model="m[batch=2]", layer=layer, op="linear", backend=backend, status="ok", dtype="float16",
-        input_shape=(2, 8), output_shape=(2, 8), samples_ms=(tuple(ms * (1 + 0.02 * (i % 5)) for i in range(25)),),
-        correctness=GOOD, flops=4 * 10**9, bytes=3 * 10**7,
+        model="m[batch=2]",
+        layer=layer,
+        op="linear",
+        backend=backend,
+        status="ok",
+        dtype="float16",
+        input_shape=(2, 8),
+        output_shape=(2, 8),
+        samples_ms=(tuple(ms * (1 + 0.02 * (i % 5)) for i in range(25)),),
+        correctness=GOOD,
+        flops=4 * 10**9,
+        bytes=3 * 10**7,
     )
     values.update(kw)
     return LayerResult(**values)
 
 
-def ref(name: str, ms: float | None, index: int, status: str = RefStatus.TIMED, raw_type: str = "Gemm"):
-    return ReferenceTiming(engine="onnxruntime", source="ref|<b>.json", index=index, name=name, median_ms=ms,
-                           min_ms=ms and ms * 0.9, max_ms=ms and ms * 1.1, status=status, raw_type=raw_type)
+def ref(
+    name: str, ms: float | None, index: int, status: str = RefStatus.TIMED, raw_type: str = "Gemm"
+):
+    return ReferenceTiming(
+        engine="onnxruntime",
+        source="ref|<b>.json",
+        index=index,
+        name=name,
+        median_ms=ms,
+        min_ms=ms and ms * 0.9,
+        max_ms=ms and ms * 1.1,
+        status=status,
+        raw_type=raw_type,
+    )
 
 
 @pytest.fixture(scope="module")
 def comparison():
     run = RunResult(
-        suite="suite", started_at="2026-11-22T00:00:00Z", device="cuda", complete=True,
+        suite="suite",
+        started_at="2026-11-22T00:00:00Z",
+        device="cuda",
+        complete=True,
         env={"gpu": "NVIDIA H200", "peaks": {"tflops": 700.0, "gbps": 4000.0}},
         layers=(
-            result(EVIL, 0.1), result(EVIL, 0.2, backend="torch"),
-            result("fc|2", 0.5), result("fc|2", 0.4, backend="torch"),
-            result("bad", 0.1, correctness=None), result("bad", 0.1, backend="torch"),
+            result(EVIL, 0.1),
+            result(EVIL, 0.2, backend="torch"),
+            result("fc|2", 0.5),
+            result("fc|2", 0.4, backend="torch"),
+            result("bad", 0.1, correctness=None),
+            result("bad", 0.1, backend="torch"),
             result("err", 0.1, status="error", samples_ms=(), message="CUDA <oom> & more"),
             result("lonely", 0.1),
         ),
     )
     profile = ReferenceProfile(
-        engine="onnxruntime", source="ref|<b>.json", format="onnxruntime", total_ms=5.0,
+        engine="onnxruntime",
+        source="ref|<b>.json",
+        format="onnxruntime",
+        total_ms=5.0,
         layers=(
-            ref(f"/{EVIL}/MatMul", 1.0, 0), ref("fc|2", 0.3, 1), ref("bad", 1.0, 2), ref("err", 0.2, 3),
-            ref("<img src=x onerror=alert(1)>", 0.1, 4, raw_type="Custom"), ref("reorder", 0.01, 5, RefStatus.OVERHEAD),
+            ref(f"/{EVIL}/MatMul", 1.0, 0),
+            ref("fc|2", 0.3, 1),
+            ref("bad", 1.0, 2),
+            ref("err", 0.2, 3),
+            ref("<img src=x onerror=alert(1)>", 0.1, 4, raw_type="Custom"),
+            ref("reorder", 0.01, 5, RefStatus.OVERHEAD),
         ),
     )
     return compare_run(run, profile, run_label="reports/suite/<run>")
 
 
 def test_the_fixture_covers_every_verdict(comparison):
-    assert {row.primary.verdict for row in comparison.rows} == {Verdict.PASS, Verdict.FAIL, Verdict.ERROR}
+    assert {row.primary.verdict for row in comparison.rows} == {
+        Verdict.PASS,
+        Verdict.FAIL,
+        Verdict.ERROR,
+    }
 
 
 def test_all_files_written(comparison, tmp_path: Path):
@@ -145,7 +182,9 @@ def test_html_is_self_contained_and_escaped(comparison):
     assert EVIL in "".join(parsed.text)  # shown, as text
     assert "CUDA <oom> & more" in "".join(parsed.text)
     assert [img["src"].split(",")[0] for img in parsed.imgs] == ["data:image/svg+xml;base64"] * 3
-    assert {"layers", "summary", "unmatched-reference", "unmatched-suite", "overhead"} <= set(parsed.ids)
+    assert {"layers", "summary", "unmatched-reference", "unmatched-suite", "overhead"} <= set(
+        parsed.ids
+    )
     assert "http://" not in html.replace("http://www.w3.org", "")  # nothing fetched
 
 
@@ -164,10 +203,18 @@ def test_markdown_escapes_names_and_stays_small(comparison):
 def test_markdown_truncates_long_tables():
     from opbench.report import markdown
 
-    run = RunResult(suite="big", started_at="t", device="cuda",
-                    layers=tuple(result(f"l{i}", 0.1) for i in range(markdown.MAX_ROWS + 20)))
-    profile = ReferenceProfile("onnxruntime", "r", "onnxruntime",
-                               tuple(ref(f"l{i}", 1.0, i) for i in range(markdown.MAX_ROWS + 20)))
+    run = RunResult(
+        suite="big",
+        started_at="t",
+        device="cuda",
+        layers=tuple(result(f"l{i}", 0.1) for i in range(markdown.MAX_ROWS + 20)),
+    )
+    profile = ReferenceProfile(
+        "onnxruntime",
+        "r",
+        "onnxruntime",
+        tuple(ref(f"l{i}", 1.0, i) for i in range(markdown.MAX_ROWS + 20)),
+    )
     md = render_markdown(compare_run(run, profile))
     assert "20 more rows" in md
     assert len(md) < 65536
@@ -206,8 +253,12 @@ def test_report_without_json_keeps_the_existing_one(comparison, tmp_path: Path):
 
 
 def test_plots_without_data_still_render():
-    run = RunResult(suite="s", started_at="t", device="cuda",
-                    layers=(result("x", 0.1, status="error", samples_ms=(), flops=0, bytes=0),))
+    run = RunResult(
+        suite="s",
+        started_at="t",
+        device="cuda",
+        layers=(result("x", 0.1, status="error", samples_ms=(), flops=0, bytes=0),),
+    )
     profile = ReferenceProfile("onnxruntime", "r", "onnxruntime", (ref("x", 1.0, 0),))
     plots = render_plots(compare_run(run, profile))
     assert [p.name for p in plots] == list(PLOT_NAMES)
