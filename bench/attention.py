@@ -29,6 +29,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import torch
+import torch.nn.attention
 import torch.nn.functional as F
 from triton.testing import do_bench
 
@@ -56,19 +57,24 @@ SWEEP = [
 
 # ---------------------------------------------------------------- parallel precompile
 def _compile_job(job: tuple) -> tuple:
-    """Run one kernel config once on a small input (worker process): compiles into the cache."""
+    """Run one kernel config once on a small input (worker process): compiles it into the
+    cache and checks its output against float32 SDPA (a wrong config counts as failed)."""
     kind, dtype_name, head_dim, causal, seq, config = job
     dtype = getattr(torch, dtype_name)
     heads = 2
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x = torch.randn(1, seq, 3 * heads * head_dim, device=device).to(dtype)
     q, k, v = A.split_heads(x, heads, True)
-    out = torch.empty(1, seq, heads, head_dim, device=device, dtype=dtype)
+    out = torch.full((1, seq, heads, head_dim), float("nan"), device=device, dtype=dtype)
     try:
         forward = A.attention_forward if kind == "fp" else A8.attention_int8_forward
         forward(q, k, v, out, causal=causal, config=config)
-        if device == "cuda":
-            torch.cuda.synchronize()
+        q32, k32, v32 = (t.float().transpose(1, 2) for t in (q, k, v))
+        ref = F.scaled_dot_product_attention(q32, k32, v32, is_causal=causal).transpose(1, 2)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        tol = TOL["int8"] if kind == "int8" else TOL[dtype]
+        if not err <= max(tol, 1e-3):  # fp32 SDPA is itself ~1e-6 off; NaN fails too
+            return job, f"wrong result: rel L2 {err:.3e}"
         return job, None
     except Exception as e:  # report, the parent drops the config
         return job, f"{type(e).__name__}: {str(e)[:300]}"
@@ -98,11 +104,10 @@ def precompile(workers: int) -> list[tuple]:
             tiles = A.FP32_TILES
         else:
             tiles = (A.FP16_TILES if kind == "fp" else A8.INT8_TILES)[head_dim]
-        for bm, bn, warps, stages, maxnreg in tiles:
-            for desc in (False,) if dtype_name == "float32" else (False, True):
-                config = dict(BLOCK_M=bm, BLOCK_N=bn, USE_DESC=desc, num_warps=warps,
-                              num_stages=stages, maxnreg=maxnreg)  # fmt: skip
-                jobs.append((kind, dtype_name, head_dim, causal, seq, config))
+        for bm, bn, warps, stages, maxnreg, desc in tiles:
+            config = dict(BLOCK_M=bm, BLOCK_N=bn, USE_DESC=desc, num_warps=warps,
+                          num_stages=stages, maxnreg=maxnreg)  # fmt: skip
+            jobs.append((kind, dtype_name, head_dim, causal, seq, config))
     t0 = time.time()
     failed = []
     with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
@@ -256,8 +261,14 @@ def time_shape(name, b, h, s, d, causal, with_naive=True) -> dict:
     }
     for key, fn in fns.items():
         t0 = time.time()
-        out = fn(x)  # first call: autotuning for the triton paths
-        sync()
+        try:
+            out = fn(x)  # first call: autotuning for the triton paths
+            sync()
+        except RuntimeError as e:  # only the pinned flash backend is optional
+            if key != "flash":
+                raise
+            row["flash_error"] = str(e)[:200]
+            continue
         row[f"{key}_first_call_s"] = round(time.time() - t0, 2)
         row[f"{key}_err"] = rel_l2(out[0], ref)
         del out

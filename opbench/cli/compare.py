@@ -10,6 +10,7 @@ gate against a baseline adds its options to `compare_command` and one check to t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,11 @@ def resolve_run_path(run: Path | None) -> Path:
 
 
 def run_folder(run: Path) -> Path:
-    return run if run.is_dir() else run.parent
+    """The folder of a run; `<suite>/latest` is followed to the run it names."""
+    folder = run if run.is_dir() else run.parent
+    if folder.is_symlink():
+        folder = folder.parent / os.readlink(folder)
+    return folder
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Pa
     """Read run, reference and map; compare. Raises InputError on bad input; writes nothing."""
     from opbench.compare.compare import compare_run
     from opbench.reference.interface import ReaderOptions
-    from opbench.reference.match import read_name_map
+    from opbench.reference.namemap import read_name_map
     from opbench.reference.registry import read_reference
 
     run_path = resolve_run_path(request.run)
@@ -135,7 +140,10 @@ def compare_command(
         None, "--unit", help="Unit of the times where the file does not say (s|ms|us|ns)."
     ),
     skip_runs: int | None = typer.Option(
-        None, "--skip-runs", min=0, help="Leading whole-model runs to drop as warm-up."
+        None,
+        "--skip-runs",
+        min=0,
+        help="Leading whole-model runs to drop as warm-up (reader default: 1).",
     ),
     map_path: Path | None = typer.Option(
         None, "--map", help="YAML: reference name -> suite layer (or list, or model/layer)."

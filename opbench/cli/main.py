@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from opbench.cli.compare import compare_command
 from opbench.cli.info import env_command, list_command, validate_command
 from opbench.cli.merge import merge_command
+from opbench.cli.reference import reference_app
+from opbench.cli.report import report_command
 from opbench.cli.run import run_command
 
 app = typer.Typer(
@@ -22,16 +25,9 @@ app.command("list")(list_command)
 app.command("env")(env_command)
 app.command("merge")(merge_command)
 
-try:  # wired as the compare/report/reference commands land
-    from opbench.cli.compare import compare_command
-    from opbench.cli.reference import reference_app
-    from opbench.cli.report import report_command
-
-    app.command("compare")(compare_command)
-    app.command("report")(report_command)
-    app.add_typer(reference_app, name="reference")
-except ImportError:
-    pass
+app.command("compare")(compare_command)
+app.command("report")(report_command)
+app.add_typer(reference_app, name="reference")
 
 
 def main() -> None:

@@ -36,10 +36,11 @@ def onnxruntime_command(
     from opbench.spec.load import load_suite
 
     suite = load_suite(suite_path)
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        raise InputError("onnxruntime is not installed: pip install 'opbench[onnx]'") from None
+    for module in ("onnx", "onnxruntime", "onnxscript"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise InputError(f"{module} is not installed: pip install 'opbench[onnx]'") from None
     from opbench.engines.onnxruntime import pick_provider, profile_suite
 
     device = pick_provider()[1]

@@ -1,14 +1,8 @@
-"""Run results against a reference profile: rows, speedups with intervals, verdicts.
+"""Run results against a reference profile: match, group into rows, judge, summarise.
 
-    speedup = reference_ms / opbench_ms
-    PASS       when the lower 95% bound of the speedup >= target
-    FAIL       when the upper bound < target, or the output was incorrect
-    UNCERTAIN  otherwise
-    ERROR      the layer did not run (unsupported, error, missing, no samples)
-
-opbench's interval is the distribution-free 95% interval of the median (TimingStats.ci95);
-the reference's is its min/max or median ± noise where the file gives one, else a point.
-A row summing several results or reference rows sums their bounds (conservative).
+Rows: the reference rows and suite layers linked by matching, directly or through a fused
+opbench result, form one row; its reference time is the sum of its rows, each backend's time
+the sum of its results (a fused result once). Verdicts: opbench/compare/verdict.py.
 
 Pure Python: no torch, no triton.
 """
@@ -22,10 +16,8 @@ from typing import Any
 
 from opbench.compare.model import (
     DEFAULT_TARGET,
-    BackendTiming,
     Comparison,
     ComparisonRow,
-    Interval,
     ModelSummary,
     Overhead,
     Peaks,
@@ -34,20 +26,13 @@ from opbench.compare.model import (
     Unmatched,
     Verdict,
 )
+from opbench.compare.verdict import backend_timing, reference_interval, sum_intervals
 from opbench.errors import InputError
-from opbench.reference.match import (
-    MatchResult,
-    ModelMatch,
-    NameMap,
-    SuiteModel,
-    check_name_map,
-    match_reference,
-    members_of,
-    path_of,
-    qualifier_of,
-    suite_models,
-)
+from opbench.reference.match import MatchResult, ModelMatch, match_reference
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus
+from opbench.reference.namemap import NameMap, check_name_map
+from opbench.reference.names import members_of, path_of, qualifier_of
+from opbench.reference.suite_layers import SuiteModel, suite_models
 from opbench.results.model import LayerResult, RunResult, Status
 
 # Shown when run.env has no measured peaks: figures measured on the H200 by this project
@@ -55,133 +40,9 @@ from opbench.results.model import LayerResult, RunResult, Status
 NOMINAL_H200 = Peaks(
     tflops=790.0,
     gbps=4270.0,
-    label="nominal H200 (bf16 dense ~790 TFLOP/s, copy 4.27 TB/s; not measured in this run)",
+    label="nominal H200, not measured in this run: ~790 TFLOP/s bf16 dense, 4.27 TB/s copy",
     measured=False,
 )
-
-
-# ---- intervals ------------------------------------------------------------------------------
-
-
-def reference_interval(row: ReferenceTiming) -> Interval | None:
-    """A reference row's time with its spread: min/max and median ± noise where known."""
-    t = row.time_ms
-    if t is None:
-        return None
-    lo = hi = t
-    if row.min_ms is not None:
-        lo = min(lo, row.min_ms)
-    if row.max_ms is not None:
-        hi = max(hi, row.max_ms)
-    if row.noise_ms is not None:
-        lo = min(lo, t - abs(row.noise_ms))
-        hi = max(hi, t + abs(row.noise_ms))
-    return Interval(t, max(lo, 0.0), hi)
-
-
-def result_interval(result: LayerResult) -> Interval | None:
-    stats = result.stats
-    if stats is None:
-        return None
-    lo, hi = stats.ci95
-    return Interval(stats.median, lo, hi)
-
-
-def speedup_interval(reference: Interval, opbench: Interval) -> Interval:
-    def ratio(a: float, b: float) -> float:
-        return a / b if b > 0 else math.inf
-
-    return Interval(
-        ratio(reference.value, opbench.value),
-        ratio(reference.lo, opbench.hi),
-        ratio(reference.hi, opbench.lo),
-    )
-
-
-def verdict_of(speedup: Interval, target: float) -> str:
-    if speedup.lo >= target:
-        return Verdict.PASS
-    if speedup.hi < target:
-        return Verdict.FAIL
-    return Verdict.UNCERTAIN
-
-
-def _sum(intervals: Iterable[Interval]) -> Interval | None:
-    total: Interval | None = None
-    for interval in intervals:
-        total = interval if total is None else total + interval
-    return total
-
-
-# ---- one row, one backend ---------------------------------------------------------------------
-
-
-def _incorrect_reason(result: LayerResult) -> str:
-    corr = result.correctness
-    if corr is None:
-        return f"incorrect: {result.layer} was not checked against a reference"
-    if corr.nonfinite:
-        return f"incorrect: {result.layer} has {corr.nonfinite} NaN/Inf values"
-    return f"incorrect: {result.layer} rel_l2 {corr.rel_l2:.2e} > tolerance {corr.tolerance:.1e}"
-
-
-def backend_timing(
-    backend: str,
-    layers: Sequence[str],
-    results: Sequence[LayerResult],
-    reference: Interval | None,
-    target: float,
-) -> BackendTiming:
-    """The verdict of one backend on one row, from the results covering the row's layers."""
-    covered = {member for r in results for member in r.members}
-    missing = [layer for layer in layers if layer not in covered]
-    if missing:
-        return BackendTiming(
-            backend, Verdict.ERROR, reason=f"no {backend} result for {', '.join(missing)}"
-        )
-    broken = [r for r in results if r.status != Status.OK]
-    if broken:
-        r = broken[0]
-        return BackendTiming(
-            backend,
-            Verdict.ERROR,
-            reason=f"{r.layer}: {r.status}: {r.message or 'no message'}",
-            results=len(results),
-        )
-    intervals = [result_interval(r) for r in results]
-    if any(i is None for i in intervals):
-        return BackendTiming(
-            backend, Verdict.ERROR, reason="no timing samples", results=len(results)
-        )
-    time = _sum(i for i in intervals if i is not None)
-    assert time is not None
-    interpreted = any(r.interpreted for r in results)
-    incorrect = [r for r in results if not r.correct]
-    rel_l2 = max((r.correctness.rel_l2 for r in results if r.correctness), default=None)
-    flops = sum(r.flops for r in results)
-    nbytes = sum(r.bytes for r in results)
-    rates = {
-        "tflops": flops / time.value / 1e9 if flops and time.value > 0 else None,
-        "gbps": nbytes / time.value / 1e6 if nbytes and time.value > 0 else None,
-    }
-    common = dict(
-        time=time,
-        results=len(results),
-        correct=not incorrect,
-        rel_l2=rel_l2,
-        interpreted=interpreted,
-        **rates,
-    )
-    if reference is None or reference.value <= 0:
-        return BackendTiming(
-            backend, Verdict.ERROR, reason="the reference has no time for this row", **common
-        )
-    speedup = speedup_interval(reference, time)
-    if incorrect:
-        return BackendTiming(
-            backend, Verdict.FAIL, speedup=speedup, reason=_incorrect_reason(incorrect[0]), **common
-        )
-    return BackendTiming(backend, verdict_of(speedup, target), speedup=speedup, **common)
 
 
 # ---- grouping ---------------------------------------------------------------------------------
@@ -257,7 +118,9 @@ def _rows_of_model(
             unmatched.extend(layer_names)
             continue
         ref_rows = [profile.layers[p] for p in positions]
-        reference = _sum(i for i in (reference_interval(r) for r in ref_rows) if i is not None)
+        reference = sum_intervals(
+            i for i in (reference_interval(r) for r in ref_rows) if i is not None
+        )
         primary_results = _covering(by_backend.get(backends[0], []), layer_names)
         row_target = target
         if row_target is None:

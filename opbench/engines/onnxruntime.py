@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from opbench.errors import InputError
+from opbench.errors import ExitCode, InputError, OpbenchError
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 DEFAULT_RUNS = 20
@@ -309,8 +309,7 @@ def _try_layer(
         session = _session(path, providers)
         session.run(None, _feeds(session, _example_inputs(suite, plan)))
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot be a reference layer"
-        lines = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {lines[0][:200] if lines else 'no message'}"
+        return _one_line(exc)
     return None
 
 
@@ -369,19 +368,27 @@ def profile_suite(
             plan = _Plan(tuple(chosen), tuple(tuple(k) for k in keep))
             if not any(plan.keep):
                 raise InputError("no layer of the chosen models can be exported to ONNX") from None
-            exporter = _export(_build_root(suite, plan), _example_inputs(suite, plan), onnx_path)
+            try:
+                exporter = _export(
+                    _build_root(suite, plan), _example_inputs(suite, plan), onnx_path
+                )
+            except Exception as exc:  # noqa: BLE001 - each layer exports alone, together they do not
+                raise _engine_error("exporting the suite failed", exc) from exc
         owners, opset = rename_nodes(onnx_path, plan)
         log(
             f"profiling with ONNX Runtime {ort.__version__} ({device}): {warmup} warm-up + {runs} runs"
         )
-        session = _session(onnx_path, providers, profile_prefix=str(work / "ort_profile"))
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        feeds = _feeds(session, _example_inputs(suite, plan))
-        started = time.perf_counter()
-        for _ in range(warmup + runs):
-            session.run(None, feeds)
-        wall_s = time.perf_counter() - started
-        produced = Path(session.end_profiling())
+        try:
+            session = _session(onnx_path, providers, profile_prefix=str(work / "ort_profile"))
+            feeds = _feeds(session, _example_inputs(suite, plan))
+            started = time.perf_counter()
+            for _ in range(warmup + runs):
+                session.run(None, feeds)
+            wall_s = time.perf_counter() - started
+            produced = Path(session.end_profiling())
+        except Exception as exc:  # noqa: BLE001 - one line for the user, not a traceback
+            raise _engine_error("ONNX Runtime failed to run the exported suite", exc) from exc
         out.parent.mkdir(parents=True, exist_ok=True)
         meta_path = meta_path_for(out)
         meta = {
@@ -428,6 +435,19 @@ def profile_suite(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(exc: Exception) -> str:
+    """An exception as one plain line (exporter messages carry colour codes and tracebacks)."""
+    lines = [line.strip() for line in _ANSI.sub("", str(exc)).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else 'no message'}"
+
+
+def _engine_error(what: str, exc: Exception) -> OpbenchError:
+    return OpbenchError(f"{what}: {_one_line(exc)}", exit_code=ExitCode.LAYER_ERROR)
 
 
 def meta_path_for(profile: Path) -> Path:

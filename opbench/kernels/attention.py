@@ -48,17 +48,9 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 @triton.jit
 def load_rows(
-    base,
-    desc,
-    row0,
-    seq_len,
-    stride_row,
-    stride_col,
-    ROWS: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    USE_DESC: tl.constexpr,
-    CHECK_ROWS: tl.constexpr,
-):
+    base, desc, row0, seq_len, stride_row, stride_col,
+    ROWS: tl.constexpr, HEAD_DIM: tl.constexpr, USE_DESC: tl.constexpr, CHECK_ROWS: tl.constexpr,
+):  # fmt: skip
     """Load rows [row0, row0 + ROWS) x [0, HEAD_DIM) of one head; rows past seq_len read 0.
 
     base: pointer to row 0, column 0 of this (batch, head); desc: a tensor descriptor over
@@ -89,16 +81,9 @@ def dot_operand(x, UPCAST_DOT: tl.constexpr):
 
 @triton.jit
 def online_softmax_update(
-    acc,
-    m_i,
-    l_i,
-    qk,
-    qk_offset,
-    qk_scale,
-    v,
-    DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
-):
+    acc, m_i, l_i, qk, qk_offset, qk_scale, v,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
     """Fold one key block into the running (acc, m, l) of the online softmax.
 
     The block's base-2 logits are (qk - qk_offset) * qk_scale with qk_scale > 0, so the row
@@ -147,29 +132,11 @@ def key_ranges(
 
 @triton.jit
 def _attend_key_blocks(
-    acc,
-    m_i,
-    l_i,
-    q,
-    k_base,
-    v_base,
-    k_desc,
-    v_desc,
-    offs_m,
-    lo,
-    hi,
-    seq_len,
-    stride_xs,
-    stride_xd,
-    qk_scale,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASKED: tl.constexpr,
-    USE_DESC: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
-):
+    acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, lo, hi, seq_len,
+    stride_xs, stride_xd, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
+    USE_DESC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
     """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -289,70 +256,65 @@ def _attention_fwd_kernel(
         tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-# Autotune candidates: (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg) per head dim.
-# Each compiles for sm_90 without register spills and within 227 KB of shared memory
-# (e.g. D = 128, 128 x 128, 3 stages: Q 32 KB + 3 x (K 32 KB + V 32 KB) = 224 KB). Hopper
-# runs 128-row blocks on two warpgroups (8 warps). The two warpgroups of one program wait on
-# the same tiles, so their softmax and matrix phases do not overlap; two programs per SM
-# (64-row blocks on 4 warps, or a 128-register cap) let the scheduler overlap them.
-# fp32 runs its dots on FMA units (ieee), which only small tiles keep out of local memory.
-Tile = tuple[int, int, int, int, "int | None"]
+# Autotune candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg, USE_DESC), per
+# head dim: the tiles that won at least one shape of bench/attention.py on the H200 out of a
+# wider set (docs/perf/attention.md). Each compiles for sm_90 without spills. The two
+# warpgroups of one 8-warp program wait on the same tiles, so their softmax and matrix
+# phases do not overlap; what wins is two programs per SM (64-row blocks on 4 warps, or a
+# 128-register cap) whose phases the scheduler can interleave. Head dims 16, 32 and 256 are
+# compiled but unmeasured. fp32 runs its dots on FMA units (ieee): small tiles only.
+Tile = tuple[int, int, int, int, "int | None", bool]
 _SMALL_HEAD_TILES: list[Tile] = [
-    (128, 64, 8, 4, None),
-    (128, 64, 8, 3, None),
-    (64, 64, 4, 4, None),
-    (64, 64, 4, 3, None),
-    (128, 128, 8, 3, None),
+    (64, 64, 4, 3, None, False),
+    (128, 64, 8, 3, None, False),
+    (128, 64, 8, 4, None, True),
 ]
 FP16_TILES: dict[int, list[Tile]] = {
     16: _SMALL_HEAD_TILES,
     32: _SMALL_HEAD_TILES,
     64: _SMALL_HEAD_TILES,
-    128: [
-        (128, 64, 8, 4, None),
-        (128, 64, 8, 3, None),
-        (128, 64, 8, 2, 128),
-        (64, 64, 4, 3, None),
-        (128, 128, 8, 3, None),
-    ],
-    256: [(64, 64, 4, 2, None), (128, 32, 8, 2, None), (64, 32, 4, 3, None)],
+    128: [(128, 64, 8, 2, 128, False), (128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, False)],
+    256: [(64, 64, 4, 2, None, False), (128, 32, 8, 2, None, False), (64, 32, 4, 3, None, False)],
 }
-FP32_TILES: list[Tile] = [(32, 16, 4, 2, None), (32, 16, 8, 2, None)]
+FP32_TILES: list[Tile] = [(32, 16, 4, 2, None, False), (32, 16, 8, 2, None, False)]
 
 
-def tile_of(config: triton.Config) -> Tile:
-    kw = config.kwargs
-    return (kw["BLOCK_M"], kw["BLOCK_N"], config.num_warps, config.num_stages, config.maxnreg)
+def make_config(tile: Tile) -> triton.Config:
+    bm, bn, warps, stages, maxnreg, desc = tile
+    return triton.Config(
+        {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc},
+        num_warps=warps,
+        num_stages=stages,
+        maxnreg=maxnreg,
+    )
 
 
 def make_configs(tile_lists: list[list[Tile]]) -> list[triton.Config]:
-    """Every candidate tile, each with and without tensor descriptors; `keep_configs` picks
-    the ones a call can use. Under the interpreter: one small config."""
+    """Every candidate of every list (`keep_configs` picks a call's); under the interpreter,
+    one small config."""
     if INTERPRET:
-        return [
-            triton.Config(
-                {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False}, num_warps=4, num_stages=1
-            )
-        ]
-    tiles = sorted({tile for tiles in tile_lists for tile in tiles}, key=str)
-    return [
-        triton.Config(
-            {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc},
-            num_warps=warps,
-            num_stages=stages,
-            maxnreg=maxnreg,
-        )
-        for bm, bn, warps, stages, maxnreg in tiles
-        for desc in (False, True)
-    ]
+        return [make_config((32, 16, 4, 1, None, False))]
+    return [make_config(t) for t in sorted({t for ts in tile_lists for t in ts}, key=str)]
 
 
 def keep_configs(
     configs: list[triton.Config], tiles: list[Tile], desc_ok: bool
 ) -> list[triton.Config]:
+    """The configs of `tiles`; where descriptors cannot address the tensors, their TMA
+    candidates run with pointer loads instead."""
     if INTERPRET:
         return configs
-    return [c for c in configs if tile_of(c) in tiles and (desc_ok or not c.kwargs["USE_DESC"])]
+    if not desc_ok:
+        tiles = list(dict.fromkeys(t[:5] + (False,) for t in tiles))
+    wanted = set(tiles)
+    kept = []
+    for c in configs:
+        kw = c.kwargs
+        tile = (kw["BLOCK_M"], kw["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, kw["USE_DESC"])
+        if tile in wanted:
+            kept.append(c)
+            wanted.discard(tile)
+    return kept + [make_config(t) for t in tiles if t in wanted]
 
 
 def descriptors_usable(*tensors: torch.Tensor) -> bool:

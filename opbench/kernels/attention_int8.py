@@ -61,13 +61,13 @@ KEY_BLOCK = 128
 # Keys summed by one program of the mean pass, BLOCK_S rows at a time.
 SUM_CHUNK_ROWS = 512
 SUM_BLOCK_ROWS = 64
-# 0x4B400000 read as fp32 is 1.5 * 2^23: adding an int32 |x| < 2^22 to these bits gives
-# the float 1.5 * 2^23 + x exactly.
+# 0x4B400000 read as fp32 is 1.5 * 2^23 = MAGIC_FLOAT: adding an int32 |x| < 2^22 to these
+# bits gives the float MAGIC_FLOAT + x exactly.
 MAGIC_BITS = tl.constexpr(0x4B400000)
+MAGIC_FLOAT = tl.constexpr(12582912.0)
 # Floor of a block's max |value| (an all-zero block, e.g. the smoothed keys of S = 1): keeps
 # every scale, and the product of two, a positive normal float, so -inf * scale stays -inf.
 MIN_AMAX = tl.constexpr(1e-12)
-MAGIC_FLOAT = tl.constexpr(12582912.0)
 
 
 @triton.jit
@@ -157,30 +157,11 @@ def _quantize_keys_kernel(
 
 @triton.jit
 def _attend_key_blocks_int8(
-    acc,
-    m_i,
-    l_i,
-    q8,
-    q_scale,
-    k8_base,
-    k_scale_base,
-    v_base,
-    k8_desc,
-    v_desc,
-    offs_m,
-    lo,
-    hi,
-    seq_len,
-    stride_xs,
-    stride_xd,
-    HEAD_DIM: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    KEY_BLOCK: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    MASKED: tl.constexpr,
-    USE_DESC: tl.constexpr,
-    UPCAST_DOT: tl.constexpr,
-):
+    acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
+    lo, hi, seq_len, stride_xs, stride_xd,
+    HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, KEY_BLOCK: tl.constexpr,
+    CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr, UPCAST_DOT: tl.constexpr,
+):  # fmt: skip
     """One pass over key blocks [lo, hi); k8 rows are padded, so only V loads need masks."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -300,26 +281,18 @@ def _attention_int8_kernel(
     tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-# Autotune candidates as in attention.py; the int8 K tile takes half the shared memory of
-# an fp16 one, so more stages fit.
+# Autotune candidates as in attention.py (the measured winners).
 _SMALL_HEAD_TILES: list[Tile] = [
-    (64, 64, 4, 4, None),
-    (64, 64, 4, 3, None),
-    (128, 64, 8, 3, 128),
-    (128, 128, 8, 3, None),
+    (64, 64, 4, 3, None, False),
+    (64, 64, 4, 4, None, False),
+    (128, 64, 8, 3, 128, False),
 ]
 INT8_TILES: dict[int, list[Tile]] = {
     16: _SMALL_HEAD_TILES,
     32: _SMALL_HEAD_TILES,
     64: _SMALL_HEAD_TILES,
-    128: [
-        (64, 64, 4, 3, None),
-        (64, 64, 4, 4, None),
-        (128, 64, 8, 2, 128),
-        (128, 64, 8, 3, None),
-        (128, 128, 8, 3, None),
-    ],
-    256: [(64, 64, 4, 2, None), (64, 32, 4, 3, None)],
+    128: [(128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, True)],
+    256: [(64, 32, 4, 3, None, False), (64, 64, 4, 2, None, False)],
 }
 
 

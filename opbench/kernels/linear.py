@@ -21,7 +21,8 @@ Three kernels, one epilogue:
     persistent grid (one program per SM walking tiles) or one program per tile.
   * `_linear_split_k_kernel`: for few rows (M <= 64). Splits K over SPLIT_K programs so that
     enough programs stream W; partial sums go to a workspace and the last program of each tile
-    to arrive (an atomic counter) reduces them in a fixed order and runs the epilogue.
+    to arrive (an atomic counter) reduces them in a fixed order and runs the epilogue. For
+    int8 it can also quantize x itself (QUANTIZE_A), saving the separate quantize launch.
 All three accumulate in fp32 (int32 for int8), then `_epilogue_store` applies the dequant
 scales, bias and activation in fp32 and stores in the output's dtype.
 

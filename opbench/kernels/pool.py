@@ -227,6 +227,72 @@ _pool2d = triton.autotune(
 )(_pool2d_kernel)
 
 
+@triton.jit
+def _global_pool2d_kernel(
+    # pointers
+    x_ptr,  # [N, C, H, W] input; H and W walkable as one axis
+    y_ptr,  # [N, C, 1, 1] output
+    # shapes
+    channels,  # C
+    planes,  # N * C
+    pixels,  # H * W
+    # strides, in elements
+    x_stride_n,
+    x_stride_c,
+    x_stride_hw,
+    y_stride_n,
+    y_stride_c,
+    # meta-parameters
+    IS_MAX: tl.constexpr,
+    BLOCK_P: tl.constexpr,  # planes per program
+    BLOCK_HW: tl.constexpr,  # pixels per step
+):
+    """A window covering the whole map (global pooling, e.g. ResNet's 7x7 head): one row
+    reduction per plane, BLOCK_P planes per program, instead of one mostly idle tile each."""
+    plane = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    plane_mask = plane < planes
+    batch = (plane // channels).to(tl.int64)
+    channel = (plane % channels).to(tl.int64)
+    x_rows = x_ptr + batch * x_stride_n + channel * x_stride_c
+    fill = -float("inf") if IS_MAX else 0.0
+    acc = tl.full([BLOCK_P], fill, tl.float32)
+    for start in range(0, pixels, BLOCK_HW):
+        pixel = start + tl.arange(0, BLOCK_HW)
+        mask = plane_mask[:, None] & (pixel < pixels)[None, :]
+        x = tl.load(x_rows[:, None] + pixel[None, :] * x_stride_hw, mask=mask, other=fill)
+        if IS_MAX:
+            acc = tl.maximum(
+                acc, tl.max(x.to(tl.float32), axis=1), propagate_nan=tl.PropagateNan.ALL
+            )
+        else:
+            acc += tl.sum(x.to(tl.float32), axis=1)
+    if not IS_MAX:
+        acc = acc / pixels
+    y_ptrs = y_ptr + batch * y_stride_n + channel * y_stride_c
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=plane_mask)
+
+
+def _global_configs() -> list[triton.Config]:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return [triton.Config({"BLOCK_P": 4, "BLOCK_HW": 16}, num_warps=4)]
+    shapes = [(16, 64, 4), (32, 64, 4), (64, 64, 8), (8, 256, 4), (2, 1024, 4), (1, 4096, 8)]
+    return [triton.Config({"BLOCK_P": p, "BLOCK_HW": hw}, num_warps=w) for p, hw, w in shapes]
+
+
+def _fit_global_tile(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
+    """Keep tiles at most twice as wide as the map (rounded up to a power of two)."""
+    max_hw = max(triton.next_power_of_2(named_args["pixels"]), 64)
+    kept = [c for c in configs if c.kwargs["BLOCK_HW"] <= max_hw]
+    return kept or configs[:1]
+
+
+_global_pool2d = triton.autotune(
+    configs=_global_configs(),
+    key=["planes", "pixels", "x_stride_hw", "IS_MAX"],
+    prune_configs_by={"early_config_prune": _fit_global_tile},
+)(_global_pool2d_kernel)
+
+
 # --------------------------------------------------------------------------------------
 # Launchers
 # --------------------------------------------------------------------------------------
@@ -299,6 +365,10 @@ def _launch_pool2d(
         if plane_span > 2**31 - 1:
             raise Unsupported(f"{op}: one plane spans more than 2**31 elements")
 
+    if (kernel_h, kernel_w, pad_h, pad_w) == (height, width, 0, 0) and _flat_plane(x):
+        _launch_global_pool2d(x, out, is_max)
+        return out
+
     def grid(meta: dict) -> tuple[int]:
         tiles = triton.cdiv(out_height, meta["BLOCK_H"]) * triton.cdiv(out_width, meta["BLOCK_W"])
         return (batch * channels * tiles,)
@@ -322,3 +392,27 @@ def _launch_pool2d(
         PAD_W=pad_w,
     )
     return out
+
+
+def _flat_plane(x: torch.Tensor) -> bool:
+    """Whether H and W of x can be walked as one axis of stride x.stride(3)."""
+    return x.shape[2] == 1 or x.shape[3] == 1 or x.stride(2) == x.shape[3] * x.stride(3)
+
+
+def _launch_global_pool2d(x: torch.Tensor, out: torch.Tensor, is_max: bool) -> None:
+    batch, channels, height, width = x.shape
+    planes = batch * channels
+    pixel_stride = x.stride(3) if width > 1 else x.stride(2)
+    _global_pool2d[lambda meta: (triton.cdiv(planes, meta["BLOCK_P"]),)](
+        x,
+        out,
+        channels,
+        planes,
+        height * width,
+        x.stride(0),
+        x.stride(1),
+        pixel_stride,
+        out.stride(0),
+        out.stride(1),
+        IS_MAX=is_max,
+    )

@@ -16,22 +16,36 @@ Links may be many-to-one (ONNX ``/fc1/MatMul`` and ``/fc1/Add`` both belong to `
 one-to-many (a fused ``conv + relu`` row covers two layers); the compare stage groups them.
 Rows whose path starts with a model name (``/mlp[batch=8]/fc1/MatMul``) only match that model.
 
+Module map: names.py (normalising names and op types), namemap.py (the --map file),
+suite_layers.py (the suite side), this file (the matcher and model selection).
+
 Pure Python: no torch, no triton.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-import yaml
-
-from opbench.errors import InputError, Location
+from opbench.errors import InputError
 from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
+from opbench.reference.namemap import NameMap
+from opbench.reference.names import (
+    NameIndex,
+    families_agree,
+    fold,
+    fused_kinds,
+    keys_of,
+    members_of,
+    names_model,
+    op_family,
+    path_of,
+    qualifier_of,
+    shapes_agree,
+    strip_suffix,
+)
+from opbench.reference.suite_layers import SuiteLayer, SuiteModel
 
 
 class MatchSource:
@@ -40,331 +54,6 @@ class MatchSource:
     NAME = "name"
     FUSION = "fusion"
     SIGNATURE = "signature"
-
-
-# ---- the suite side -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SuiteLayer:
-    """One suite layer as matching sees it (op and shape feed the signature fallback)."""
-
-    name: str
-    index: int
-    op: str | None = None
-    output_shape: tuple[int, ...] | None = None
-    reference_name: str | None = None
-
-
-@dataclass(frozen=True)
-class SuiteModel:
-    """One model instance (e.g. ``mlp[batch=8]``) and its layers in execution order."""
-
-    name: str
-    base_name: str
-    layers: tuple[SuiteLayer, ...]
-
-    def layer_names(self) -> tuple[str, ...]:
-        return tuple(layer.name for layer in self.layers)
-
-
-def base_name(model: str) -> str:
-    """``mlp[batch=8]`` → ``mlp``."""
-    return model.split("[", 1)[0]
-
-
-# ---- the --map file -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MapTarget:
-    """One right-hand side of a --map entry: a layer, optionally qualified by its model."""
-
-    layer: str
-    model: str | None = None
-
-
-@dataclass(frozen=True)
-class NameMap:
-    """reference name → suite layers. An empty target list means "engine overhead, ignore"."""
-
-    entries: Mapping[str, tuple[MapTarget, ...]] = field(default_factory=dict)
-    lines: Mapping[str, int] = field(default_factory=dict)
-    source: str | None = None
-
-    def lookup(self, row: ReferenceTiming) -> tuple[MapTarget, ...] | None:
-        if row.name in self.entries:
-            return self.entries[row.name]
-        folded = {key.casefold(): key for key in self.entries}
-        for key in (row.name, *(c for keys in row_keys(row) for c in keys)):
-            if key.casefold() in folded:
-                return self.entries[folded[key.casefold()]]
-        return None
-
-
-def _split_target(text: str) -> MapTarget:
-    if "/" in text:
-        model, layer = text.rsplit("/", 1)
-        return MapTarget(layer=layer, model=model)
-    return MapTarget(layer=text)
-
-
-def read_name_map(path: Path | str) -> NameMap:
-    """Read a --map YAML file. Mistakes raise InputError with file, line and column."""
-    path = Path(path)
-    file = str(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except FileNotFoundError:
-        raise InputError("no such map file", Location(file=file)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read map file: {exc}", Location(file=file)) from None
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise InputError(
-            f"YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}",
-            Location(
-                file=file,
-                line=mark.line + 1 if mark else None,
-                column=mark.column + 1 if mark else None,
-            ),
-        ) from None
-    if root is None:
-        return NameMap(source=file)
-    if not isinstance(root, yaml.MappingNode):
-        raise InputError(
-            "a map file is a mapping: reference name -> suite layer (or a list of layers)",
-            Location(file=file, line=root.start_mark.line + 1, column=root.start_mark.column + 1),
-        )
-    entries: dict[str, tuple[MapTarget, ...]] = {}
-    lines: dict[str, int] = {}
-    for key_node, value_node in root.value:
-        where = Location(
-            file=file, line=key_node.start_mark.line + 1, column=key_node.start_mark.column + 1
-        )
-        if not isinstance(key_node, yaml.ScalarNode) or not key_node.value.strip():
-            raise InputError("each key is a reference layer name", where)
-        key = str(key_node.value)
-        if key in entries:
-            raise InputError(f"duplicate reference name {key!r}", where)
-        value_where = Location(
-            file=file, line=value_node.start_mark.line + 1, column=value_node.start_mark.column + 1
-        )
-        if isinstance(value_node, yaml.ScalarNode):
-            values = [] if value_node.tag.endswith(":null") else [value_node.value]
-        elif isinstance(value_node, yaml.SequenceNode):
-            values = []
-            for item in value_node.value:
-                if not isinstance(item, yaml.ScalarNode) or not str(item.value).strip():
-                    raise InputError(
-                        f"{key!r}: each item is a suite layer name",
-                        Location(
-                            file=file,
-                            line=item.start_mark.line + 1,
-                            column=item.start_mark.column + 1,
-                        ),
-                    )
-                values.append(item.value)
-        else:
-            raise InputError(f"{key!r}: map to a suite layer name or a list of names", value_where)
-        if any(not str(v).strip() for v in values):
-            raise InputError(f"{key!r}: empty suite layer name", value_where)
-        entries[key] = tuple(_split_target(str(v).strip()) for v in values)
-        lines[key] = key_node.start_mark.line + 1
-    return NameMap(entries=entries, lines=lines, source=file)
-
-
-def check_name_map(name_map: NameMap, models: Sequence[SuiteModel]) -> None:
-    """Every layer a map names must exist in the run: a typo is bad input, not a silent miss."""
-    for key, targets in name_map.entries.items():
-        for target in targets:
-            candidates = [
-                m for m in models if target.model is None or _names_model(target.model, m)
-            ]
-            if target.model is not None and not candidates:
-                known = ", ".join(m.name for m in models)
-                raise InputError(
-                    f"{key!r} maps to model {target.model!r}, which is not in the run (models: {known})",
-                    Location(file=name_map.source, line=name_map.lines.get(key)),
-                )
-            if not any(target.layer in m.layer_names() for m in candidates):
-                raise InputError(
-                    f"{key!r} maps to layer {target.layer!r}, which no compared model has",
-                    Location(file=name_map.source, line=name_map.lines.get(key)),
-                )
-
-
-# ---- names ----------------------------------------------------------------------------------
-
-_SUFFIXES = ("_kernel_time", "_fence_before", "_fence_after")
-
-
-def _strip_suffix(name: str) -> str:
-    for suffix in _SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def _joined(name: str) -> bool:
-    """TensorRT-style fused names join node names: ``a + b``, ``PWN(a, b)``."""
-    return " + " in name or name.startswith("PWN(")
-
-
-def members_of(row: ReferenceTiming) -> tuple[str, ...]:
-    """The engine node names a row stands for: the parts of a joined name (``a + b``), else
-    the row's own name. (ONNX Runtime and SAS readers list op kinds in `members`, not names:
-    those are `fused_kinds`.)"""
-    if _joined(row.name):
-        if row.members:
-            return row.members
-        parts = [p.strip() for p in row.name.split(" + ")]
-        return tuple(p for p in parts if p) or (row.name,)
-    return (row.name,)
-
-
-def fused_kinds(row: ReferenceTiming) -> tuple[str, ...]:
-    """Op kinds a fused row covers, when the reader lists kinds (``("Conv", "Relu")``)."""
-    return () if _joined(row.name) else row.members
-
-
-def path_of(name: str) -> tuple[str, ...]:
-    """``/fc1/MatMul/MatMulAddFusion_kernel_time`` → ("fc1", "MatMul", "MatMulAddFusion")."""
-    name = _strip_suffix(name.strip())
-    if name.startswith("PWN(") and name.endswith(")"):
-        name = name[4:-1]
-    if name.lower().startswith("fused "):  # ONNX Runtime's FusedGemm: "fused /head/Gemm"
-        name = name[6:]
-    parts = tuple(p for p in name.split("/") if p)
-    return parts or (name,)
-
-
-def keys_of(path: Sequence[str]) -> tuple[str, ...]:
-    """Candidate layer names from a path, most specific first: a/b/c, a/b, a."""
-    return tuple("/".join(path[:k]) for k in range(len(path), 0, -1))
-
-
-def row_keys(row: ReferenceTiming) -> tuple[tuple[str, ...], ...]:
-    """For each member of the row, its candidate names (unqualified)."""
-    return tuple(keys_of(path_of(member)) for member in members_of(row))
-
-
-def fold(name: str) -> str:
-    return name.casefold()
-
-
-def squash(name: str) -> str:
-    """Case and punctuation removed: ``FFN-Up`` and ``ffn_up`` both become ``ffnup``."""
-    return re.sub(r"[^0-9a-z]", "", name.casefold())
-
-
-_LEVELS = (lambda s: s, fold, squash)
-
-
-def _names_model(qualifier: str, model: SuiteModel) -> bool:
-    q = fold(qualifier)
-    return q in (fold(model.name), fold(model.base_name))
-
-
-def qualifier_of(path: Sequence[str], models: Iterable[SuiteModel]) -> SuiteModel | None:
-    """The model a path's first component names, if any (``mlp[batch=8]/fc1/MatMul``)."""
-    if len(path) < 2:
-        return None
-    hits = [m for m in models if _names_model(path[0], m)]
-    # a base name shared by several sweep instances names none of them in particular
-    exact = [m for m in hits if fold(m.name) == fold(path[0])]
-    if exact:
-        return exact[0]
-    return hits[0] if len(hits) == 1 else None
-
-
-class _Index:
-    """Looks suite layer names up at increasing looseness; ambiguous keys find nothing."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self.tables: list[dict[str, str | None]] = []
-        for level in _LEVELS:
-            table: dict[str, str | None] = {}
-            for name in names:
-                key = level(name)
-                table[key] = None if key in table and table[key] != name else name
-            self.tables.append(table)
-
-    def find(self, keys: Sequence[str]) -> str | None:
-        for level, table in zip(_LEVELS, self.tables, strict=True):
-            for key in keys:
-                found = table.get(level(key))
-                if found is not None:
-                    return found
-        return None
-
-
-# ---- op types for the signature fallback ----------------------------------------------------
-
-# Engine op/layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch) → opbench op families.
-_OP_FAMILIES: dict[str, str] = {}
-for _family, _names in {
-    "linear": "gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits dynamicquantizematmul "
-    "fullyconnected fc matrixmultiply linear aten::linear aten::addmm aten::mm innerproduct",
-    "conv2d": "conv fusedconv qlinearconv convinteger convolution convo conv2d aten::conv2d "
-    "aten::convolution aten::_convolution groupconvolution",
-    "maxpool2d": "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices",
-    "avgpool2d": "averagepool avgpool avgpool2d globalaveragepool aten::avg_pool2d",
-    "pool": "pooling pool tiledpooling",
-    "batchnorm2d": "batchnormalization batchnorm batchnorm2d batchnorminference scale "
-    "aten::batch_norm aten::_native_batch_norm_legit_no_training",
-    "layernorm": "layernormalization layernorm skiplayernormalization mvn aten::layer_norm "
-    "aten::native_layer_norm",
-    "rmsnorm": "simplifiedlayernormalization skipsimplifiedlayernormalization rmsnormalization "
-    "rmsnorm aten::rms_norm",
-    "softmax": "softmax logsoftmax aten::softmax aten::_softmax",
-    "relu": "relu aten::relu",
-    "gelu": "gelu biasgelu fastgelu aten::gelu",
-    "silu": "silu swish aten::silu",
-    "transpose": "transpose permute shuffle aten::transpose aten::permute",
-    "flatten": "flatten reshape aten::flatten aten::view aten::reshape",
-    "attention": "attention multiheadattention groupqueryattention mha "
-    "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention",
-}.items():
-    for _name in _names.split():
-        _OP_FAMILIES[_name] = _family
-
-_SUITE_FAMILY = {"permute": "transpose"}
-
-
-def op_family(raw_type: str | None) -> str | None:
-    """The opbench op family of an engine op type, or None if unknown."""
-    if not raw_type:
-        return None
-    return _OP_FAMILIES.get(raw_type.strip().casefold())
-
-
-def _families_agree(row_family: str | None, suite_op: str | None) -> bool:
-    if row_family is None or suite_op is None:
-        return False
-    suite_family = _SUITE_FAMILY.get(suite_op, suite_op)
-    if row_family == "pool":
-        return suite_family in ("maxpool2d", "avgpool2d")
-    return row_family == suite_family
-
-
-def _shapes_agree(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> bool:
-    """Equal, or the same elements with the same last dim (engines flatten leading dims)."""
-    if a is None or b is None or not a or not b:
-        return True
-    if tuple(a) == tuple(b):
-        return True
-    na = nb = 1
-    for d in a:
-        na *= d
-    for d in b:
-        nb *= d
-    return na == nb and a[-1] == b[-1]
-
-
-# ---- the matcher ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -463,7 +152,7 @@ def match_model(
     # 1. reference_name set in the suite: the whole raw name, or one member's name
     by_reference = [layer for layer in model.layers if layer.reference_name]
     for pos, member_keys in candidates.items():
-        raw = fold(_strip_suffix(rows[pos].name))
+        raw = fold(strip_suffix(rows[pos].name))
         for layer in by_reference:
             ref = fold(layer.reference_name or "")
             if raw == ref:
@@ -486,7 +175,7 @@ def match_model(
             if not targets and not any(link.row == pos for link in links):
                 ignored.append(pos)  # mapped to nothing: the user calls it engine overhead
             for target in targets:
-                if target.model is not None and not _names_model(target.model, model):
+                if target.model is not None and not names_model(target.model, model):
                     continue
                 if target.layer in model.layer_names():
                     add(pos, target.layer, MatchSource.MAP)
@@ -494,7 +183,7 @@ def match_model(
 
     # 3. normalised names, member by member (layers named by reference_name are taken)
     taken = {layer.name for layer in by_reference}
-    index = _Index([layer.name for layer in model.layers if layer.name not in taken])
+    index = NameIndex([layer.name for layer in model.layers if layer.name not in taken])
     for pos, member_keys in candidates.items():
         for i in open_members(pos):
             found = index.find(member_keys[i])
@@ -536,14 +225,14 @@ def _absorb_fused(
         start = position.get(link.layer)
         if len(kinds) < 2 or start is None:
             continue
-        if not _families_agree(op_family(kinds[0]), model.layers[start].op):
+        if not families_agree(op_family(kinds[0]), model.layers[start].op):
             continue
         nxt = start + 1
         for kind in kinds[1:]:
             if nxt >= len(model.layers):
                 break
             layer = model.layers[nxt]
-            if layer.name in linked_layers or not _families_agree(op_family(kind), layer.op):
+            if layer.name in linked_layers or not families_agree(op_family(kind), layer.op):
                 continue  # e.g. the bias Add of MatMul+Add is no suite layer of its own
             add(link.row, layer.name, MatchSource.FUSION)
             linked_layers.add(layer.name)
@@ -565,14 +254,14 @@ def _absorb_renamed(
         end = position.get(link.layer)
         if Flag.RENAMED_BY_ENGINE not in row.flags or family is None or end is None:
             continue
-        if _families_agree(family, model.layers[end].op):
+        if families_agree(family, model.layers[end].op):
             continue
         span: list[SuiteLayer] = []
         for layer in reversed(model.layers[:end]):
             if layer.name in linked_layers:
                 break
             span.append(layer)
-            if _families_agree(family, layer.op):
+            if families_agree(family, layer.op):
                 for covered in span:
                     add(link.row, covered.name, MatchSource.FUSION)
                     linked_layers.add(covered.name)
@@ -589,7 +278,7 @@ def _align(
 
     def agree(i: int, j: int) -> bool:
         row, layer = rows[left_rows[i]], left_layers[j]
-        return _families_agree(op_family(row.raw_type), layer.op) and _shapes_agree(
+        return families_agree(op_family(row.raw_type), layer.op) and shapes_agree(
             row.output_shape, layer.output_shape
         )
 
@@ -695,71 +384,3 @@ def _qualified_models(models: Sequence[SuiteModel], rows: Sequence[ReferenceTimi
             if owner is not None:
                 named.setdefault(owner.name, None)
     return [m.name for m in models if m.name in named]
-
-
-# ---- building SuiteModels from a run ----------------------------------------------------------
-
-
-def suite_models(
-    suite_spec: Mapping[str, Any], layer_results: Iterable[Any]
-) -> tuple[SuiteModel, ...]:
-    """The run's models and layers: from run.suite_spec where it lists them, completed from the
-    layer results (fused results expand to their members), in execution order."""
-    order: dict[str, dict[str, dict[str, Any]]] = {}
-    bases: dict[str, str] = {}
-    spec_models = suite_spec.get("models") if isinstance(suite_spec, Mapping) else None
-    for spec_model in spec_models or ():
-        if not isinstance(spec_model, Mapping) or not isinstance(spec_model.get("name"), str):
-            continue
-        name = spec_model["name"]
-        bases[name] = str(spec_model.get("base_name") or base_name(name))
-        layers = order.setdefault(name, {})
-        for spec_layer in spec_model.get("layers") or ():
-            if isinstance(spec_layer, Mapping) and isinstance(spec_layer.get("name"), str):
-                layers.setdefault(
-                    spec_layer["name"],
-                    {
-                        "op": spec_layer.get("op"),
-                        "output_shape": spec_layer.get("output_shape"),
-                        "reference_name": spec_layer.get("reference_name"),
-                    },
-                )
-    with_results: set[str] = set()
-    for result in layer_results:
-        with_results.add(result.model)
-        layers = order.setdefault(result.model, {})
-        bases.setdefault(result.model, base_name(result.model))
-        members = result.members
-        for member in members:
-            info = layers.setdefault(
-                member, {"op": None, "output_shape": None, "reference_name": None}
-            )
-            if len(members) == 1:
-                info["op"] = info.get("op") or result.op
-                info["output_shape"] = info.get("output_shape") or result.output_shape
-            info["reference_name"] = info.get("reference_name") or (
-                result.reference_name if len(members) == 1 else None
-            )
-    models = []
-    for name, layers in order.items():
-        if name not in with_results:
-            continue  # in the suite but not in this run (e.g. run with --model)
-        models.append(
-            SuiteModel(
-                name=name,
-                base_name=bases[name],
-                layers=tuple(
-                    SuiteLayer(
-                        name=layer,
-                        index=i,
-                        op=info.get("op"),
-                        output_shape=tuple(info["output_shape"])
-                        if info.get("output_shape")
-                        else None,
-                        reference_name=info.get("reference_name"),
-                    )
-                    for i, (layer, info) in enumerate(layers.items())
-                ),
-            )
-        )
-    return tuple(models)

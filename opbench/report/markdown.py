@@ -25,6 +25,11 @@ def md(text: object) -> str:
     return s.replace("\r", " ").replace("\n", " ")
 
 
+def code(text: object) -> str:
+    """A code span: Markdown escapes do not work inside one, so backticks are replaced."""
+    return "`" + str(text).replace("`", "'").replace("\n", " ") + "`"
+
+
 def _first_names(names: tuple[str, ...]) -> str:
     return names[0] + (f" (+{len(names) - 1} more)" if len(names) > 1 else "") if names else ""
 
@@ -60,7 +65,7 @@ def render_markdown(comparison: Comparison) -> str:
     lines.append("")
     detected = ", detected" if c.reference.detected else ""
     lines.append(
-        f"Run `{md(c.run)}` on {md(c.device)} · reference `{md(c.reference.source)}` "
+        f"Run {code(c.run)} on {md(c.device)} · reference {code(c.reference.source)} "
         f"(format {md(c.reference.format)}{detected}) · matched by {md(c.how_matched)}"
     )
     lines.append("")

@@ -131,7 +131,7 @@ def speedup_plot(comparison: Comparison) -> PlotImage:
             label=target_label,
         )
     )
-    ax.legend(handles=handles, loc="best", fontsize=8)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title(title)
     return _render(fig, "speedup", title)
 
@@ -176,7 +176,7 @@ def times_plot(comparison: Comparison) -> PlotImage:
     ax.set_yticks(range(len(rows)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("time per call (ms)")
-    ax.legend(loc="best", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax.set_title(title)
     return _render(fig, "times", title)
 
@@ -233,12 +233,10 @@ def roofline_plot(comparison: Comparison) -> PlotImage:
     ax.set_xlabel("achieved GB/s (minimum bytes / time)")
     ax.set_ylabel("achieved TFLOP/s")
     skipped = len(comparison.roofline) - len(points)
-    caption = (
-        "peaks: "
-        + peaks.label
-        + (f"; {skipped} results without FLOPs not shown" if skipped else "")
-    )
-    ax.set_title(title + "\n" + caption, fontsize=9)
+    caption = [f"peaks: {peaks.label}"]
+    if skipped:
+        caption.append(f"{skipped} results without a FLOP count are not shown")
+    ax.set_title("\n".join([title, *caption]), fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     return _render(fig, "roofline", title)
 

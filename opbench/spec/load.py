@@ -300,7 +300,7 @@ def _resolve_model(
         name = f"{model.name}[batch={batch}]" if isinstance(model.batch, list) else model.name
         shape = (batch, *model.input)
         layers = []
-        for i, (layer, params) in enumerate(zip(model.layers, params_per_layer)):
+        for i, (layer, params) in enumerate(zip(model.layers, params_per_layer, strict=True)):
             path = ("models", index, "layers", i)
             starts_chain = i == 0 or layer.input is not None
             if layer.input is not None:

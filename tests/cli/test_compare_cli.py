@@ -333,3 +333,42 @@ def test_quickstart_end_to_end(tmp_path: Path, monkeypatch):
     assert all(row["reference"]["value"] > 0 for row in data["rows"])
     assert not [u for u in data["unmatched"] if u["side"] == "suite"]
     assert not [u for u in data["unmatched"] if u["side"] == "reference"]
+
+
+def test_reference_onnxruntime_lists_layers_it_cannot_export(tmp_path: Path, monkeypatch):
+    """A layer whose computation cannot be exported is left out and listed; the layers after
+    it take a fresh graph input, and the profile still holds every other layer."""
+    pytest.importorskip("onnxruntime")
+    import torch
+
+    from opbench.ops.registry import get_op
+
+    def not_exportable(x, weights, layer):
+        return x * torch.special.zeta(x, torch.tensor(2.0))  # no ONNX translation for zeta
+
+    monkeypatch.setattr(get_op("silu"), "forward", not_exportable)
+    suite = _write(
+        tmp_path / "tiny.yaml",
+        "name: tiny\n"
+        "defaults: {dtype: float32, backends: [torch]}\n"
+        "models:\n"
+        "  - name: mlp\n"
+        "    batch: 2\n"
+        "    input: [12]\n"
+        "    layers:\n"
+        "      - {name: fc1, op: linear, out_features: 16}\n"
+        "      - {name: act, op: silu}\n"
+        "      - {name: fc2, op: linear, out_features: 8}\n",
+    )
+    out = tmp_path / "ref.json"
+    done = runner.invoke(
+        app, ["reference", "onnxruntime", str(suite), "--runs", "2", "--out", str(out)]
+    )
+    assert done.exit_code == 0, done.output
+    assert "left out mlp/act (silu)" in done.output
+    meta = json.loads((tmp_path / "ref.meta.json").read_text())
+    assert [(s["model"], s["layer"]) for s in meta["skipped_layers"]] == [("mlp", "act")]
+    names = {e["name"] for e in json.loads(out.read_text()) if e.get("cat") == "Node"}
+    assert any(n.startswith("/mlp/fc1/") for n in names)
+    assert any(n.startswith("/mlp/fc2/") for n in names)  # after the gap, from a fresh input
+    assert not any(n.startswith("/mlp/act/") for n in names)

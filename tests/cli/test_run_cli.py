@@ -54,15 +54,29 @@ def test_run_writes_run_json_and_latest_and_prints_the_table(tmp_path: Path) -> 
 
 
 def test_device_cpu_says_triton_runs_in_the_interpreter(tmp_path: Path) -> None:
-    result = invoke("run", SUITES / "tiny.yaml", "--out", tmp_path, "--device", "cpu", "--model", "cnn")
+    result = invoke(
+        "run", SUITES / "tiny.yaml", "--out", tmp_path, "--device", "cpu", "--model", "cnn"
+    )
     assert result.exit_code == 0, result.output
     assert "device: cpu" in result.stdout
     assert "interpreter" in result.stdout and "not performance figures" in result.stdout
 
 
 def test_filters_and_shards(tmp_path: Path) -> None:
-    result = invoke("run", SUITES / "tiny.yaml", "--out", tmp_path, "--device", "cpu", "-m", "mlp", "-l", "fc2",
-                    "--rounds", "3")
+    result = invoke(
+        "run",
+        SUITES / "tiny.yaml",
+        "--out",
+        tmp_path,
+        "--device",
+        "cpu",
+        "-m",
+        "mlp",
+        "-l",
+        "fc2",
+        "--rounds",
+        "3",
+    )
     assert result.exit_code == 0, result.output
     (run_dir,) = run_dirs(tmp_path, "tiny")
     run = read_run(run_dir)
@@ -70,7 +84,9 @@ def test_filters_and_shards(tmp_path: Path) -> None:
     assert len(run.layers[0].samples_ms) == 3
     assert run.end_to_end == (), "no end-to-end time when only some layers run"
 
-    result = invoke("run", SUITES / "tiny.yaml", "--out", tmp_path / "s", "--device", "cpu", "--shard", "2/4")
+    result = invoke(
+        "run", SUITES / "tiny.yaml", "--out", tmp_path / "s", "--device", "cpu", "--shard", "2/4"
+    )
     assert result.exit_code == 0, result.output
     (shard_dir,) = run_dirs(tmp_path / "s", "tiny")
     shard = read_run(shard_dir)
@@ -80,7 +96,12 @@ def test_filters_and_shards(tmp_path: Path) -> None:
 
 def test_two_runs_get_two_folders_and_latest_moves(tmp_path: Path) -> None:
     for _ in range(2):
-        assert invoke("run", SUITES / "tiny.yaml", "--out", tmp_path, "--device", "cpu", "-l", "ln").exit_code == 0
+        assert (
+            invoke(
+                "run", SUITES / "tiny.yaml", "--out", tmp_path, "--device", "cpu", "-l", "ln"
+            ).exit_code
+            == 0
+        )
     first, second = run_dirs(tmp_path, "tiny")
     assert resolve_latest(tmp_path / "tiny") == second.resolve()
 
@@ -97,6 +118,17 @@ def test_exit_3_when_a_layer_fails_correctness(tmp_path: Path) -> None:
     assert layer.correctness.tolerance == 1e-30 and layer.correctness.rel_l2 > 1e-30
     assert "wrong" in result.stdout
     assert "failed correctness" in result.stdout and "m/fc/torch" in result.stdout
+
+
+def test_failure_line_names_sweep_instances(tmp_path: Path) -> None:
+    text = (SUITES / "fails_tolerance.yaml").read_text().replace("batch: 2", "batch: [2, 3]")
+    suite = tmp_path / "sweep.yaml"
+    suite.write_text(text)
+    result = invoke("run", suite, "--out", tmp_path / "out", "--device", "cpu")
+    assert result.exit_code == 3, result.output
+    (line,) = [x for x in result.stdout.splitlines() if "failed correctness" in x]
+    assert "2 layer result(s)" in line
+    assert "m[batch=2]/fc/torch, m[batch=3]/fc/torch" in line
 
 
 def test_exit_3_when_a_layer_errors(tmp_path: Path, monkeypatch) -> None:
@@ -120,7 +152,9 @@ def test_unsupported_layers_do_not_fail_the_run(tmp_path: Path, monkeypatch) -> 
 
     for name in OPS:
         monkeypatch.delitem(triton_backend.BUILDERS, name)
-    text = (SUITES / "tiny.yaml").read_text().replace("backends: [torch]", "backends: [torch, triton]")
+    text = (
+        (SUITES / "tiny.yaml").read_text().replace("backends: [torch]", "backends: [torch, triton]")
+    )
     suite = tmp_path / "both.yaml"
     suite.write_text(text)
     result = invoke("run", suite, "--out", tmp_path / "out", "--device", "cpu", "-m", "cnn")
@@ -201,7 +235,11 @@ def test_bad_rounds_is_rejected_by_the_option_parser(tmp_path: Path) -> None:
 
 
 def table_rows(text: str) -> list[list[str]]:
-    return [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    return [
+        [cell.strip() for cell in line.split("│")[1:-1]]
+        for line in text.splitlines()
+        if line.startswith("│")
+    ]
 
 
 def test_validate_prints_every_layer() -> None:
@@ -217,9 +255,19 @@ def test_validate_prints_every_layer() -> None:
 
 def test_tables_show_sweep_instance_names(tmp_path: Path) -> None:
     result = invoke("validate", SUITES / "sweep_chain.yaml")
-    assert {row[0] for row in table_rows(result.stdout)} == {"mlp[batch=1]", "mlp[batch=3]", "mlp[batch=8]"}
-    result = invoke("run", SUITES / "sweep_chain.yaml", "--out", tmp_path, "--device", "cpu", "-l", "fc")
-    assert [row[0] for row in table_rows(result.stdout)][:3] == ["mlp[batch=1]", "mlp[batch=3]", "mlp[batch=8]"]
+    assert {row[0] for row in table_rows(result.stdout)} == {
+        "mlp[batch=1]",
+        "mlp[batch=3]",
+        "mlp[batch=8]",
+    }
+    result = invoke(
+        "run", SUITES / "sweep_chain.yaml", "--out", tmp_path, "--device", "cpu", "-l", "fc"
+    )
+    assert [row[0] for row in table_rows(result.stdout)][:3] == [
+        "mlp[batch=1]",
+        "mlp[batch=3]",
+        "mlp[batch=8]",
+    ]
 
 
 def test_list_ops_names_every_op_and_its_parameters() -> None:
@@ -233,7 +281,11 @@ def test_list_ops_names_every_op_and_its_parameters() -> None:
 def test_list_backends_says_which_are_available() -> None:
     result = invoke("list", "backends")
     assert result.exit_code == 0, result.output
-    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if line.count("│") >= 3}
+    rows = {
+        line.split("│")[1].strip(): line
+        for line in result.stdout.splitlines()
+        if line.count("│") >= 3
+    }
     assert set(rows) >= {"torch", "torch-compile", "triton"}
     assert "available" in rows["torch"] and "unavailable" not in rows["torch"]
     assert "available" in rows["triton"]
@@ -257,14 +309,22 @@ def test_env_json() -> None:
 
 def _opbench(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "opbench", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "opbench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("command", ["validate", "run"])
 def test_real_process_bad_suite(tmp_path: Path, command: str) -> None:
     bad = tmp_path / "bad.yaml"
-    bad.write_text("name: s\nmodels:\n  - name: m\n    input: [3, 8]\n    layers:\n      - {name: a, op: softmx}\n")
+    bad.write_text(
+        "name: s\nmodels:\n  - name: m\n    input: [3, 8]\n    layers:\n      - {name: a, op: softmx}\n"
+    )
     proc = _opbench(command, bad, cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -46,8 +46,14 @@ def fake_kernels(monkeypatch):
             y = OPS["conv2d"].forward(x, w, layer)
             if batchnorm is not None:
                 y = torch.nn.functional.batch_norm(
-                    y, batchnorm["running_mean"].to(y.dtype), batchnorm["running_var"].to(y.dtype),
-                    batchnorm["weight"].to(y.dtype), batchnorm["bias"].to(y.dtype), False, 0.0, batchnorm["eps"],
+                    y,
+                    batchnorm["running_mean"].to(y.dtype),
+                    batchnorm["running_var"].to(y.dtype),
+                    batchnorm["weight"].to(y.dtype),
+                    batchnorm["bias"].to(y.dtype),
+                    False,
+                    0.0,
+                    batchnorm["eps"],
                 )
             return activate(y, activation) if activation else y
 
@@ -63,8 +69,12 @@ def test_plan_covers_every_layer_and_backend_in_order() -> None:
     suite = load_suite(SUITES / "tiny.yaml")
     items = plan_work(suite, RunOptions(), backends())
     assert [(i.model.name, i.indices, i.backend) for i in items] == [
-        ("mlp", (0,), "torch"), ("mlp", (1,), "torch"), ("mlp", (2,), "torch"), ("mlp", (3,), "torch"),
-        ("cnn", (0,), "torch"), ("cnn", (1,), "torch"),
+        ("mlp", (0,), "torch"),
+        ("mlp", (1,), "torch"),
+        ("mlp", (2,), "torch"),
+        ("mlp", (3,), "torch"),
+        ("cnn", (0,), "torch"),
+        ("cnn", (1,), "torch"),
     ]
 
 
@@ -76,9 +86,14 @@ def test_plan_filters_models_layers_and_backends() -> None:
     only_unfused = plan_work(suite, RunOptions(models=["unfused"]), b)
     assert {i.model.name for i in only_unfused} == {"unfused"}
     only_bn1 = plan_work(suite, RunOptions(layers=["bn1"], backends=["torch"]), b)
-    assert [(i.model.name, i.layers[0].name) for i in only_bn1] == [("fused", "bn1"), ("unfused", "bn1")]
+    assert [(i.model.name, i.layers[0].name) for i in only_bn1] == [
+        ("fused", "bn1"),
+        ("unfused", "bn1"),
+    ]
     # A fused group is kept whole when any of its layers is asked for.
-    fused_bn1 = plan_work(suite, RunOptions(layers=["bn1"], backends=["triton"], models=["fused"]), b)
+    fused_bn1 = plan_work(
+        suite, RunOptions(layers=["bn1"], backends=["triton"], models=["fused"]), b
+    )
     assert [i.indices for i in fused_bn1] == [(0, 1, 2)]
 
 
@@ -86,7 +101,9 @@ def test_sweep_instances_can_be_selected_by_base_or_full_name() -> None:
     suite = load_suite(SUITES / "sweep_chain.yaml")
     b = backends()
     assert len(plan_work(suite, RunOptions(models=["mlp"]), b)) == 12
-    assert {i.model.name for i in plan_work(suite, RunOptions(models=["mlp[batch=3]"]), b)} == {"mlp[batch=3]"}
+    assert {i.model.name for i in plan_work(suite, RunOptions(models=["mlp[batch=3]"]), b)} == {
+        "mlp[batch=3]"
+    }
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
@@ -94,8 +111,13 @@ def test_shards_partition_the_plan(n: int) -> None:
     suite = load_suite(SUITES / "fusion.yaml")
     b = backends()
     full = [(i.model.name, i.indices, i.backend) for i in plan_work(suite, RunOptions(), b)]
-    parts = [[(i.model.name, i.indices, i.backend) for i in plan_work(suite, RunOptions(shard=(k, n)), b)]
-             for k in range(1, n + 1)]
+    parts = [
+        [
+            (i.model.name, i.indices, i.backend)
+            for i in plan_work(suite, RunOptions(shard=(k, n)), b)
+        ]
+        for k in range(1, n + 1)
+    ]
     assert sorted(x for p in parts for x in p) == sorted(full)
     assert sum(len(p) for p in parts) == len(full), "no item in two shards"
 
@@ -105,10 +127,10 @@ def test_fusion_groups_only_with_fuse_true() -> None:
     fused, unfused = suite.model("fused"), suite.model("unfused")
     assert triton_backend.fusion_groups(fused) == [
         (0, 1, 2),  # conv1 → bn1 → relu1
-        (3,),       # conv2 already has an activation: nothing to fold after it
+        (3,),  # conv2 already has an activation: nothing to fold after it
         (4,),
-        (5, 6),     # conv3 → silu
-        (7,),       # conv4: bn4 starts a new chain, so it is not conv4's output
+        (5, 6),  # conv3 → silu
+        (7,),  # conv4: bn4 starts a new chain, so it is not conv4's output
         (8,),
         (9,),
     ]
@@ -117,12 +139,18 @@ def test_fusion_groups_only_with_fuse_true() -> None:
 
 
 def test_a_group_splits_when_a_member_excludes_the_backend() -> None:
-    text = (SUITES / "fusion.yaml").read_text().replace(
-        "{name: bn1, op: batchnorm2d}", "{name: bn1, op: batchnorm2d, backends: [torch]}", 1
+    text = (
+        (SUITES / "fusion.yaml")
+        .read_text()
+        .replace(
+            "{name: bn1, op: batchnorm2d}", "{name: bn1, op: batchnorm2d, backends: [torch]}", 1
+        )
     )
     suite = load_suite_text(text)
     items = plan_work(suite, RunOptions(backends=["triton"], models=["fused"]), backends())
-    assert [i.indices for i in items][:2] == [(0,), (2,)], "conv1 and relu1 alone; bn1 is not run on triton"
+    assert [i.indices for i in items][:2] == [(0,), (2,)], (
+        "conv1 and relu1 alone; bn1 is not run on triton"
+    )
 
 
 # ---- whole runs ----------------------------------------------------------------------------------
@@ -132,7 +160,13 @@ def test_run_suite_writes_a_complete_run(tmp_path: Path) -> None:
     suite = load_suite(SUITES / "tiny.yaml")
     events = []
     path = tmp_path / "run.json"
-    run = run_suite(suite, RunOptions(), run_path=path, env={"k": "v"}, progress=lambda e, p: events.append((e, p)))
+    run = run_suite(
+        suite,
+        RunOptions(),
+        run_path=path,
+        env={"k": "v"},
+        progress=lambda e, p: events.append((e, p)),
+    )
     assert run.complete and run.finished_at and run.planned == 6 == len(run.layers)
     assert all(r.status == Status.OK and r.correct for r in run.layers)
     assert read_run(path) == run
@@ -140,7 +174,10 @@ def test_run_suite_writes_a_complete_run(tmp_path: Path) -> None:
     assert [e for e, _ in events] == ["plan"] + ["start", "done"] * 6
     assert events[0][1] == 6
     assert [p for e, p in events if e == "done"] == list(run.layers)
-    assert [(e.model, e.backend, e.status) for e in run.end_to_end] == [("mlp", "torch", "ok"), ("cnn", "torch", "ok")]
+    assert [(e.model, e.backend, e.status) for e in run.end_to_end] == [
+        ("mlp", "torch", "ok"),
+        ("cnn", "torch", "ok"),
+    ]
     assert all(len(e.samples_ms) == 2 for e in run.end_to_end)
 
 
@@ -164,7 +201,9 @@ def test_interrupted_run_keeps_exactly_the_finished_results(tmp_path: Path) -> N
     assert [r.layer for r in saved.layers] == ["ln", "fc1", "act"]
 
 
-def test_a_failing_layer_is_an_error_result_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
+def test_a_failing_layer_is_an_error_result_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch
+) -> None:
     def boom(self, x, weights, layer):
         raise RuntimeError("boom\nsecond line")
 
@@ -178,7 +217,9 @@ def test_a_failing_layer_is_an_error_result_and_the_run_goes_on(tmp_path: Path, 
     others = [r for r in run.layers if r.layer != "act"]
     assert all(r.status == Status.OK for r in others)
     mlp_e2e = next(e for e in run.end_to_end if e.model == "mlp")
-    assert mlp_e2e.status == Status.UNSUPPORTED, "no end-to-end time for a model with a broken layer"
+    assert mlp_e2e.status == Status.UNSUPPORTED, (
+        "no end-to-end time for a model with a broken layer"
+    )
 
 
 def test_quick_and_rounds_options_shape_the_samples() -> None:
@@ -217,8 +258,10 @@ def _item(suite, indices=(0,), backend="triton", model=0):
     return WorkItem(m, indices, backend), ModelData(suite, m, "cpu")
 
 
-RELU_SUITE = "name: t\ndefaults: {timing: {warmup_ms: 0, rep_ms: 1, rounds: 5}}\nmodels:\n" \
+RELU_SUITE = (
+    "name: t\ndefaults: {timing: {warmup_ms: 0, rep_ms: 1, rounds: 5}}\nmodels:\n"
     "  - {name: m, batch: 2, input: [5, 7], layers: [{name: r, op: relu}]}\n"
+)
 
 
 def test_triton_backend_is_available_with_the_interpreter(monkeypatch) -> None:
@@ -248,7 +291,10 @@ def test_a_kernel_raising_unsupported_is_unsupported_with_its_reason(monkeypatch
     monkeypatch.setitem(triton_backend.BUILDERS, "relu", refuses)
     item, data = _item(load_suite_text(RELU_SUITE))
     result = measure_item(item, data, get_backend("triton"), RunOptions())
-    assert (result.status, result.message) == (Status.UNSUPPORTED, "relu on a Tuesday is not supported")
+    assert (result.status, result.message) == (
+        Status.UNSUPPORTED,
+        "relu on a Tuesday is not supported",
+    )
 
 
 def test_a_launcher_raising_unsupported_at_call_time_is_unsupported(monkeypatch) -> None:
@@ -289,7 +335,9 @@ def test_interpreted_results_are_marked_and_kept_short(fake_kernels) -> None:
     assert result.status == Status.OK and result.correct
     assert result.interpreted
     assert "interpreter" in result.note
-    assert len(result.samples_ms) == 2 and all(len(r) == 1 for r in result.samples_ms), "at most 2 rounds of 1 call"
+    assert len(result.samples_ms) == 2 and all(len(r) == 1 for r in result.samples_ms), (
+        "at most 2 rounds of 1 call"
+    )
 
 
 def test_fused_group_is_one_result_covering_its_layers(fake_kernels) -> None:
@@ -307,7 +355,9 @@ def test_fused_group_is_one_result_covering_its_layers(fake_kernels) -> None:
     c_out = conv.params["out_channels"]
     weights = numel((c_out, 3, 3, 3)) + c_out + 4 * c_out
     assert result.bytes == 4 * (numel(conv.input_shape) + numel(relu.output_shape) + weights)
-    assert result.flops == sum(OPS[la.op].flops(la.input_shape, la.output_shape, la.params) for la in (conv, bn, relu))
+    assert result.flops == sum(
+        OPS[la.op].flops(la.input_shape, la.output_shape, la.params) for la in (conv, bn, relu)
+    )
 
 
 def test_whole_run_with_fusion(fake_kernels, tmp_path: Path) -> None:
@@ -315,19 +365,34 @@ def test_whole_run_with_fusion(fake_kernels, tmp_path: Path) -> None:
     run = run_suite(suite, RunOptions(backends=["triton"]), run_path=tmp_path / "run.json")
     fused = [r for r in run.layers if r.model == "fused"]
     assert [r.members for r in fused] == [
-        ("conv1", "bn1", "relu1"), ("conv2",), ("bn2",), ("conv3", "act3"), ("conv4",), ("bn4",), ("pool",)
+        ("conv1", "bn1", "relu1"),
+        ("conv2",),
+        ("bn2",),
+        ("conv3", "act3"),
+        ("conv4",),
+        ("bn4",),
+        ("pool",),
     ]
     assert all(r.correct and r.interpreted for r in run.layers)
     assert run.find("fused", "relu1", "triton") is fused[0]
-    assert [r.members for r in run.layers if r.model == "unfused"] == [("conv1",), ("bn1",), ("relu1",)]
+    assert [r.members for r in run.layers if r.model == "unfused"] == [
+        ("conv1",),
+        ("bn1",),
+        ("relu1",),
+    ]
     assert {(e.model, e.status) for e in run.end_to_end} == {("fused", "ok"), ("unfused", "ok")}
     assert all(e.interpreted for e in run.end_to_end)
 
 
 def test_unavailable_backend_gives_unsupported_results(monkeypatch) -> None:
-    monkeypatch.setattr(triton_backend.TritonBackend, "unavailable_reason", lambda self, device: "no triton here")
+    monkeypatch.setattr(
+        triton_backend.TritonBackend, "unavailable_reason", lambda self, device: "no triton here"
+    )
     run = run_suite(load_suite_text(RELU_SUITE), RunOptions())
     by_backend = {r.backend: r for r in run.layers}
     assert by_backend["torch"].status == Status.OK
-    assert (by_backend["triton"].status, by_backend["triton"].message) == (Status.UNSUPPORTED, "no triton here")
+    assert (by_backend["triton"].status, by_backend["triton"].message) == (
+        Status.UNSUPPORTED,
+        "no triton here",
+    )
     assert [e.backend for e in run.end_to_end] == ["torch"]

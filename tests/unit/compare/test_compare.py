@@ -7,15 +7,9 @@ import sys
 
 import pytest
 
-from opbench.compare.compare import (
-    NOMINAL_H200,
-    compare_run,
-    peaks_from_env,
-    reference_interval,
-    speedup_interval,
-    verdict_of,
-)
+from opbench.compare.compare import NOMINAL_H200, compare_run, peaks_from_env
 from opbench.compare.model import Interval, Verdict
+from opbench.compare.verdict import reference_interval, speedup_interval, verdict_of
 from opbench.errors import InputError
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus
 from opbench.results.model import Correctness, LayerResult, RunResult

@@ -57,7 +57,9 @@ def test_nonfinite_outputs_are_counted_and_fail(bad: float) -> None:
 
 def test_shape_mismatch_is_an_error() -> None:
     with pytest.raises(ValueError, match=r"\[2, 3\].*\[3, 2\]"):
-        compare_outputs(torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.float64), 1e-4, "float64-cpu")
+        compare_outputs(
+            torch.zeros(2, 3), torch.zeros(3, 2, dtype=torch.float64), 1e-4, "float64-cpu"
+        )
 
 
 def test_zero_reference() -> None:
@@ -68,5 +70,7 @@ def test_zero_reference() -> None:
 
 
 def test_empty_tensors() -> None:
-    c = compare_outputs(torch.zeros(0, 3), torch.zeros(0, 3, dtype=torch.float64), 1e-4, "float64-cpu")
+    c = compare_outputs(
+        torch.zeros(0, 3), torch.zeros(0, 3, dtype=torch.float64), 1e-4, "float64-cpu"
+    )
     assert c.max_abs == 0.0 and c.nonfinite == 0 and c.passed

@@ -32,12 +32,26 @@ SHAPES = [
     ("linear", (2, 3, 4, 7), {"out_features": 1}, (2, 3, 4, 1)),
     ("conv2d", (2, 3, 9, 9), {"out_channels": 4, "kernel_size": 3}, (2, 4, 7, 7)),
     ("conv2d", (2, 3, 9, 9), {"out_channels": 4, "kernel_size": 3, "padding": 1}, (2, 4, 9, 9)),
-    ("conv2d", (1, 3, 9, 10), {"out_channels": 5, "kernel_size": 3, "stride": 2, "padding": 1}, (1, 5, 5, 5)),
+    (
+        "conv2d",
+        (1, 3, 9, 10),
+        {"out_channels": 5, "kernel_size": 3, "stride": 2, "padding": 1},
+        (1, 5, 5, 5),
+    ),
     ("conv2d", (1, 3, 11, 11), {"out_channels": 2, "kernel_size": 3, "dilation": 2}, (1, 2, 7, 7)),
-    ("conv2d", (1, 3, 11, 12), {"out_channels": 2, "kernel_size": [3, 1], "stride": [2, 3], "padding": [0, 2]},
-     (1, 2, 5, 6)),
+    (
+        "conv2d",
+        (1, 3, 11, 12),
+        {"out_channels": 2, "kernel_size": [3, 1], "stride": [2, 3], "padding": [0, 2]},
+        (1, 2, 5, 6),
+    ),
     ("conv2d", (1, 6, 5, 5), {"out_channels": 9, "kernel_size": 1, "groups": 3}, (1, 9, 5, 5)),
-    ("conv2d", (1, 4, 5, 5), {"out_channels": 4, "kernel_size": 3, "groups": 4, "padding": 1}, (1, 4, 5, 5)),
+    (
+        "conv2d",
+        (1, 4, 5, 5),
+        {"out_channels": 4, "kernel_size": 3, "groups": 4, "padding": 1},
+        (1, 4, 5, 5),
+    ),
     ("conv2d", (1, 1, 1, 1), {"out_channels": 3, "kernel_size": 1}, (1, 3, 1, 1)),
     ("conv2d", (1, 3, 4, 4), {"out_channels": 2, "kernel_size": 6, "padding": 1}, (1, 2, 1, 1)),
     # Pooling: stride defaults to the kernel; floor division of the output size.
@@ -92,17 +106,24 @@ def test_infer_shape(op_name: str, in_shape, given, expected) -> None:
 def test_conv_output_size_matches_torch() -> None:
     torch = pytest.importorskip("torch")
     op = OPS["conv2d"]
-    for in_shape, given in [(SHAPES[i][1], SHAPES[i][2]) for i in range(len(SHAPES)) if SHAPES[i][0] == "conv2d"]:
+    for in_shape, given in [
+        (SHAPES[i][1], SHAPES[i][2]) for i in range(len(SHAPES)) if SHAPES[i][0] == "conv2d"
+    ]:
         p = params("conv2d", **given)
         x = torch.zeros(in_shape)
         w = torch.zeros(p["out_channels"], in_shape[1] // p["groups"], *p["kernel_size"])
-        y = torch.nn.functional.conv2d(x, w, None, p["stride"], p["padding"], p["dilation"], p["groups"])
+        y = torch.nn.functional.conv2d(
+            x, w, None, p["stride"], p["padding"], p["dilation"], p["groups"]
+        )
         assert op.infer_shape(in_shape, p) == tuple(y.shape)
 
 
 def test_pool_output_size_matches_torch() -> None:
     torch = pytest.importorskip("torch")
-    for op_name, fn in (("maxpool2d", torch.nn.functional.max_pool2d), ("avgpool2d", torch.nn.functional.avg_pool2d)):
+    for op_name, fn in (
+        ("maxpool2d", torch.nn.functional.max_pool2d),
+        ("avgpool2d", torch.nn.functional.avg_pool2d),
+    ):
         for _, in_shape, given, _expected in (c for c in SHAPES if c[0] == op_name):
             op = OPS[op_name]
             p = params(op_name, **given)
@@ -181,7 +202,10 @@ def test_int8_weights_count_one_byte() -> None:
     assert op.min_bytes(in_shape, out_shape, q, "float16") == 2 * (4 * 64 + 4 * 32) + 32 * 64
     with_bias = params("linear", out_features=32, quant="int8")
     # The bias is not quantized: it stays in the layer's dtype.
-    assert op.min_bytes(in_shape, out_shape, with_bias, "float16") == 2 * (4 * 64 + 4 * 32) + 32 * 64 + 2 * 32
+    assert (
+        op.min_bytes(in_shape, out_shape, with_bias, "float16")
+        == 2 * (4 * 64 + 4 * 32) + 32 * 64 + 2 * 32
+    )
     conv = OPS["conv2d"]
     pc = params("conv2d", out_channels=8, kernel_size=3, quant="int8", bias=False)
     cin, cout = (2, 4, 6, 6), conv.infer_shape((2, 4, 6, 6), pc)
@@ -193,7 +217,10 @@ def test_conv_flops_count_groups_and_kernel() -> None:
     p = params("conv2d", out_channels=8, kernel_size=[3, 2], groups=2, padding=1)
     in_shape = (2, 4, 6, 5)
     out_shape = op.infer_shape(in_shape, p)
-    assert op.flops(in_shape, out_shape, p) == 2 * (2 * 8 * out_shape[2] * out_shape[3]) * (4 // 2) * 3 * 2
+    assert (
+        op.flops(in_shape, out_shape, p)
+        == 2 * (2 * 8 * out_shape[2] * out_shape[3]) * (4 // 2) * 3 * 2
+    )
     assert op.weight_shapes(in_shape, p) == {"weight": (8, 2, 3, 2), "bias": (8,)}
 
 
@@ -206,7 +233,9 @@ def test_attention_flops_halve_when_causal() -> None:
     assert op.flops((b, s, e), (b, s, e), params("attention", heads=4, causal=True)) == full // 2
     packed = params("attention", heads=4, packed_qkv=True)
     assert op.flops((b, s, 3 * e), (b, s, e), packed) == full
-    assert op.min_bytes((b, s, 3 * e), (b, s, e), packed, "float16") == 2 * (b * s * 3 * e + b * s * e)
+    assert op.min_bytes((b, s, 3 * e), (b, s, e), packed, "float16") == 2 * (
+        b * s * 3 * e + b * s * e
+    )
 
 
 def test_memory_bound_ops_bytes() -> None:
@@ -214,9 +243,13 @@ def test_memory_bound_ops_bytes() -> None:
     n = 120
     for name in ("relu", "gelu", "silu", "softmax"):
         assert OPS[name].min_bytes(shape, shape, params(name), "float16") == 2 * 2 * n
-    assert OPS["layernorm"].min_bytes(shape, shape, params("layernorm"), "float32") == 4 * (2 * n + 2 * 5)
+    assert OPS["layernorm"].min_bytes(shape, shape, params("layernorm"), "float32") == 4 * (
+        2 * n + 2 * 5
+    )
     assert OPS["rmsnorm"].min_bytes(shape, shape, params("rmsnorm"), "float32") == 4 * (2 * n + 5)
-    assert OPS["batchnorm2d"].min_bytes(shape, shape, params("batchnorm2d"), "float16") == 2 * (2 * n + 4 * 3)
+    assert OPS["batchnorm2d"].min_bytes(shape, shape, params("batchnorm2d"), "float16") == 2 * (
+        2 * n + 4 * 3
+    )
     perm = params("permute", dims=[0, 2, 3, 1])
     assert OPS["permute"].min_bytes(shape, (2, 4, 5, 3), perm, "bfloat16") == 2 * 2 * n
     # flatten is a view: nothing moves.
@@ -230,7 +263,11 @@ def test_memory_bound_ops_bytes() -> None:
 def test_elementwise_flops() -> None:
     shape = (4, 5)
     assert OPS["relu"].flops(shape, shape, {}) == 20
-    assert OPS["gelu"].flops(shape, shape, {}) > OPS["silu"].flops(shape, shape, {}) > OPS["relu"].flops(shape, shape, {})
+    assert (
+        OPS["gelu"].flops(shape, shape, {})
+        > OPS["silu"].flops(shape, shape, {})
+        > OPS["relu"].flops(shape, shape, {})
+    )
     assert OPS["flatten"].flops(shape, (4, 5), params("flatten")) == 0
 
 
@@ -254,9 +291,23 @@ def test_coerce_param_normalises(kind, value, expected) -> None:
 
 @pytest.mark.parametrize(
     "kind, value",
-    [("int", True), ("int", 2.0), ("pos_int", 0), ("nonneg_int", -1), ("float", "1"), ("pos_float", 0),
-     ("bool", 1), ("bool", "yes"), ("pair", [1]), ("pair", [1, 2, 3]), ("pair", -1), ("pair", [1, True]),
-     ("int_list", [1, 1.5]), ("int_list", 3), ("choice", "tanh")],
+    [
+        ("int", True),
+        ("int", 2.0),
+        ("pos_int", 0),
+        ("nonneg_int", -1),
+        ("float", "1"),
+        ("pos_float", 0),
+        ("bool", 1),
+        ("bool", "yes"),
+        ("pair", [1]),
+        ("pair", [1, 2, 3]),
+        ("pair", -1),
+        ("pair", [1, True]),
+        ("int_list", [1, 1.5]),
+        ("int_list", 3),
+        ("choice", "tanh"),
+    ],
 )
 def test_coerce_param_rejects(kind, value) -> None:
     from opbench.ops.base import Param

@@ -23,37 +23,92 @@ from opbench.results.io import (
     write_json_atomic,
     write_run,
 )
-from opbench.results.model import SCHEMA_VERSION, Correctness, EndToEnd, LayerResult, RunResult, Status
+from opbench.results.model import (
+    SCHEMA_VERSION,
+    Correctness,
+    EndToEnd,
+    LayerResult,
+    RunResult,
+    Status,
+)
 
 
 def make_run(**overrides) -> RunResult:
     ok = LayerResult(
-        model="mlp[batch=8]", layer="fc1", op="linear", backend="triton", status=Status.OK, dtype="float16",
-        input_shape=(8, 512, 768), output_shape=(8, 512, 3072), flops=123456789, bytes=98765, quant="int8",
-        samples_ms=((0.5, 0.25, 0.125), (0.75,)), timer="cuda-events", interpreted=False,
-        correctness=Correctness(rel_l2=1.5e-3, max_abs=0.03125, nonfinite=0, tolerance=5e-2, reference="float32-cuda"),
-        reference_name="FC_1", target_speedup=2.0, regression_threshold=0.1, device="cuda", gpu="H200 #0",
-        tuning_s=3.5, note="int8 W8A8",
+        model="mlp[batch=8]",
+        layer="fc1",
+        op="linear",
+        backend="triton",
+        status=Status.OK,
+        dtype="float16",
+        input_shape=(8, 512, 768),
+        output_shape=(8, 512, 3072),
+        flops=123456789,
+        bytes=98765,
+        quant="int8",
+        samples_ms=((0.5, 0.25, 0.125), (0.75,)),
+        timer="cuda-events",
+        interpreted=False,
+        correctness=Correctness(
+            rel_l2=1.5e-3, max_abs=0.03125, nonfinite=0, tolerance=5e-2, reference="float32-cuda"
+        ),
+        reference_name="FC_1",
+        target_speedup=2.0,
+        regression_threshold=0.1,
+        device="cuda",
+        gpu="H200 #0",
+        tuning_s=3.5,
+        note="int8 W8A8",
     )
     fused = LayerResult(
-        model="cnn", layer="conv1", op="conv2d+batchnorm2d+relu", backend="triton", status=Status.OK,
-        dtype="float32", input_shape=(2, 3, 8, 8), output_shape=(2, 4, 8, 8), covers=("conv1", "bn1", "relu1"),
-        samples_ms=((1.0,),), timer="perf_counter", interpreted=True,
+        model="cnn",
+        layer="conv1",
+        op="conv2d+batchnorm2d+relu",
+        backend="triton",
+        status=Status.OK,
+        dtype="float32",
+        input_shape=(2, 3, 8, 8),
+        output_shape=(2, 4, 8, 8),
+        covers=("conv1", "bn1", "relu1"),
+        samples_ms=((1.0,),),
+        timer="perf_counter",
+        interpreted=True,
         correctness=Correctness(1e-7, 1e-6, 0, 1e-4),
     )
     unsupported = LayerResult(
-        model="cnn", layer="pool", op="maxpool2d", backend="triton", status=Status.UNSUPPORTED, dtype="float32",
-        input_shape=(2, 4, 8, 8), output_shape=(2, 4, 4, 4), message="no Triton kernel for op 'maxpool2d'",
+        model="cnn",
+        layer="pool",
+        op="maxpool2d",
+        backend="triton",
+        status=Status.UNSUPPORTED,
+        dtype="float32",
+        input_shape=(2, 4, 8, 8),
+        output_shape=(2, 4, 4, 4),
+        message="no Triton kernel for op 'maxpool2d'",
     )
     run = RunResult(
-        suite="demo", started_at="2026-11-22T10:00:00+00:00", device="cuda",
-        env={"gpu_name": "NVIDIA H200", "clocks_start": {"sm_mhz": 1980.0}, "argv": ["run", "x.yaml"]},
-        suite_spec={"name": "demo", "models": [{"name": "mlp", "layers": [{"name": "fc1", "input_shape": [8, 512]}]}]},
+        suite="demo",
+        started_at="2026-11-22T10:00:00+00:00",
+        device="cuda",
+        env={
+            "gpu_name": "NVIDIA H200",
+            "clocks_start": {"sm_mhz": 1980.0},
+            "argv": ["run", "x.yaml"],
+        },
+        suite_spec={
+            "name": "demo",
+            "models": [{"name": "mlp", "layers": [{"name": "fc1", "input_shape": [8, 512]}]}],
+        },
         suite_source="suites/demo.yaml",
         layers=(ok, fused, unsupported),
-        end_to_end=(EndToEnd("cnn", "torch", Status.OK, ((2.0, 2.5),), "perf_counter", False),
-                    EndToEnd("cnn", "triton", Status.UNSUPPORTED, message="not every layer was built")),
-        finished_at="2026-11-22T10:05:00+00:00", complete=True, shard=(2, 4), planned=3,
+        end_to_end=(
+            EndToEnd("cnn", "torch", Status.OK, ((2.0, 2.5),), "perf_counter", False),
+            EndToEnd("cnn", "triton", Status.UNSUPPORTED, message="not every layer was built"),
+        ),
+        finished_at="2026-11-22T10:05:00+00:00",
+        complete=True,
+        shard=(2, 4),
+        planned=3,
     )
     return RunResult(**{**run.__dict__, **overrides})
 
@@ -65,7 +120,9 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
     back = read_run(path)
     assert back == run
     assert back.layers[0].stats.median == run.layers[0].stats.median
-    assert back.find("cnn", "bn1", "triton") is back.layers[1], "fused results answer for every layer they cover"
+    assert back.find("cnn", "bn1", "triton") is back.layers[1], (
+        "fused results answer for every layer they cover"
+    )
     assert isinstance(back.shard, tuple) and isinstance(back.layers[0].input_shape, tuple)
 
 
@@ -74,14 +131,25 @@ def test_the_file_is_plain_json_with_a_schema_version(tmp_path: Path) -> None:
     write_run(make_run(), path)
     data = json.loads(path.read_text())
     assert data["schema_version"] == SCHEMA_VERSION
-    assert data["layers"][0]["samples_ms"] == [[0.5, 0.25, 0.125], [0.75]], "raw samples, grouped by round"
+    assert data["layers"][0]["samples_ms"] == [[0.5, 0.25, 0.125], [0.75]], (
+        "raw samples, grouped by round"
+    )
 
 
 def test_nan_and_inf_survive(tmp_path: Path) -> None:
     broken = LayerResult(
-        model="m", layer="l", op="relu", backend="triton", status=Status.OK, dtype="float16",
-        input_shape=(2,), output_shape=(2,), samples_ms=((1.0,),),
-        correctness=Correctness(rel_l2=float("nan"), max_abs=float("inf"), nonfinite=2, tolerance=5e-3),
+        model="m",
+        layer="l",
+        op="relu",
+        backend="triton",
+        status=Status.OK,
+        dtype="float16",
+        input_shape=(2,),
+        output_shape=(2,),
+        samples_ms=((1.0,),),
+        correctness=Correctness(
+            rel_l2=float("nan"), max_abs=float("inf"), nonfinite=2, tolerance=5e-3
+        ),
     )
     path = tmp_path / "run.json"
     write_run(make_run(layers=(broken,)), path)
@@ -192,17 +260,32 @@ def test_find_latest_run_across_suites(tmp_path: Path) -> None:
         (b'{"schema_version": 99, "suite": "x"}', "schema_version 99"),
         (b'{"suite": "x"}', "schema_version"),
         (b'{"schema_version": 1}', "not an opbench run"),
-        (b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "layers": [1]}',
-         "not an opbench run"),
-        (b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "layers": [{"model": "m"}]}',
-         "not an opbench run"),
-        (b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "bogus_field": 1, '
-         b'"layers": [{"model": "m", "layer": "l", "op": "relu", "backend": "torch", "status": "ok", '
-         b'"dtype": "float32", "input_shape": [2], "output_shape": [2], "correctness": "oops"}]}',
-         "not an opbench run"),
+        (
+            b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "layers": [1]}',
+            "not an opbench run",
+        ),
+        (
+            b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "layers": [{"model": "m"}]}',
+            "not an opbench run",
+        ),
+        (
+            b'{"schema_version": 1, "suite": "x", "started_at": "t", "device": "cpu", "bogus_field": 1, '
+            b'"layers": [{"model": "m", "layer": "l", "op": "relu", "backend": "torch", "status": "ok", '
+            b'"dtype": "float32", "input_shape": [2], "output_shape": [2], "correctness": "oops"}]}',
+            "not an opbench run",
+        ),
     ],
-    ids=["truncated", "binary", "not-an-object", "future-schema", "no-schema", "missing-fields",
-         "layer-not-an-object", "layer-missing-fields", "correctness-not-an-object"],
+    ids=[
+        "truncated",
+        "binary",
+        "not-an-object",
+        "future-schema",
+        "no-schema",
+        "missing-fields",
+        "layer-not-an-object",
+        "layer-missing-fields",
+        "correctness-not-an-object",
+    ],
 )
 def test_bad_run_files_raise_input_error(tmp_path: Path, content: bytes, message: str) -> None:
     path = tmp_path / "run.json"

@@ -97,14 +97,26 @@ def test_stats_is_computed_from_samples_never_stored() -> None:
 
 
 def _result(**kw) -> LayerResult:
-    base = dict(model="m", layer="l", op="linear", backend="triton", status=Status.OK, dtype="float16",
-                input_shape=(2, 4), output_shape=(2, 8))
+    base = dict(
+        model="m",
+        layer="l",
+        op="linear",
+        backend="triton",
+        status=Status.OK,
+        dtype="float16",
+        input_shape=(2, 4),
+        output_shape=(2, 8),
+    )
     return LayerResult(**{**base, **kw})
 
 
 def test_layer_result_derived_figures() -> None:
-    r = _result(samples_ms=((2.0, 2.0), (2.0,)), flops=4_000_000, bytes=2_000_000,
-                correctness=Correctness(1e-3, 0.01, 0, 5e-3))
+    r = _result(
+        samples_ms=((2.0, 2.0), (2.0,)),
+        flops=4_000_000,
+        bytes=2_000_000,
+        correctness=Correctness(1e-3, 0.01, 0, 5e-3),
+    )
     assert r.median_ms == 2.0
     assert r.tflops == pytest.approx(4e6 / 2e-3 / 1e12)
     assert r.gbps == pytest.approx(2e6 / 2e-3 / 1e9)

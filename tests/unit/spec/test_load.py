@@ -19,8 +19,20 @@ def test_normative_example_loads() -> None:
     assert suite.description == "BERT-base encoder layer"
     assert suite.source == str(SUITES / "example.yaml")
     (model,) = suite.models
-    assert (model.name, model.base_name, model.batch, model.fuse) == ("bert_layer", "bert_layer", 8, False)
-    assert [layer.name for layer in model.layers] == ["ln1", "qkv", "attn", "proj", "ffn_up", "ffn_down"]
+    assert (model.name, model.base_name, model.batch, model.fuse) == (
+        "bert_layer",
+        "bert_layer",
+        8,
+        False,
+    )
+    assert [layer.name for layer in model.layers] == [
+        "ln1",
+        "qkv",
+        "attn",
+        "proj",
+        "ffn_up",
+        "ffn_down",
+    ]
     shapes = [(layer.input_shape, layer.output_shape) for layer in model.layers]
     assert shapes == [
         ((8, 512, 768), (8, 512, 768)),
@@ -32,7 +44,12 @@ def test_normative_example_loads() -> None:
     ]
     qkv = model.layer("qkv")
     assert qkv.quant == "int8" and qkv.params["out_features"] == 2304 and qkv.params["bias"] is True
-    assert model.layer("attn").params == {"heads": 12, "causal": False, "packed_qkv": True, "quant": "none"}
+    assert model.layer("attn").params == {
+        "heads": 12,
+        "causal": False,
+        "packed_qkv": True,
+        "quant": "none",
+    }
     assert model.layer("ffn_up").params["activation"] == "gelu"
     assert model.layer("ffn_down").reference_name == "FC_2"
     assert model.layer("proj").reference_name is None
@@ -60,7 +77,9 @@ def test_builtin_defaults_when_nothing_is_set() -> None:
     assert relu.dtype == "float32"
     assert relu.backends == ("torch", "triton")
     assert relu.target_speedup == 1.5
-    assert relu.tolerance is None and relu.effective_tolerance == DEFAULT_TOLERANCE["float32"] == 1e-4
+    assert (
+        relu.tolerance is None and relu.effective_tolerance == DEFAULT_TOLERANCE["float32"] == 1e-4
+    )
     assert relu.regression_threshold is None and relu.reference_name is None
     assert relu.timing == TimingSpec()
     assert q.effective_tolerance == INT8_TOLERANCE
@@ -74,7 +93,9 @@ def test_defaults_model_and_layer_overrides() -> None:
     assert plain.tolerance == 0.01 and plain.effective_tolerance == 0.01
     assert plain.target_speedup == 2.0
     assert plain.regression_threshold == 0.1
-    assert plain.timing == TimingSpec(warmup_ms=7, rep_ms=30, rounds=4, flush_l2=True, cuda_graph=False)
+    assert plain.timing == TimingSpec(
+        warmup_ms=7, rep_ms=30, rounds=4, flush_l2=True, cuda_graph=False
+    )
 
     model = suite.model("model_level")
     inherits = model.layer("inherits")
@@ -84,7 +105,9 @@ def test_defaults_model_and_layer_overrides() -> None:
     assert inherits.target_speedup == 3.0
     assert inherits.regression_threshold == 0.2
     # timing merges field by field: rounds from the model, the rest from defaults.
-    assert inherits.timing == TimingSpec(warmup_ms=7, rep_ms=30, rounds=9, flush_l2=True, cuda_graph=False)
+    assert inherits.timing == TimingSpec(
+        warmup_ms=7, rep_ms=30, rounds=9, flush_l2=True, cuda_graph=False
+    )
 
     layer = model.layer("overrides_all")
     assert layer.dtype == "float32"
@@ -93,7 +116,9 @@ def test_defaults_model_and_layer_overrides() -> None:
     assert layer.target_speedup == 1.25
     assert layer.regression_threshold == 0.3
     assert layer.reference_name == "SAS_FC"
-    assert layer.timing == TimingSpec(warmup_ms=7, rep_ms=11, rounds=9, flush_l2=False, cuda_graph=False)
+    assert layer.timing == TimingSpec(
+        warmup_ms=7, rep_ms=11, rounds=9, flush_l2=False, cuda_graph=False
+    )
 
 
 def test_null_tolerance_on_a_layer_falls_back_to_the_nearest_level() -> None:
@@ -106,7 +131,7 @@ def test_null_tolerance_on_a_layer_falls_back_to_the_nearest_level() -> None:
 def test_batch_sweep_expands_into_named_instances() -> None:
     suite = load_suite(SUITES / "sweep_chain.yaml")
     assert [m.name for m in suite.models] == ["mlp[batch=1]", "mlp[batch=3]", "mlp[batch=8]"]
-    for model, batch in zip(suite.models, (1, 3, 8)):
+    for model, batch in zip(suite.models, (1, 3, 8), strict=True):
         assert model.base_name == "mlp" and model.batch == batch
         fc, act, side, flat = model.layers
         assert fc.input_shape == (batch, 5, 12) and fc.output_shape == (batch, 5, 7)
@@ -119,7 +144,9 @@ def test_batch_sweep_expands_into_named_instances() -> None:
 
 
 def test_single_element_sweep_is_still_named_as_a_sweep() -> None:
-    text = "name: s\nmodels:\n  - {name: m, batch: [4], input: [3], layers: [{name: a, op: relu}]}\n"
+    text = (
+        "name: s\nmodels:\n  - {name: m, batch: [4], input: [3], layers: [{name: a, op: relu}]}\n"
+    )
     (model,) = load_suite_text(text).models
     assert (model.name, model.batch) == ("m[batch=4]", 4)
 
@@ -190,4 +217,10 @@ def test_spec_to_dict_is_plain_data() -> None:
     first = data["models"][0]["layers"][0]
     assert first["name"] == "fc" and first["params"]["out_features"] == 7
     assert first["input_shape"] == [1, 5, 12]
-    assert first["timing"] == {"warmup_ms": 0, "rep_ms": 1, "rounds": 2, "flush_l2": True, "cuda_graph": False}
+    assert first["timing"] == {
+        "warmup_ms": 0,
+        "rep_ms": 1,
+        "rounds": 2,
+        "flush_l2": True,
+        "cuda_graph": False,
+    }

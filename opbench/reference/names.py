@@ -1,0 +1,188 @@
+"""Names and op types of reference rows, normalised for matching.
+
+- names: engine suffixes dropped (``_kernel_time``), ONNX paths split (``/fc1/MatMul`` →
+  ``fc1``), fused names split into members (``a + b``, ``PWN(a, b)``), compared exactly,
+  then ignoring case, then ignoring case and punctuation;
+- op types: each engine's op or layer type mapped to an opbench op family, for the
+  execution-order + signature fallback.
+
+Pure Python: no torch, no triton.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from opbench.reference.model import ReferenceTiming
+
+if TYPE_CHECKING:
+    from opbench.reference.suite_layers import SuiteModel
+
+_SUFFIXES = ("_kernel_time", "_fence_before", "_fence_after")
+
+
+def strip_suffix(name: str) -> str:
+    for suffix in _SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _joined(name: str) -> bool:
+    """TensorRT-style fused names join node names: ``a + b``, ``PWN(a, b)``."""
+    return " + " in name or name.startswith("PWN(")
+
+
+def members_of(row: ReferenceTiming) -> tuple[str, ...]:
+    """The engine node names a row stands for: the parts of a joined name (``a + b``), else
+    the row's own name. (ONNX Runtime and SAS readers list op kinds in `members`, not names:
+    those are `fused_kinds`.)"""
+    if _joined(row.name):
+        if row.members:
+            return row.members
+        parts = [p.strip() for p in row.name.split(" + ")]
+        return tuple(p for p in parts if p) or (row.name,)
+    return (row.name,)
+
+
+def fused_kinds(row: ReferenceTiming) -> tuple[str, ...]:
+    """Op kinds a fused row covers, when the reader lists kinds (``("Conv", "Relu")``)."""
+    return () if _joined(row.name) else row.members
+
+
+def path_of(name: str) -> tuple[str, ...]:
+    """``/fc1/MatMul/MatMulAddFusion_kernel_time`` → ("fc1", "MatMul", "MatMulAddFusion")."""
+    name = strip_suffix(name.strip())
+    if name.startswith("PWN(") and name.endswith(")"):
+        name = name[4:-1]
+    if name.lower().startswith("fused "):  # ONNX Runtime's FusedGemm: "fused /head/Gemm"
+        name = name[6:]
+    parts = tuple(p for p in name.split("/") if p)
+    return parts or (name,)
+
+
+def keys_of(path: Sequence[str]) -> tuple[str, ...]:
+    """Candidate layer names from a path, most specific first: a/b/c, a/b, a."""
+    return tuple("/".join(path[:k]) for k in range(len(path), 0, -1))
+
+
+def row_keys(row: ReferenceTiming) -> tuple[tuple[str, ...], ...]:
+    """For each member of the row, its candidate names (unqualified)."""
+    return tuple(keys_of(path_of(member)) for member in members_of(row))
+
+
+def fold(name: str) -> str:
+    return name.casefold()
+
+
+def squash(name: str) -> str:
+    """Case and punctuation removed: ``FFN-Up`` and ``ffn_up`` both become ``ffnup``."""
+    return re.sub(r"[^0-9a-z]", "", name.casefold())
+
+
+_LEVELS = (lambda s: s, fold, squash)
+
+
+def names_model(qualifier: str, model: SuiteModel) -> bool:
+    q = fold(qualifier)
+    return q in (fold(model.name), fold(model.base_name))
+
+
+def qualifier_of(path: Sequence[str], models: Iterable[SuiteModel]) -> SuiteModel | None:
+    """The model a path's first component names, if any (``mlp[batch=8]/fc1/MatMul``)."""
+    if len(path) < 2:
+        return None
+    hits = [m for m in models if names_model(path[0], m)]
+    # a base name shared by several sweep instances names none of them in particular
+    exact = [m for m in hits if fold(m.name) == fold(path[0])]
+    if exact:
+        return exact[0]
+    return hits[0] if len(hits) == 1 else None
+
+
+class NameIndex:
+    """Looks suite layer names up at increasing looseness; ambiguous keys find nothing."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.tables: list[dict[str, str | None]] = []
+        for level in _LEVELS:
+            table: dict[str, str | None] = {}
+            for name in names:
+                key = level(name)
+                table[key] = None if key in table and table[key] != name else name
+            self.tables.append(table)
+
+    def find(self, keys: Sequence[str]) -> str | None:
+        for level, table in zip(_LEVELS, self.tables, strict=True):
+            for key in keys:
+                found = table.get(level(key))
+                if found is not None:
+                    return found
+        return None
+
+
+# ---- op types for the signature fallback ----------------------------------------------------
+
+# Engine op/layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch) → opbench op families.
+# SAS's `output` layer is a fully connected layer (with its softmax fused).
+_FAMILY_NAMES = {
+    "linear": "output gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits "
+    "dynamicquantizematmul fullyconnected fc matrixmultiply linear aten::linear aten::addmm "
+    "aten::mm innerproduct",
+    "conv2d": "conv fusedconv qlinearconv convinteger convolution convo conv2d aten::conv2d "
+    "aten::convolution aten::_convolution groupconvolution",
+    "maxpool2d": "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices",
+    "avgpool2d": "averagepool avgpool avgpool2d globalaveragepool aten::avg_pool2d",
+    "pool": "pooling pool tiledpooling",
+    "batchnorm2d": "batchnormalization batchnorm batchnorm2d batchnorminference scale "
+    "aten::batch_norm aten::_native_batch_norm_legit_no_training",
+    "layernorm": "layernormalization layernorm skiplayernormalization mvn aten::layer_norm "
+    "aten::native_layer_norm",
+    "rmsnorm": "simplifiedlayernormalization skipsimplifiedlayernormalization rmsnormalization "
+    "rmsnorm aten::rms_norm",
+    "softmax": "softmax logsoftmax aten::softmax aten::_softmax",
+    "relu": "relu aten::relu",
+    "gelu": "gelu biasgelu fastgelu aten::gelu",
+    "silu": "silu swish aten::silu",
+    "transpose": "transpose permute shuffle aten::transpose aten::permute",
+    "flatten": "flatten reshape aten::flatten aten::view aten::reshape",
+    "attention": "attention multiheadattention groupqueryattention mha "
+    "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention",
+}
+_OP_FAMILIES: dict[str, str] = {
+    name: family for family, names in _FAMILY_NAMES.items() for name in names.split()
+}
+
+_SUITE_FAMILY = {"permute": "transpose"}
+
+
+def op_family(raw_type: str | None) -> str | None:
+    """The opbench op family of an engine op type, or None if unknown."""
+    if not raw_type:
+        return None
+    return _OP_FAMILIES.get(raw_type.strip().casefold())
+
+
+def families_agree(row_family: str | None, suite_op: str | None) -> bool:
+    if row_family is None or suite_op is None:
+        return False
+    suite_family = _SUITE_FAMILY.get(suite_op, suite_op)
+    if row_family == "pool":
+        return suite_family in ("maxpool2d", "avgpool2d")
+    return row_family == suite_family
+
+
+def shapes_agree(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> bool:
+    """Equal, or the same elements with the same last dim (engines flatten leading dims)."""
+    if a is None or b is None or not a or not b:
+        return True
+    if tuple(a) == tuple(b):
+        return True
+    na = nb = 1
+    for d in a:
+        na *= d
+    for d in b:
+        nb *= d
+    return na == nb and a[-1] == b[-1]

@@ -1,0 +1,70 @@
+"""relu / gelu / silu Triton kernels vs a float64 reference, under the CPU interpreter.
+
+Every launch writes into an output prefilled with NaN; all of it must be overwritten.
+Contiguous tensors take the flat kernel; strided ones the strided-copy kernel with the
+activation fused.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opbench.kernels import Unsupported
+from opbench.kernels.activation import activation, gelu, relu, silu
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+REFERENCE = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 1.0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=gen) * scale).to(dtype)
+
+
+def check(out: torch.Tensor, x: torch.Tensor, name: str) -> None:
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    ref = REFERENCE[name](x.double())
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err <= TOLERANCE[x.dtype], f"relative L2 error {err:.3e} > {TOLERANCE[x.dtype]:.1e}"
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+@pytest.mark.parametrize("name", list(REFERENCE))
+@pytest.mark.parametrize("shape", [(3, 7, 13), (1,), (257,)])
+def test_contiguous(shape: tuple[int, ...], name: str, dtype: torch.dtype) -> None:
+    x = randn(*shape, dtype=dtype, seed=len(shape) + shape[0], scale=3.0)
+    out = torch.full(shape, float("nan"), dtype=dtype)
+    assert activation(x, name, out) is out
+    check(out, x, name)
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_strided_input(name: str) -> None:
+    x = randn(9, 6, 11, dtype=torch.float16, seed=4).transpose(0, 2)[:, ::2]
+    out = torch.full(x.shape, float("nan"), dtype=x.dtype)
+    activation(x, name, out)
+    check(out, x, name)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+def test_large_magnitudes() -> None:
+    """exp(-x) overflows for x << 0: silu must still give -0, not NaN."""
+    x = randn(100, seed=5, scale=60.0)
+    for name in REFERENCE:
+        check(activation(x, name), x, name)
+
+
+def test_conveniences() -> None:
+    x = randn(5, 9, dtype=torch.bfloat16, seed=6)
+    check(relu(x), x, "relu")
+    check(gelu(x), x, "gelu")
+    check(silu(x), x, "silu")
+
+
+def test_rejects_unknown_name() -> None:
+    with pytest.raises(Unsupported):
+        activation(randn(3), "tanh")
+    with pytest.raises(Unsupported):
+        activation(randn(3), "none")

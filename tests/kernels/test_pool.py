@@ -1,0 +1,114 @@
+"""maxpool2d / avgpool2d Triton kernel vs a float64 reference, under the CPU interpreter.
+
+Every launch writes into an output prefilled with NaN; all of it must be overwritten.
+Kernels 2 and 3, strides 1 and 2, padding 0 and 1, rectangular windows, feature maps wider
+than one tile (the paired stride-2 path shifts columns across tile edges), and both the
+paired and the plain (strided-load) paths for stride 2.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+
+from opbench.kernels import Unsupported, pool
+from opbench.kernels.pool import avgpool2d, maxpool2d
+
+TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
+OPS = {"max": (maxpool2d, F.max_pool2d), "avg": (avgpool2d, F.avg_pool2d)}
+# The interpreter indexes `range` with a 1-element array (global pooling's loop).
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0")
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+def check(x: torch.Tensor, op: str, kernel_size, stride, padding) -> None:
+    ours, theirs = OPS[op]
+    ref = theirs(x.double(), kernel_size, stride, padding)
+    out = torch.full(ref.shape, float("nan"), dtype=x.dtype)
+    assert ours(x, kernel_size, stride, padding, out) is out
+    assert not torch.isnan(out).any(), "some outputs were never written"
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err <= TOLERANCE[x.dtype], f"relative L2 error {err:.3e} > {TOLERANCE[x.dtype]:.1e}"
+    if op == "max":
+        assert torch.equal(out.double(), ref), "max pooling must pick input values exactly"
+
+
+@pytest.fixture
+def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Use strided loads for stride 2 too (the interpreter's default config is paired)."""
+    config = triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": False}, num_warps=4)
+    monkeypatch.setattr(pool._pool2d, "configs", [config])
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("padding", [0, 1])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("kernel_size", [2, 3])
+def test_square_windows(kernel_size: int, stride: int, padding: int, op: str) -> None:
+    x = randn(1, 2, 9, 11, seed=kernel_size * 10 + stride * 3 + padding)
+    check(x, op, kernel_size, stride, padding)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("kernel_size,padding", [(2, 0), (3, 1), (3, 0)])
+def test_stride_two_plain_path(kernel_size: int, padding: int, op: str, plain_path) -> None:
+    check(randn(1, 2, 9, 11, seed=kernel_size + padding), op, kernel_size, 2, padding)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("kernel_size,stride,padding", [(3, 2, 1), (2, 2, 0)])
+def test_low_precision(dtype: torch.dtype, op: str, kernel_size: int, stride: int, padding: int):
+    check(randn(2, 3, 8, 7, dtype=dtype, seed=kernel_size), op, kernel_size, stride, padding)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("kernel_size,padding", [(3, 1), (3, 0), (4, 1), (2, 1)])
+def test_wider_than_one_tile(kernel_size: int, padding: int, op: str) -> None:
+    """20 output columns = 3 tiles of 8: shifted columns cross tile edges both ways."""
+    check(randn(1, 1, 6, 40, seed=kernel_size + padding), op, kernel_size, 2, padding)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_rectangular_windows(op: str) -> None:
+    x = randn(2, 2, 10, 9, seed=1)
+    check(x, op, (3, 2), (1, 2), (1, 0))
+    check(x, op, (2, 3), (2, 1), (0, 1))
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_one_element_dims(op: str) -> None:
+    check(randn(1, 1, 1, 5, seed=2), op, (1, 3), 1, (0, 1))
+    check(randn(2, 3, 1, 1, seed=3), op, 1, 1, 0)
+
+
+def test_channels_last_input() -> None:
+    x = randn(2, 3, 9, 10, dtype=torch.float16, seed=4).to(memory_format=torch.channels_last)
+    check(x, "max", 3, 2, 1)
+    check(x, "avg", 2, 2, 0)
+
+
+def test_rejects_what_torch_rejects() -> None:
+    x = randn(1, 1, 5, 5)
+    with pytest.raises(Unsupported):
+        maxpool2d(x, 2, 2, 2)  # padding above half the window
+    with pytest.raises(Unsupported):
+        avgpool2d(x, 7, 1, 0)  # window larger than the map
+    with pytest.raises(Unsupported):
+        maxpool2d(randn(1, 5, 5), 2, 2, 0)  # not NCHW
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("op", list(OPS))
+def test_global_pooling(op: str, dtype: torch.dtype) -> None:
+    """A window covering the whole map takes the per-plane reduction kernel."""
+    check(randn(2, 5, 7, 7, dtype=dtype, seed=5), op, 7, 7, 0)
+    check(randn(2, 3, 5, 9, dtype=dtype, seed=6), op, (5, 9), 1, 0)
+    channels_last = randn(2, 3, 4, 5, dtype=dtype, seed=7).to(memory_format=torch.channels_last)
+    check(channels_last, op, (4, 5), 1, 0)
