@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import check_float, resolve_out
+from opbench.kernels.transpose import cdiv, check_float, next_power_of_2, resolve_out
 
 # --------------------------------------------------------------------------------------
 # Build-time folding
@@ -102,8 +102,8 @@ def _configs() -> list[triton.Config]:
 def _fit_tile_to_planes(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
     """Narrow tiles to the plane size, giving the spare elements to more planes."""
     fitted: dict[tuple[int, int, int], triton.Config] = {}
-    max_hw = triton.next_power_of_2(named_args["pixels"])
-    max_p = triton.next_power_of_2(named_args["planes"])
+    max_hw = next_power_of_2(named_args["pixels"])
+    max_p = next_power_of_2(named_args["planes"])
     for config in configs:
         block_p, block_hw = config.kwargs["BLOCK_P"], config.kwargs["BLOCK_HW"]
         if block_hw > max_hw:
@@ -152,7 +152,7 @@ def batchnorm2d(
     planes = batch * channels
 
     def grid(meta: dict) -> tuple[int]:
-        return (triton.cdiv(planes, meta["BLOCK_P"]) * triton.cdiv(pixels, meta["BLOCK_HW"]),)
+        return (cdiv(planes, meta["BLOCK_P"]) * cdiv(pixels, meta["BLOCK_HW"]),)
 
     _batchnorm[grid](
         x,

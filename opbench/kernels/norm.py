@@ -59,7 +59,6 @@ def _norm_kernel(
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
-    EVICTION: tl.constexpr,  # cache policy for the last read of x and the writes of y
 ):
     pid = tl.program_id(0)
     blocks_r = tl.cdiv(size_r, BLOCK_R)
@@ -75,9 +74,7 @@ def _norm_kernel(
     # Statistics: mean (layernorm only) and 1 / sqrt(variance or mean square + eps).
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < length)[None, :]
-        x = tl.load(
-            x_rows + cols[None, :] * x_stride_n, mask=mask, other=0.0, eviction_policy=EVICTION
-        ).to(tl.float32)
+        x = tl.load(x_rows + cols[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
         if RMS:
             mean = tl.zeros([BLOCK_R], tl.float32)
             variance = tl.sum(x * x, axis=1) / length
@@ -113,9 +110,7 @@ def _norm_kernel(
         offs = start + cols
         mask = row_mask[:, None] & (offs < length)[None, :]
         if not ONE_PASS:
-            x = tl.load(
-                x_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0, eviction_policy=EVICTION
-            ).to(tl.float32)
+            x = tl.load(x_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
         y = (x - mean[:, None]) * rstd[:, None]
         if HAS_WEIGHT:
             weight = tl.load(weight_ptr + offs * weight_stride, mask=offs < length, other=0.0)
@@ -124,7 +119,7 @@ def _norm_kernel(
             bias = tl.load(bias_ptr + offs * bias_stride, mask=offs < length, other=0.0)
             y = y + bias.to(tl.float32)[None, :]
         y = y.to(y_ptr.dtype.element_ty)
-        tl.store(y_rows + offs[None, :] * y_stride_n, y, mask=mask, eviction_policy=EVICTION)
+        tl.store(y_rows + offs[None, :] * y_stride_n, y, mask=mask)
 
 
 _norm = triton.autotune(

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import check_float, resolve_out
+from opbench.kernels.transpose import cdiv, check_float, next_power_of_2, resolve_out
 
 # --------------------------------------------------------------------------------------
 # Kernel
@@ -201,8 +201,8 @@ def _fit_tile_to_output(configs: list[triton.Config], named_args: dict, **kwargs
     """Narrow tiles to the output width, giving the spare elements to more rows; paired
     loads only for a column stride of 2."""
     fitted: dict[tuple, triton.Config] = {}
-    max_w = max(triton.next_power_of_2(named_args["out_width"]), 16)
-    max_h = triton.next_power_of_2(named_args["out_height"])
+    max_w = max(next_power_of_2(named_args["out_width"]), 16)
+    max_h = next_power_of_2(named_args["out_height"])
     for config in configs:
         block_h, block_w = config.kwargs["BLOCK_H"], config.kwargs["BLOCK_W"]
         paired = config.kwargs["PAIRED"] and _pairable(kwargs)
@@ -281,7 +281,7 @@ def _global_configs() -> list[triton.Config]:
 
 def _fit_global_tile(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
     """Keep tiles at most twice as wide as the map (rounded up to a power of two)."""
-    max_hw = max(triton.next_power_of_2(named_args["pixels"]), 64)
+    max_hw = max(next_power_of_2(named_args["pixels"]), 64)
     kept = [c for c in configs if c.kwargs["BLOCK_HW"] <= max_hw]
     return kept or configs[:1]
 
@@ -370,7 +370,7 @@ def _launch_pool2d(
         return out
 
     def grid(meta: dict) -> tuple[int]:
-        tiles = triton.cdiv(out_height, meta["BLOCK_H"]) * triton.cdiv(out_width, meta["BLOCK_W"])
+        tiles = cdiv(out_height, meta["BLOCK_H"]) * cdiv(out_width, meta["BLOCK_W"])
         return (batch * channels * tiles,)
 
     _pool2d[grid](
@@ -403,7 +403,7 @@ def _launch_global_pool2d(x: torch.Tensor, out: torch.Tensor, is_max: bool) -> N
     batch, channels, height, width = x.shape
     planes = batch * channels
     pixel_stride = x.stride(3) if width > 1 else x.stride(2)
-    _global_pool2d[lambda meta: (triton.cdiv(planes, meta["BLOCK_P"]),)](
+    _global_pool2d[lambda meta: (cdiv(planes, meta["BLOCK_P"]),)](
         x,
         out,
         channels,

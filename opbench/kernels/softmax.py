@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import check_float, collapse_dims, resolve_out
+from opbench.kernels.transpose import cdiv, check_float, collapse_dims, next_power_of_2, resolve_out
 
 # Rows up to this many elements are normalised from registers in one pass; longer rows
 # are streamed in LOOP_BLOCK chunks (tests lower both to reach the looped path cheaply).
@@ -64,7 +64,6 @@ def _softmax_kernel(
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_L: tl.constexpr,  # elements of the reduced axis per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
-    EVICTION: tl.constexpr,  # cache policy for the last read of x and the writes of y
 ):
     pid = tl.program_id(0)
     blocks_r = tl.cdiv(size_r, BLOCK_R)
@@ -83,7 +82,6 @@ def _softmax_kernel(
             x_rows + cols[None, :] * x_stride_l,
             mask=mask,
             other=-float("inf"),
-            eviction_policy=EVICTION,
         )
         x = x.to(tl.float32)
         # exp(v) = 2**(v * log2(e)); exp2 is the native instruction.
@@ -91,7 +89,7 @@ def _softmax_kernel(
         numerator = tl.exp2(shifted)
         y = numerator / tl.sum(numerator, axis=1)[:, None]
         y = y.to(y_ptr.dtype.element_ty)
-        tl.store(y_rows + cols[None, :] * y_stride_l, y, mask=mask, eviction_policy=EVICTION)
+        tl.store(y_rows + cols[None, :] * y_stride_l, y, mask=mask)
     else:
         # Online softmax: keep a running max m and the sum s of exp(x - m), rescaling s
         # whenever m grows, so the statistics need only one read of the row.
@@ -110,15 +108,12 @@ def _softmax_kernel(
         inverse_sum = 1.0 / row_sum
         for start in range(0, length, BLOCK_L):
             mask = row_mask[:, None] & (start + cols < length)[None, :]
-            x = tl.load(
-                x_rows + (start + cols)[None, :] * x_stride_l, mask=mask, eviction_policy=EVICTION
-            ).to(tl.float32)
+            x = tl.load(x_rows + (start + cols)[None, :] * x_stride_l, mask=mask).to(tl.float32)
             y = tl.exp2((x - row_max[:, None]) * 1.4426950408889634) * inverse_sum[:, None]
             tl.store(
                 y_rows + (start + cols)[None, :] * y_stride_l,
                 y.to(y_ptr.dtype.element_ty),
                 mask=mask,
-                eviction_policy=EVICTION,
             )
 
 
@@ -146,7 +141,7 @@ class RowLayout:
 
     def grid(self, meta: dict) -> tuple[int]:
         outer0, outer1, rows, _ = self.sizes
-        return (outer0 * outer1 * triton.cdiv(rows, meta["BLOCK_R"]),)
+        return (outer0 * outer1 * cdiv(rows, meta["BLOCK_R"]),)
 
 
 def row_layout(x: torch.Tensor, y: torch.Tensor, dim: int, op: str) -> RowLayout:
@@ -187,20 +182,19 @@ def _row_layout(
 def row_block(length: int) -> tuple[int, bool]:
     """BLOCK_L for a reduced axis of `length` elements, and whether one pass covers it."""
     if length <= MAX_ONE_PASS_BLOCK:
-        return triton.next_power_of_2(length), True
+        return next_power_of_2(length), True
     return LOOP_BLOCK, False
 
 
 def row_configs() -> list[triton.Config]:
-    """Rows per program x warps x cache policy (evict_first: x and y are touched once, do not
-    let them push other data out of L2); `fit_rows_to_shape` keeps the ones that fit."""
+    """Rows per program x warps; `fit_rows_to_shape` keeps the ones sized for the problem.
+    (16 warps and evict-first loads/stores were measured too, on the H200: never faster.)"""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_R": 4, "EVICTION": ""}, num_warps=4)]
+        return [triton.Config({"BLOCK_R": 4}, num_warps=4)]
     return [
-        triton.Config({"BLOCK_R": rows, "EVICTION": eviction}, num_warps=warps)
+        triton.Config({"BLOCK_R": rows}, num_warps=warps)
         for rows in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
         for warps in (2, 4, 8)
-        for eviction in ("", "evict_first")
     ]
 
 
@@ -208,7 +202,7 @@ def fit_rows_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) 
     """Keep tiles that fit in registers, give each thread 8 to 32 fp32 values and are not
     mostly padding; for tiny problems keep the largest tile that fits."""
     block_l = kwargs["BLOCK_L"]
-    max_rows = triton.next_power_of_2(named_args["size_r"])
+    max_rows = next_power_of_2(named_args["size_r"])
     target = min(1024, block_l * max_rows)
     fitting = [
         c

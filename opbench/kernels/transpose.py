@@ -123,8 +123,8 @@ def _copying_configs() -> list[triton.Config]:
 def _fit_tile_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
     """Shrink tiles to the axes they cover, moving the spare elements to the other axis."""
     fitted: dict[tuple[int, int, int], triton.Config] = {}
-    max_t = triton.next_power_of_2(named_args["size_t"])
-    max_i = triton.next_power_of_2(named_args["size_i"])
+    max_t = next_power_of_2(named_args["size_t"])
+    max_i = next_power_of_2(named_args["size_i"])
     for config in configs:
         block_t, block_i = config.kwargs["BLOCK_T"], config.kwargs["BLOCK_I"]
         if block_i > max_i:
@@ -192,7 +192,7 @@ def launch_strided_map(x: torch.Tensor, y: torch.Tensor, activation: int) -> Non
     kernel = _permute_copying if copying else _permute_transposing
 
     def grid(meta: dict) -> tuple[int]:
-        tiles = triton.cdiv(size[2], meta["BLOCK_T"]) * triton.cdiv(size[3], meta["BLOCK_I"])
+        tiles = cdiv(size[2], meta["BLOCK_T"]) * cdiv(size[3], meta["BLOCK_I"])
         return (size[0] * size[1] * tiles,)
 
     kernel[grid](x, y, size[1], size[2], size[3], *xs, *ys, ACTIVATION=activation)
@@ -235,6 +235,17 @@ def _strided_plan(
 # --------------------------------------------------------------------------------------
 # Shared helpers for the memory-bound kernels
 # --------------------------------------------------------------------------------------
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) in plain Python: launch grids call it on every launch, and triton.cdiv
+    (a constexpr function) costs microseconds per call from Python."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1), in plain Python like `cdiv`."""
+    return 1 << max(n - 1, 0).bit_length()
 
 
 def collapse_dims(
