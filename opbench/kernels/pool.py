@@ -11,9 +11,14 @@ Bytes: the floor is reading x once and writing y once,
 row for up to two output rows; the second read comes from L1/L2, not DRAM. KH*KW FLOPs per
 output: memory-bound.
 
-One program computes a BLOCK_H x BLOCK_W tile of one (n, c) plane of y. The window offsets
-are compile-time constants, so the KH*KW loads of a tile share their address arithmetic and
-differ only by immediates.
+One program computes a BLOCK_H x BLOCK_W tile of one (n, c) plane of y; the window is a
+compile-time constant, unrolled. Three paths:
+* plain: one masked load per window tap (strided when the stride is not 1);
+* paired (column stride 2, the common 2x2/s2 and 3x3/s2 pools): aligned 16-byte loads of
+  column pairs, see `_pool_paired_columns`. On the H200 it cut the 3x3/s2 maxpool of
+  32x256x112x112 fp16 from 0.174 ms to 0.095 ms and the 2x2/s2 avgpool from 0.105 to 0.067 ms
+  (docs/perf/memory_bound.md), so stride-2 pools are tuned over paired tiles only;
+* global (the window is the whole map): a per-plane row reduction, `_global_pool2d_kernel`.
 """
 
 from __future__ import annotations
@@ -186,7 +191,7 @@ def _pool_paired_columns(
 
 def _configs() -> list[triton.Config]:
     """Output tiles of 256-4096 elements, 64 wide (most feature maps are <= 64 wide after
-    pooling), each with and without paired column loads."""
+    pooling), in a plain and a paired version."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return [triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": True}, num_warps=4)]
     shapes = [(4, 64, 4), (8, 64, 4), (16, 64, 4), (8, 64, 2), (32, 64, 8), (16, 128, 8)]
@@ -199,13 +204,15 @@ def _configs() -> list[triton.Config]:
 
 def _fit_tile_to_output(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
     """Narrow tiles to the output width, giving the spare elements to more rows; paired
-    loads only for a column stride of 2."""
+    loads wherever `_pairable` allows them, plain loads elsewhere."""
     fitted: dict[tuple, triton.Config] = {}
     max_w = max(next_power_of_2(named_args["out_width"]), 16)
     max_h = next_power_of_2(named_args["out_height"])
     for config in configs:
         block_h, block_w = config.kwargs["BLOCK_H"], config.kwargs["BLOCK_W"]
-        paired = config.kwargs["PAIRED"] and _pairable(kwargs)
+        paired = _pairable(kwargs)
+        if config.kwargs["PAIRED"] != paired:
+            continue
         if block_w > max_w:
             block_h, block_w = block_h * (block_w // max_w), max_w
         block_h = min(block_h, max_h)
