@@ -113,6 +113,7 @@ def run_command(
         rounds=rounds,
         shard=shard_kn,
     )
+    _check_selection(suite, options, suite_path)
     from opbench.distributed import current_world
 
     world = current_world()
@@ -122,6 +123,22 @@ def run_command(
         run_distributed(suite, options, out, world)
         return
     run_with_progress(suite, options, out)
+
+
+def _check_selection(suite, options, suite_path: Path) -> None:
+    """A --model/--layer/--backend combination that selects no layer is a mistake, not a run."""
+    from opbench.pipeline import select_models
+
+    for model in select_models(suite, options):
+        for layer in model.layers:
+            if options.layers and layer.name not in options.layers:
+                continue
+            if not options.backends or set(options.backends) & set(layer.backends):
+                return
+    raise InputError(
+        "the --model/--layer/--backend selection matches no layer of the suite",
+        Location(file=str(suite_path)),
+    )
 
 
 def run_with_progress(suite, options, out: Path) -> None:
