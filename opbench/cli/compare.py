@@ -1,17 +1,19 @@
-"""`opbench compare [RUN] --reference FILE`: a run against another engine's per-layer timings.
+"""`opbench compare [RUN]`: a run against another engine's timings (--reference, the speed-up
+target) and/or against a baseline (--baseline, the CI regression gate), in one command.
 
-Reads everything first (run, reference, map), compares, prints the table, then writes every
-report file at once. Bad input stops before anything is written (exit 2). The gate: exit 1
-when a layer of the gated backend FAILs, unless --no-gate.
+Reads everything first (run, reference, map, baseline), then compares, prints, and writes
+every output at once: bad input stops before anything is written (exit 2). Two gates, each
+giving an exit code, combined by `combine_exit_codes` (2 > 3 > 4 > 1 > 0):
 
-The gate is a list of checks (`GATES`), each returning the reasons it fails; a regression
-gate against a baseline adds its options to `compare_command` and one check to the list.
+    target      exit 1 when a row of the gated backend FAILs its target (unless --no-gate);
+                exit 3 when a layer of that backend crashed or failed correctness
+    regression  opbench/cli/gate.py: exit 1 regression, 3 crash, 4 baseline missing or taken
+                on another environment (docs/ci.md)
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +54,7 @@ class CompareRequest:
     """Everything `compare` was asked, parsed."""
 
     run: Path | None
-    reference: Path
+    reference: Path | None
     format: str = "auto"
     time_column: str | None = None
     unit: str | None = None
@@ -104,14 +106,29 @@ def speedup_gate(comparison: Comparison) -> list[str]:
     ]
 
 
-GATES: list[Callable[[Comparison], list[str]]] = [speedup_gate]
-
-
 def gate_exit_code(comparison: Comparison, gate: bool = True) -> int:
-    failures = [reason for check in GATES for reason in check(comparison)]
-    if failures and gate:
+    """The target gate's exit 1 (--no-gate turns it off)."""
+    if speedup_gate(comparison) and gate:
         return ExitCode.FAILED_GATE
     return ExitCode.OK
+
+
+def target_exit_code(comparison: Comparison, run: RunResult, gate: bool = True) -> int:
+    """Exit 3 when a compared layer of the gated backend crashed or failed correctness, whatever
+    --no-gate says; else the target gate's code."""
+    from opbench.cli.gate import crashed_layers
+
+    models = {row.model for row in comparison.rows}
+    crashed = [r for r in crashed_layers(run, comparison.backend) if r.model in models]
+    if crashed:
+        names = ", ".join(f"{r.model}/{'+'.join(r.members)}" for r in crashed[:5])
+        err_console.print(
+            f"{len(crashed)} {comparison.backend} result(s) crashed or failed correctness: {names}",
+            style="bold red",
+            markup=False,
+        )
+        return ExitCode.LAYER_ERROR
+    return gate_exit_code(comparison, gate)
 
 
 def announce_reference(comparison: Comparison) -> None:
@@ -129,8 +146,11 @@ def compare_command(
     run: Path | None = typer.Argument(
         None, metavar="[RUN]", help="Run folder or run.json (default: the latest run)."
     ),
-    reference: Path = typer.Option(
-        ..., "--reference", "-r", help="Reference timing file from another engine."
+    reference: Path | None = typer.Option(
+        None,
+        "--reference",
+        "-r",
+        help="Reference timing file from another engine (the speed-up target).",
     ),
     format: str = typer.Option("auto", "--format", help=f"Reference format: {FORMATS_HELP}."),
     time_column: str | None = typer.Option(
@@ -158,9 +178,51 @@ def compare_command(
     out: Path | None = typer.Option(
         None, "--out", help="Folder for the reports (default: the run's folder)."
     ),
-    no_gate: bool = typer.Option(False, "--no-gate", help="Exit 0 even when a layer FAILs."),
+    no_gate: bool = typer.Option(
+        False,
+        "--no-gate",
+        help="No exit 1 for a missed target (the regression gate still applies).",
+    ),
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="Regression gate: a baseline file, or a previous run (run.json or its folder).",
+    ),
+    threshold: str | None = typer.Option(
+        None,
+        "--threshold",
+        help="Slowdown the gate tolerates, '5%' or '0.05' (default 5%; a layer's own "
+        "regression_threshold wins).",
+    ),
+    confirm: bool = typer.Option(
+        False,
+        "--confirm",
+        help="Time inconclusive layers again (twice the rounds, same device) and decide again.",
+    ),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Write a JUnit XML file: one test case per layer and backend."
+    ),
+    bmf: Path | None = typer.Option(
+        None, "--bmf", help="Write the run's timings in Bencher Metric Format (JSON)."
+    ),
+    update_baseline: bool = typer.Option(
+        False,
+        "--update-baseline",
+        help="Write this run as the baseline: to --baseline-out, else BASE (when it is a "
+        "baseline file), else baselines/<suite>.json.",
+    ),
+    baseline_out: Path | None = typer.Option(
+        None, "--baseline-out", help="Where --update-baseline writes (implies it)."
+    ),
+    allow_env_change: bool = typer.Option(
+        False,
+        "--allow-env-change",
+        help="Gate even when GPU, driver, torch, triton or kernel code differ from the baseline.",
+    ),
 ) -> None:
-    """Compare a run with another engine's per-layer timings; write the reports."""
+    """Compare a run with another engine's timings and/or gate it against a baseline."""
+    from opbench.cli.gate import GateRequest, compare_and_gate
+
     request = CompareRequest(
         run=run,
         reference=reference,
@@ -175,12 +237,23 @@ def compare_command(
         out=out,
         gate=not no_gate,
     )
-    comparison, _run, folder = load_and_compare(request)
-    finish(comparison, request.out or folder, gate=request.gate)
+    gate_request = GateRequest(
+        baseline=baseline,
+        threshold=threshold,
+        confirm=confirm,
+        junit=junit,
+        bmf=bmf,
+        update_baseline=update_baseline or baseline_out is not None,
+        baseline_out=baseline_out,
+        allow_env_change=allow_env_change,
+    )
+    code = compare_and_gate(request, gate_request)
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
 
 
-def finish(comparison: Comparison, out_dir: Path, *, gate: bool, with_json: bool = True) -> None:
-    """Print, write every report file, and exit with the gate's code."""
+def show_comparison(comparison: Comparison, out_dir: Path, *, with_json: bool = True) -> None:
+    """Print the comparison and write every report file."""
     from opbench.report.files import write_reports
     from opbench.report.table import print_comparison
 
@@ -190,12 +263,21 @@ def finish(comparison: Comparison, out_dir: Path, *, gate: bool, with_json: bool
     console.print(
         f"reports: {out_dir}/ ({', '.join(p.name for p in written)})", highlight=False, markup=False
     )
-    code = gate_exit_code(comparison, gate)
+
+
+def announce_target(comparison: Comparison, gate: bool) -> None:
     failures = speedup_gate(comparison)
     if failures:
         label = "gate failed" if gate else "below target (not gated)"
         err_console.print(
             f"{label}: {len(failures)} layer(s) FAIL", style="bold red" if gate else "yellow"
         )
+
+
+def finish(comparison: Comparison, out_dir: Path, *, gate: bool, with_json: bool = True) -> None:
+    """Print, write every report file, and exit with the target gate's code (`opbench report`)."""
+    show_comparison(comparison, out_dir, with_json=with_json)
+    code = gate_exit_code(comparison, gate)
+    announce_target(comparison, gate)
     if code != ExitCode.OK:
         raise typer.Exit(code)

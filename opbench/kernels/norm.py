@@ -16,6 +16,8 @@ textbook E[x^2] - E[x]^2 would cancel.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -128,6 +130,21 @@ _norm = triton.autotune(
     prune_configs_by={"early_config_prune": fit_rows_to_shape},
 )(_norm_kernel)
 
+# TEST-ONLY switch, for demonstrating the CI regression gate on a GPU (docs/ci.md): with
+# OPBENCH_TEST_SLOW_LAYERNORM=1 in the environment, layernorm skips autotuning and launches a
+# deliberately poor configuration: one row per program, one warp, and the looped two-pass
+# variant over 16-element chunks (each row is read twice, 16 elements at a time). The result is
+# the same computation (Chan's merge keeps the statistics exact), only slower. An environment
+# variable rather than a code change, so that the kernel-code fingerprint (kernel_version) of
+# the slowed run equals the baseline's and the gate judges the timings. Never set it otherwise.
+SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
+SLOW_BLOCK_L = 16
+
+
+def slow_layernorm_requested() -> bool:
+    """True when the test-only slowdown switch is on (read at every call, so tests can set it)."""
+    return os.environ.get(SLOW_LAYERNORM_ENV) == "1"
+
 
 # --------------------------------------------------------------------------------------
 # Launchers
@@ -174,8 +191,7 @@ def _normalize(
     if x.numel() == 0:
         return out
     layout = row_layout(x, out, x.dim() - 1, op)
-    block_l, one_pass = row_block(hidden)
-    _norm[layout.grid](
+    args = (
         x,
         out,
         weight if weight is not None else x,  # never read when absent
@@ -184,10 +200,14 @@ def _normalize(
         weight.stride(0) if weight is not None else 0,
         bias.stride(0) if bias is not None else 0,
         float(eps),
-        RMS=rms,
-        HAS_WEIGHT=weight is not None,
-        HAS_BIAS=bias is not None,
-        BLOCK_L=block_l,
-        ONE_PASS=one_pass,
     )
+    flags = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
+    if not rms and slow_layernorm_requested():
+        # Test-only (see SLOW_LAYERNORM_ENV): the un-tuned kernel in its worst sensible shape.
+        _norm_kernel[layout.grid](
+            *args, **flags, BLOCK_R=1, BLOCK_L=SLOW_BLOCK_L, ONE_PASS=False, num_warps=1
+        )
+        return out
+    block_l, one_pass = row_block(hidden)
+    _norm[layout.grid](*args, **flags, BLOCK_L=block_l, ONE_PASS=one_pass)
     return out
