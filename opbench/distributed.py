@@ -15,10 +15,21 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
-from opbench.results.io import read_run, run_from_dict, run_to_dict, write_run
+from opbench.results.io import read_run, run_from_dict, run_to_dict
 from opbench.results.model import LayerResult, RunResult, Status
 
 GATHER_TIMEOUT = timedelta(minutes=30)
+
+# run.env keys saying how the ranks timed. A run without TIMING_MODE is a single-process run, or
+# a torchrun run from before the key existed, whose ranks timed concurrently.
+TIMING_MODE = "timing_mode"
+# One rank's turns with --exclusive-timing: {"turns": n, "waited_s": s}; in run.json, per rank.
+TURNS_KEY = "timing_turns"
+TURNS_BY_RANK = "timing_turns_by_rank"
+
+
+def timing_env(exclusive: bool) -> dict[str, str]:
+    return {TIMING_MODE: "exclusive" if exclusive else "concurrent"}
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,12 @@ def combine(
     complete = (
         missing == 0 and all(run.complete for run in runs.values()) and len(runs) == world_size
     )
+    env = {k: v for k, v in template.env.items() if k != TURNS_KEY}
+    env["world_size"] = world_size
+    # How long each rank waited for its turns is what --exclusive-timing cost in wall time.
+    turns = {str(r): run.env[TURNS_KEY] for r, run in sorted(runs.items()) if TURNS_KEY in run.env}
+    if turns:
+        env[TURNS_BY_RANK] = turns
     return replace(
         template,
         layers=tuple(layers),
@@ -125,5 +142,5 @@ def combine(
         planned=len(plan),
         complete=complete,
         shard=None,
-        env={**template.env, "world_size": world_size},
+        env=env,
     )

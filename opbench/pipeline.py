@@ -13,6 +13,7 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -59,6 +60,9 @@ class RunOptions:
     end_to_end: bool = True
     shard: tuple[int, int] | None = None
     gpu_label: str | None = None
+    # Entered around every timed loop (warm-up and rounds), never around build or check: lets
+    # the ranks of a torchrun run take turns for timing only (--exclusive-timing).
+    timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
 
 
 Progress = Callable[[str, Any], None]
@@ -299,7 +303,8 @@ def measure_item(
         del out
         timing = _timing_for(layers[0], options, result.interpreted)
         fn = built.fn
-        measurement = time_callable(lambda: fn(x), timing, options.device)
+        with options.timing_guard():
+            measurement = time_callable(lambda: fn(x), timing, options.device)
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
     except Exception as exc:
@@ -372,7 +377,8 @@ def time_end_to_end(
             return x
 
         timing = _timing_for(model.layers[0], options, interpreted)
-        measurement = time_callable(forward, timing, options.device)
+        with options.timing_guard():
+            measurement = time_callable(forward, timing, options.device)
     except Exception as exc:
         _recover(options.device)
         return EndToEnd(

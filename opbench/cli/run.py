@@ -50,6 +50,11 @@ def run_command(
     shard: str | None = typer.Option(
         None, "--shard", help="Run share K of N (K/N) and write a partial run."
     ),
+    exclusive_timing: bool = typer.Option(
+        False,
+        "--exclusive-timing",
+        help="Under torchrun: the ranks of a host take turns for the timed loops.",
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     suite = load_suite(suite_path)
@@ -120,8 +125,12 @@ def run_command(
     if world is not None:
         from opbench.cli.run_distributed import run_distributed
 
-        run_distributed(suite, options, out, world)
+        run_distributed(suite, options, out, world, exclusive_timing=exclusive_timing)
         return
+    if exclusive_timing:
+        console.print(
+            "[dim]--exclusive-timing has no effect outside torchrun: one process times alone[/]"
+        )
     run_with_progress(suite, options, out)
 
 

@@ -12,10 +12,14 @@ from opbench import distributed as dist_run
 from opbench.cli.console import console
 from opbench.cli.run import finish
 from opbench.errors import ExitCode
+from opbench.exclusive import HostTurns, lock_path
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, write_run
+from opbench.results.model import RunResult
 
 
-def run_distributed(suite, options, out: Path, world: dist_run.World) -> None:
+def run_distributed(
+    suite, options, out: Path, world: dist_run.World, exclusive_timing: bool = False
+) -> None:
     import torch
 
     from opbench.measure.env import fingerprint
@@ -31,9 +35,14 @@ def run_distributed(suite, options, out: Path, world: dist_run.World) -> None:
     options = replace(options, device=device, shard=world.shard, gpu_label=gpu_label(device))
     options = replace(options, gpu_label=f"{options.gpu_label or 'cpu'} (rank {world.rank})")
     run_dir = dist_run.shared_run_dir(world, lambda: new_run_dir(out, suite.name))
-    env = {**fingerprint(device), "rank": world.rank}
+    turns = None
+    if exclusive_timing:
+        turns = HostTurns(lock_path(run_dir))
+        options = replace(options, timing_guard=turns.slot)
+    env = {**fingerprint(device), "rank": world.rank, **dist_run.timing_env(exclusive_timing)}
     if world.rank == 0:
-        console.print(f"torchrun: {world.size} ranks, run folder {run_dir}")
+        mode = "ranks of a host take turns to time" if turns else "ranks time concurrently"
+        console.print(f"torchrun: {world.size} ranks ({mode}), run folder {run_dir}")
 
     # Test-only: OPBENCH_TEST_KILL_RANK=R makes rank R die after its first result, the way a
     # crashed GPU process would, so the tests can check that nothing finished is lost.
@@ -47,10 +56,19 @@ def run_distributed(suite, options, out: Path, world: dist_run.World) -> None:
     failure = None
     try:
         run = run_suite(
-            suite, options, run_path=dist_run.rank_file(run_dir, world.rank), env=env, progress=progress
+            suite,
+            options,
+            run_path=dist_run.rank_file(run_dir, world.rank),
+            env=env,
+            progress=progress,
         )
     except dist_run.Terminated:
         failure = "terminated by torchrun after another rank failed"
+    if turns is not None:
+        try:
+            run = _after_turns(turns, run, dist_run.rank_file(run_dir, world.rank))
+        except dist_run.Terminated:
+            failure = failure or "terminated by torchrun after another rank failed"
 
     if world.rank != 0:
         if run is not None:
@@ -78,6 +96,21 @@ def run_distributed(suite, options, out: Path, world: dist_run.World) -> None:
     write_run(merged, run_path)
     point_latest(run_dir)
     if failure:
-        console.print(f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
-                      f"finished results in {run_path}, the rest marked error")
+        console.print(
+            f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
+            f"finished results in {run_path}, the rest marked error"
+        )
     finish(merged, run_path)
+
+
+def _after_turns(turns: HostTurns, run: RunResult | None, rank_path: Path) -> RunResult | None:
+    """Remove the lock file and record this rank's turns in its run."""
+    try:
+        turns.remove()
+    except OSError:
+        pass  # a stray empty file in the temporary folder is not worth failing the run for
+    if run is None:
+        return None
+    run = replace(run, env={**run.env, dist_run.TURNS_KEY: turns.summary()})
+    write_run(run, rank_path)
+    return run

@@ -86,7 +86,9 @@ def test_merge_refuses_missing_overlapping_and_foreign_runs(suite, tmp_path):
     other_suite.write_text(OTHER)
     code, _ = run_cli("run", str(other_suite), "--out", str(tmp_path / "o"), "--shard", "2/2")
     assert code == 0
-    code, output = run_cli("merge", str(one), str(tmp_path / "o" / "other" / "latest"), "--out", str(tmp_path / "m"))
+    code, output = run_cli(
+        "merge", str(one), str(tmp_path / "o" / "other" / "latest"), "--out", str(tmp_path / "m")
+    )
     assert code == 2 and "suite" in output
 
     run_json = two / "run.json"
@@ -104,13 +106,32 @@ def test_bad_shard_text_is_bad_input(suite, tmp_path):
         assert "--shard" in output
 
 
-def torchrun(suite: Path, out: Path, nproc: int = 2, **env: str) -> subprocess.CompletedProcess:
+def torchrun(
+    suite: Path, out: Path, *args: str, nproc: int = 2, **env: str
+) -> subprocess.CompletedProcess:
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **env}
     environment.pop("TRITON_INTERPRET", None)
     return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-         "-m", "opbench", "run", str(suite), "--out", str(out), "--device", "cpu"],
-        capture_output=True, text=True, timeout=180, env=environment,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={nproc}",
+            "-m",
+            "opbench",
+            "run",
+            str(suite),
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=environment,
     )
 
 
@@ -123,6 +144,35 @@ def test_torchrun_two_ranks_write_one_complete_run(suite, tmp_path):
     run = read_run(tmp_path / "dist" / "tiny" / "latest")
     assert run.complete and keys(run) == keys(single)
     assert {r.gpu for r in run.layers} == {"cpu (rank 0)", "cpu (rank 1)"}
+    assert run.env["timing_mode"] == "concurrent" and "timing_turns_by_rank" not in run.env
+    assert "timing_mode" not in single.env
+
+
+def test_torchrun_exclusive_timing_takes_turns_and_records_it(suite, tmp_path):
+    locks = tmp_path / "tmp"
+    locks.mkdir()
+    proc = torchrun(suite, tmp_path / "dist", "--exclusive-timing", TMPDIR=str(locks))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "take turns" in proc.stdout
+    run = read_run(tmp_path / "dist" / "tiny" / "latest")
+    assert run.complete and len(run.layers) == 5
+    assert all(r.status == "ok" and r.stats is not None for r in run.layers)
+    assert run.env["timing_mode"] == "exclusive" and run.env["world_size"] == 2
+    # Every timed loop took a turn: rank 0 timed a, c and e; rank 1 timed b and d.
+    turns = run.env["timing_turns_by_rank"]
+    assert {rank: t["turns"] for rank, t in turns.items()} == {"0": 3, "1": 2}
+    assert all(t["waited_s"] >= 0 for t in turns.values())
+    # The lock lived in the host's temporary folder, not the run folder, and left with the run.
+    assert not list(locks.glob("opbench-timing-*"))
+    assert not list((tmp_path / "dist").rglob("*.lock"))
+
+
+def test_exclusive_timing_in_one_process_is_a_note_not_an_error(suite, tmp_path):
+    code, output = run_cli("run", str(suite), "--out", str(tmp_path), "--exclusive-timing")
+    assert code == 0, output
+    assert "no effect outside torchrun" in output
+    run = read_run(tmp_path / "tiny" / "latest")
+    assert run.complete and "timing_mode" not in run.env
 
 
 def test_a_killed_rank_loses_nothing_already_measured(suite, tmp_path):
