@@ -69,8 +69,8 @@ def activation(x: torch.Tensor, name: str, out: torch.Tensor | None = None) -> t
     if name not in ACTIVATION_CODES or name == "none":
         raise Unsupported(f"unknown activation {name!r} (relu, gelu or silu)")
     check_float(x, name)
-    code = activation_code(name)
     out = resolve_out(out, x.shape, x)
+    code = activation_code(name, out.dtype)
     if x.numel() == 0:
         return out
     if x.is_contiguous() and out.is_contiguous():

@@ -68,3 +68,29 @@ def test_rejects_unknown_name() -> None:
         activation(randn(3), "tanh")
     with pytest.raises(Unsupported):
         activation(randn(3), "none")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gelu_into_16_bits_is_within_one_ulp_everywhere(dtype: torch.dtype) -> None:
+    """GELU into fp16/bf16 takes the erfc form (epilogue.py): on every representable normal
+    input in [-10, 10] it must be within one ulp of the float64 value (ulps of the output)."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(dtype)
+    # Subnormal inputs are left out: the CPU interpreter stores subnormal float32 values into
+    # bf16 wrongly (seen: relu(2.76e-39) gave 8.8e-39), and GPUs may flush them.
+    tiny = torch.finfo(dtype).smallest_normal
+    x = x[torch.isfinite(x) & (x.abs() <= 10) & (x.abs() >= 4 * tiny)].contiguous()
+    out = torch.full_like(x, float("nan"))
+    activation(x, "gelu", out)
+    # erfc, not 1 + erf: float64's 1 + erf(x) cancels to 0 below x = -8
+    exact = 0.5 * x.double() * torch.special.erfc(-x.double() / 2**0.5)
+    rounded = exact.to(dtype)
+    # one ulp at the exact value's magnitude (the subnormal spacing at the bottom)
+    finfo = torch.finfo(dtype)
+    ulp = torch.maximum(
+        rounded.double().abs() * finfo.eps, torch.tensor(finfo.smallest_normal * finfo.eps)
+    )
+    err = (out.double() - exact).abs()
+    worst = (err / ulp).max().item()
+    assert not torch.isnan(out).any()
+    assert worst <= 1.0, f"{worst:.2f} ulp off at x = {x[(err / ulp).argmax()].item()}"
