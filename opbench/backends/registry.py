@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "torch": "opbench.backends.torch_eager:TorchEager",
     "torch-compile": "opbench.backends.torch_compile:TorchCompile",
+    "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
     "triton": "opbench.backends.triton:TritonBackend",
 }
 

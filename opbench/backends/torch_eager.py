@@ -25,6 +25,18 @@ class TorchEager:
     def build(self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str) -> Built:
         import torch
 
+        built = self.forward(layers, weights, device)
+        return Built(
+            fn=torch.no_grad()(built.fn), prepare_input=built.prepare_input, note=built.note
+        )
+
+    def forward(
+        self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str
+    ) -> Built:
+        """The layer's forward as a plain function (no grad-mode handling), with its input
+        preparation and note: what `build` wraps, and what torch-compile compiles."""
+        import torch
+
         (layer,) = layers
         op = get_op(layer.op)
         w = cast_weights(weights[0], layer.dtype)
@@ -45,4 +57,4 @@ class TorchEager:
         def run(x: torch.Tensor) -> torch.Tensor:
             return op.forward(x, w, layer)
 
-        return Built(fn=torch.no_grad()(run), prepare_input=prepare, note="; ".join(notes) or None)
+        return Built(fn=run, prepare_input=prepare, note="; ".join(notes) or None)

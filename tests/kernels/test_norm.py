@@ -114,3 +114,18 @@ def test_rejects_mismatched_weight() -> None:
     x = randn(4, 19)
     with pytest.raises(ValueError):
         layernorm(x, randn(18), None, EPS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_test_only_slowdown_switch_keeps_layernorm_correct(
+    dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPBENCH_TEST_SLOW_LAYERNORM=1 (the gate's GPU demonstration) changes only the speed:
+    the looped 16-element kernel must still compute the same layernorm, on odd hidden sizes."""
+    from opbench.kernels import norm
+
+    monkeypatch.setenv(norm.SLOW_LAYERNORM_ENV, "1")
+    assert norm.slow_layernorm_requested()
+    for shape in [(3, 37), (2, 5, 300)]:
+        x, w, b = inputs(shape, dtype, seed=shape[-1] + 7)
+        check(layernorm(x, w, b, EPS, poisoned(x)), layernorm_reference(x, w, b), dtype)

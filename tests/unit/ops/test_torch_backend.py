@@ -207,3 +207,38 @@ def test_registry_names_every_backend() -> None:
     assert BACKEND_NAMES == ("torch", "torch-compile", "triton")
     for name in BACKEND_NAMES:
         assert get_backend(name).name == name
+
+
+def test_torch_compile_compiles_every_layer_of_a_long_suite_once(monkeypatch) -> None:
+    """Dynamo's cache and its budget of 8 recompilations are per code object: with one code
+    shared by every layer, the ninth layer of a suite ran eager. 12 layers, called with grad
+    mode on and off, must give 12 compilations, and each the eager layer's numbers."""
+    from opbench.backends.torch_compile import TorchCompile
+
+    compiled: list[int] = []
+
+    def counting_backend(graph_module, example_inputs):
+        compiled.append(len(example_inputs))
+        return graph_module.forward
+
+    monkeypatch.setattr(TorchCompile, "compiler", staticmethod(counting_backend))
+    ops = ["relu", "gelu", "silu", "softmax", "layernorm", "rmsnorm"]
+    layers = "\n".join(
+        f"      - {{name: l{i}, op: {ops[i % len(ops)]}, input: [5, {7 + i}]}}" for i in range(12)
+    )
+    suite = load_suite_text(
+        f"name: t\ndefaults: {{dtype: float32, backends: [torch-compile], timing: {TIMING}}}\n"
+        f"models:\n  - name: m\n    batch: 2\n    input: [5, 7]\n    layers:\n{layers}\n",
+        "test.yaml",
+    )
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    backend, eager = get_backend("torch-compile"), get_backend("torch")
+    for index in range(12):
+        built = backend.build([model.layers[index]], [data.weights(index)], "cpu")
+        reference = eager.build([model.layers[index]], [data.weights(index)], "cpu").fn
+        x = data.input(index)
+        for grad in (True, False):
+            with torch.set_grad_enabled(grad):
+                torch.testing.assert_close(built.fn(x), reference(x))
+    assert len(compiled) == 12
