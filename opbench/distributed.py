@@ -116,14 +116,17 @@ def combine(
     for run in runs.values():
         for result in run.layers:
             done[(result.model, result.members, result.backend)] = result
+    from opbench.pipeline import shares
+
+    owners = shares([(p.model, p.layer) for p in plan], world_size)
     layers: list[LayerResult] = []
     missing = 0
-    for index, planned in enumerate(plan):
+    for owner, planned in zip(owners, plan, strict=True):
         result = done.get((planned.model, planned.members, planned.backend))
         if result is None:
             missing += 1
             why = failure or "did not report"
-            message = f"rank {index % world_size} did not finish this layer: {why}"
+            message = f"rank {owner} did not finish this layer: {why}"
             result = replace(planned, status=Status.ERROR, message=message)
         layers.append(result)
     complete = (

@@ -116,8 +116,22 @@ def plan_work(
                     items.append(WorkItem(model, g, name))
     if options.shard:
         k, n = options.shard
-        items = [item for i, item in enumerate(items) if i % n == k - 1]
+        keys = [(item.model.name, item.layers[0].name) for item in items]
+        items = [item for item, share in zip(items, shares(keys, n), strict=True) if share == k - 1]
     return items
+
+
+def shares(keys: Sequence[tuple[str, str]], n: int) -> list[int]:
+    """The share (0-based, of n) of each planned result, from its (model, first layer) key.
+
+    Every backend's result for the same layer lands in the same share, so a layer's speed-up
+    is always the ratio of two timings taken on one GPU, and the shares stay balanced however
+    many backends a suite lists (plan order alternates backends: dealing results out one by
+    one would give one rank every torch layer and another every triton layer)."""
+    first_seen: dict[tuple[str, str], int] = {}
+    for key in keys:
+        first_seen.setdefault(key, len(first_seen))
+    return [first_seen[key] % n for key in keys]
 
 
 def _backend_order(model: ModelSpec, options: RunOptions) -> list[str]:
