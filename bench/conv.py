@@ -27,6 +27,9 @@ from concurrent.futures import ProcessPoolExecutor
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from opbench.backends.torch_compile import with_own_code  # noqa: E402
+
 # (name, batch, C, H, W, Cout, kernel, stride, padding, read paths the auto selection weighs)
 K3 = ("direct", "nhwc")
 LAYERS = [
@@ -130,7 +133,10 @@ def warm_triton(layer, path, quant):
 def warm_compile(layer):
     """Worker: torch.compile (default mode) of conv+bias+relu; first-call (compile) time."""
     x, wt, b, stride, padding = make_layer(layer, seed=1)
-    compiled = torch.compile(lambda t: F.relu(F.conv2d(t, wt, b, stride=stride, padding=padding)))
+    compiled = torch.compile(
+        with_own_code(lambda t: F.relu(F.conv2d(t, wt, b, stride=stride, padding=padding))),
+        dynamic=False,
+    )
     t0 = time.time()
     out = compiled(x)
     torch.cuda.synchronize()
@@ -265,7 +271,9 @@ def bench_layer(layer, compile_times) -> dict:
     row["torch_cl_conv_only"] = bench(lambda: F.conv2d(x_cl, w_cl, b, **conv_kw))
     row["torch_cl_graph"] = graph_ms(torch_cl)
     row["torch_nchw_graph"] = graph_ms(torch_nchw)
-    compiled = torch.compile(lambda t: F.relu(F.conv2d(t, wt, b, **conv_kw)))
+    compiled = torch.compile(
+        with_own_code(lambda t: F.relu(F.conv2d(t, wt, b, **conv_kw))), dynamic=False
+    )
     compiled(x)
     row["compile"] = bench(lambda: compiled(x))
     row["compile_s"] = compile_times.get(name)
