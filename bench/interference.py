@@ -19,9 +19,7 @@ from opbench.results.io import read_run  # noqa: E402
 
 def medians(path: str) -> dict[tuple[str, str, str], float]:
     run = read_run(Path(path))
-    return {
-        r.key: r.median_ms for r in run.layers if r.status == "ok" and r.median_ms is not None
-    }
+    return {r.key: r.median_ms for r in run.layers if r.status == "ok" and r.median_ms is not None}
 
 
 def main() -> None:
@@ -31,7 +29,9 @@ def main() -> None:
     args = parser.parse_args()
     base = medians(args.runs[0])
     print(f"reference: {args.runs[0]} ({len(base)} results)")
-    print("| run | results compared | layers ≥ min | median |Δ| | max |Δ| | within 2% | worst layer |")
+    print(
+        "| run | results compared | layers ≥ min | median |Δ| | max |Δ| | within 2% | worst layer |"
+    )
     print("|---|---|---|---|---|---|---|")
     for path in args.runs[1:]:
         other = medians(path)

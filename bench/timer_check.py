@@ -25,7 +25,9 @@ from opbench.spec.load import load_suite
 
 def agreement(suite_path: str) -> None:
     suite = load_suite(suite_path)
-    print(f"{'model/layer':40s} {'backend':8s} {'opbench ms':>11s} {'do_bench ms':>11s} {'diff %':>7s}")
+    print(
+        f"{'model/layer':40s} {'backend':8s} {'opbench ms':>11s} {'do_bench ms':>11s} {'diff %':>7s}"
+    )
     for model in suite.models:
         data = ModelData(suite, model, "cuda")
         for backend_name in ("torch", "triton"):
@@ -38,17 +40,31 @@ def agreement(suite_path: str) -> None:
                     fn(x)
                     torch.cuda.synchronize()
                 except Exception as exc:
-                    print(f"{model.name + '/' + layer.name:40s} {backend_name:8s} skipped: {type(exc).__name__}: {str(exc)[:80]}")
+                    print(
+                        f"{model.name + '/' + layer.name:40s} {backend_name:8s} skipped: {type(exc).__name__}: {str(exc)[:80]}"
+                    )
                     continue
-                ours = median([t for r in time_callable(lambda: fn(x), layer.timing, "cuda").rounds for t in r])
-                theirs = triton.testing.do_bench(lambda: fn(x), warmup=25, rep=100, return_mode="median")
+                ours = median(
+                    [
+                        t
+                        for r in time_callable(lambda: fn(x), layer.timing, "cuda").rounds
+                        for t in r
+                    ]
+                )
+                theirs = triton.testing.do_bench(
+                    lambda: fn(x), warmup=25, rep=100, return_mode="median"
+                )
                 diff = 100 * (ours - theirs) / theirs
-                print(f"{model.name + '/' + layer.name:40s} {backend_name:8s} {ours:11.4f} {theirs:11.4f} {diff:7.2f}")
+                print(
+                    f"{model.name + '/' + layer.name:40s} {backend_name:8s} {ours:11.4f} {theirs:11.4f} {diff:7.2f}"
+                )
 
 
 def run_to_run(path_a: str, path_b: str) -> None:
     a, b = read_run(path_a), read_run(path_b)
-    print(f"\n{'model/layer':40s} {'backend':8s} {'run 1 ms':>10s} {'run 2 ms':>10s} {'diff %':>7s}")
+    print(
+        f"\n{'model/layer':40s} {'backend':8s} {'run 1 ms':>10s} {'run 2 ms':>10s} {'diff %':>7s}"
+    )
     for ra in a.layers:
         rb = b.find(ra.model, ra.layer, ra.backend)
         if rb is None or ra.median_ms is None or rb.median_ms is None:

@@ -34,10 +34,14 @@ def ours(fn, **kw) -> float:
 def main() -> None:
     torch.manual_seed(0)
     cases = {
-        "linear 2048x4096->11008 fp16": (torch.randn(2048, 4096, device="cuda", dtype=torch.float16),
-                                         torch.randn(11008, 4096, device="cuda", dtype=torch.float16) / 64),
-        "linear 2048x11008->4096 fp16": (torch.randn(2048, 11008, device="cuda", dtype=torch.float16),
-                                         torch.randn(4096, 11008, device="cuda", dtype=torch.float16) / 100),
+        "linear 2048x4096->11008 fp16": (
+            torch.randn(2048, 4096, device="cuda", dtype=torch.float16),
+            torch.randn(11008, 4096, device="cuda", dtype=torch.float16) / 64,
+        ),
+        "linear 2048x11008->4096 fp16": (
+            torch.randn(2048, 11008, device="cuda", dtype=torch.float16),
+            torch.randn(4096, 11008, device="cuda", dtype=torch.float16) / 100,
+        ),
     }
     for name, (x, w) in cases.items():
         fn = lambda: F.linear(x, w)  # noqa: E731
@@ -46,11 +50,20 @@ def main() -> None:
         print(f"\n{name}")
         for label, measure in (
             ("opbench default", lambda: ours(fn)),
-            ("do_bench", lambda: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")),
+            (
+                "do_bench",
+                lambda: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"),
+            ),
             ("opbench 1 round", lambda: ours(fn, rounds=1)),
-            ("do_bench", lambda: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")),
+            (
+                "do_bench",
+                lambda: triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"),
+            ),
             ("opbench no flush", lambda: ours(fn, flush_l2=False)),
-            ("do_bench rep=500", lambda: triton.testing.do_bench(fn, warmup=25, rep=500, return_mode="median")),
+            (
+                "do_bench rep=500",
+                lambda: triton.testing.do_bench(fn, warmup=25, rep=500, return_mode="median"),
+            ),
             ("opbench default", lambda: ours(fn)),
         ):
             value = measure()

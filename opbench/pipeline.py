@@ -198,7 +198,7 @@ class ModelData:
         )
         x = self.input(indices[0]).to(dev, dtype)
         with torch.no_grad(), _no_tf32():
-            for i, layer in zip(indices, layers):
+            for i, layer in zip(indices, layers, strict=False):
                 rounded = {
                     k: v.to(torch_dtype(layer.dtype)).to(dev, dtype)
                     for k, v in self.weights(i).items()
@@ -236,14 +236,17 @@ def _base_result(item: WorkItem, device: str, gpu: str | None = None) -> LayerRe
     layers = item.layers
     first, last = layers[0], layers[-1]
     ops = [get_op(layer.op) for layer in layers]
-    flops = sum(op.flops(la.input_shape, la.output_shape, la.params) for op, la in zip(ops, layers))
+    flops = sum(
+        op.flops(la.input_shape, la.output_shape, la.params)
+        for op, la in zip(ops, layers, strict=False)
+    )
     if len(layers) == 1:
         nbytes = ops[0].min_bytes(first.input_shape, first.output_shape, first.params, first.dtype)
     else:
         # A fused group moves its input, output and weights once; intermediates never touch memory.
         nbytes = sum(
             op.min_bytes(la.input_shape, la.output_shape, la.params, la.dtype)
-            for op, la in zip(ops, layers)
+            for op, la in zip(ops, layers, strict=False)
         )
         inner = sum(_numel(la.output_shape) for la in layers[:-1]) * 2 * _itemsize(first.dtype)
         nbytes -= inner
@@ -410,7 +413,10 @@ def now_iso() -> str:
 def planned_results(suite: SuiteSpec, options: RunOptions) -> list[LayerResult]:
     """Every result the (unsharded) run would produce, as empty results in plan order."""
     backends = {name: get_backend(name) for name in BACKEND_NAMES}
-    return [_base_result(item, options.device, options.gpu_label) for item in plan_work(suite, options, backends)]
+    return [
+        _base_result(item, options.device, options.gpu_label)
+        for item in plan_work(suite, options, backends)
+    ]
 
 
 def gpu_label(device: str) -> str | None:
@@ -491,9 +497,9 @@ def run_suite(
         _recover(options.device)
     finished_env = dict(run.env)
     if options.device.startswith("cuda"):
-        from opbench.measure.env import gpu_clocks
-
         import torch
+
+        from opbench.measure.env import gpu_clocks
 
         finished_env["clocks_end"] = gpu_clocks(torch.device(options.device).index or 0)
     run = replace(run, env=finished_env, finished_at=now_iso(), complete=True)

@@ -209,7 +209,7 @@ class TritonBackend:
         conv = layers[0]
         batchnorm = None
         activation = None
-        for layer, w in zip(layers[1:], weights[1:]):
+        for layer, w in zip(layers[1:], weights[1:], strict=False):
             if layer.op == "batchnorm2d":
                 batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
             else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -11,8 +12,6 @@ import typer
 from rich.console import Console
 
 from opbench.errors import OpbenchError
-
-import os
 
 # Logs (CI, pipes) get a wide fixed width so tables do not fold into unreadable columns.
 _width = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160

@@ -53,7 +53,7 @@ def gpu_clocks(index: int = 0) -> dict[str, Any] | None:
     parts = [p.strip() for p in out.splitlines()[0].split(",")]
     keys = ("sm_mhz", "mem_mhz", "temperature_c", "power_w")
     clocks: dict[str, Any] = {}
-    for key, value in zip(keys, parts):
+    for key, value in zip(keys, parts, strict=False):
         try:
             clocks[key] = float(value)
         except ValueError:

@@ -111,7 +111,7 @@ def time_cuda(fn: Callable[[], Any], timing: TimingSpec, device: str = "cuda") -
             call()
             ends[i].record()
         torch.cuda.synchronize()
-        rounds.append(tuple(s.elapsed_time(e) for s, e in zip(starts, ends)))
+        rounds.append(tuple(s.elapsed_time(e) for s, e in zip(starts, ends, strict=False)))
     return Measurement(tuple(rounds), timer)
 
 

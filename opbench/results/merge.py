@@ -36,7 +36,7 @@ def merge_runs(
     if not runs:
         raise InputError("merge needs at least one run")
     first, first_src = runs[0], sources[0]
-    for run, src in zip(runs[1:], sources[1:]):
+    for run, src in zip(runs[1:], sources[1:], strict=False):
         if run.suite != first.suite:
             raise InputError(
                 f"run of suite {run.suite!r} cannot merge with suite {first.suite!r} ({first_src})",
@@ -70,7 +70,7 @@ def merge_runs(
             )
         n = totals.pop()
         seen: dict[int, str] = {}
-        for (k, _), src in zip(shards, sources):
+        for (k, _), src in zip(shards, sources, strict=False):
             if k in seen:
                 raise InputError(
                     f"share {k}/{n} appears twice (also in {seen[k]})", Location(file=src)
@@ -87,7 +87,7 @@ def merge_runs(
 
     keys: dict[tuple[str, tuple[str, ...], str], str] = {}
     layers: list[LayerResult] = []
-    for run, src in zip(runs, sources):
+    for run, src in zip(runs, sources, strict=False):
         for result in run.layers:
             key = (result.model, result.members, result.backend)
             if key in keys:

@@ -204,7 +204,7 @@ def test_torch_compile_is_available_or_says_why() -> None:
 
 
 def test_registry_names_every_backend() -> None:
-    assert BACKEND_NAMES == ("torch", "torch-compile", "triton")
+    assert BACKEND_NAMES == ("torch", "torch-compile", "torch-compile-max-autotune", "triton")
     for name in BACKEND_NAMES:
         assert get_backend(name).name == name
 
@@ -242,3 +242,22 @@ def test_torch_compile_compiles_every_layer_of_a_long_suite_once(monkeypatch) ->
             with torch.set_grad_enabled(grad):
                 torch.testing.assert_close(built.fn(x), reference(x))
     assert len(compiled) == 12
+
+
+def test_max_autotune_backend_asks_inductor_for_max_autotune(monkeypatch) -> None:
+    """The max-autotune peer must really pass mode="max-autotune" to torch.compile."""
+    import opbench.backends.torch_compile as tc
+
+    seen: dict = {}
+    real_compile = torch.compile
+
+    def spy(fn, **kwargs):
+        seen.update(kwargs)
+        return real_compile(fn, **{**kwargs, "mode": None, "backend": "eager"})
+
+    monkeypatch.setattr(torch, "compile", spy)
+    suite = one_layer_suite("relu", "[3]", "", "float32", backend="torch-compile-max-autotune")
+    result = run_one(suite, "torch-compile-max-autotune")
+    assert result.status == Status.OK, result.message
+    assert seen["mode"] == "max-autotune" and seen["dynamic"] is False
+    assert tc.TorchCompileMaxAutotune.name == "torch-compile-max-autotune"
