@@ -116,10 +116,10 @@ def gate_exit_code(comparison: Comparison, gate: bool = True) -> int:
 def target_exit_code(comparison: Comparison, run: RunResult, gate: bool = True) -> int:
     """Exit 3 when a compared layer of the gated backend crashed or failed correctness, whatever
     --no-gate says; else the target gate's code."""
-    from opbench.cli.gate import crashed_layers
+    from opbench.results.model import crashed_results
 
     models = {row.model for row in comparison.rows}
-    crashed = [r for r in crashed_layers(run, comparison.backend) if r.model in models]
+    crashed = [r for r in crashed_results(run, comparison.backend) if r.model in models]
     if crashed:
         names = ", ".join(f"{r.model}/{'+'.join(r.members)}" for r in crashed[:5])
         err_console.print(

@@ -184,3 +184,13 @@ class RunResult:
         for result in self.layers:
             seen.setdefault(result.model, None)
         return tuple(seen)
+
+
+def crashed_results(run: RunResult, backend: str | None = None) -> list[LayerResult]:
+    """Results that errored or failed their correctness check (unsupported is neither)."""
+    return [
+        r
+        for r in run.layers
+        if (backend is None or r.backend == backend)
+        and (r.status == Status.ERROR or (r.status == Status.OK and not r.correct))
+    ]

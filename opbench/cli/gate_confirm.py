@@ -1,0 +1,159 @@
+"""The regression gate's judging, with the --confirm re-run: `judge` compares a run with its
+baseline (opbench.compare.gate) and, when asked, times the inconclusive layers again, with
+twice the rounds, on the same kind of device, then decides again. A re-run that cannot happen
+here (no GPU, another machine, a suite file that changed) leaves the first verdict and says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from opbench.cli.console import console
+from opbench.compare.baseline import Baseline, env_differences
+from opbench.compare.gate import (
+    GateOptions,
+    GateReport,
+    Key,
+    Verdict,
+    confirm,
+    gate,
+    inconclusive_keys,
+)
+from opbench.errors import OpbenchError
+from opbench.results.model import RunResult
+
+CONFIRM_ROUNDS_FACTOR = 2
+
+
+def _in_model(name: str, model: str | None) -> bool:
+    return model is None or name == model or name.split("[", 1)[0] == model
+
+
+def select_model(
+    run: RunResult, baseline: Baseline, model: str | None
+) -> tuple[RunResult, Baseline]:
+    """The run and the baseline restricted to --model (an instance or a base name)."""
+    if model is None:
+        return run, baseline
+    layers = tuple(r for r in run.layers if _in_model(r.model, model))
+    entries = tuple(e for e in baseline.entries if _in_model(e.model, model))
+    return replace(run, layers=layers), replace(baseline, entries=entries)
+
+
+class ConfirmUnavailable(Exception):
+    """--confirm cannot re-time layers here; the message says why. The first verdict stands."""
+
+
+def judge(
+    baseline: Baseline,
+    options: GateOptions,
+    run: RunResult,
+    *,
+    model: str | None = None,
+    confirm_layers: bool = False,
+) -> GateReport:
+    """gate(); with confirm_layers, re-time inconclusive layers (twice the rounds) and decide
+    again. A re-run that cannot happen leaves the first verdict and a note saying why."""
+    current, baseline = select_model(run, baseline, model)
+    report = gate(current, baseline, options)
+    keys = inconclusive_keys(report) if confirm_layers else ()
+    if not keys:
+        if confirm_layers:
+            report = replace(report, notes=report.notes + ("--confirm: nothing inconclusive",))
+        return report
+    console.print(
+        f"confirm: {len(keys)} layer(s) inconclusive; timing them again with "
+        f"{CONFIRM_ROUNDS_FACTOR}x the rounds on {run.device}",
+        markup=False,
+    )
+    try:
+        rerun = rerun_layers(run, keys)
+    except ConfirmUnavailable as exc:
+        note = f"--confirm could not re-run {len(keys)} layer(s), first verdict kept: {exc}"
+        return replace(report, notes=report.notes + (note,))
+    report = confirm(current, rerun, baseline, options)
+    settled = sum(
+        1 for v in report.verdicts if v.confirmed and v.verdict is not Verdict.INCONCLUSIVE
+    )
+    note = f"--confirm re-timed {len(rerun.layers)} layer(s); {settled} settled"
+    return replace(report, notes=report.notes + (note,))
+
+
+def _suite_for_rerun(run: RunResult, models: Iterable[str]):
+    from opbench.spec.load import load_suite, spec_to_dict
+
+    source = run.suite_source or (run.suite_spec or {}).get("source")
+    if not source:
+        raise ConfirmUnavailable("the run does not record its suite file")
+    if not Path(source).is_file():
+        raise ConfirmUnavailable(f"suite file {source} (recorded in the run) not found here")
+    try:
+        suite = load_suite(source)
+    except OpbenchError as exc:
+        raise ConfirmUnavailable(f"the suite file no longer loads: {exc}") from None
+    if suite.name != run.suite:
+        raise ConfirmUnavailable(f"{source} is now suite {suite.name!r}, not {run.suite!r}")
+    recorded = {m["name"]: m for m in (run.suite_spec or {}).get("models") or ()}
+    if recorded:  # the layers must be the ones the run timed
+        now = {m["name"]: m for m in spec_to_dict(suite)["models"]}
+        changed = sorted(name for name in set(models) if recorded.get(name) != now.get(name))
+        if changed:
+            raise ConfirmUnavailable(f"{source} changed since the run (model {changed[0]})")
+    return suite
+
+
+def _device_for_rerun(run: RunResult) -> tuple[str, dict]:
+    """The run's device, here, with a fingerprint equal to the run's (same GPU, driver,
+    torch, triton, kernels); else ConfirmUnavailable."""
+    from opbench.measure.env import fingerprint
+
+    device = run.device or "cpu"
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            gpu = run.env.get("gpu_name") or device
+            raise ConfirmUnavailable(f"the run was timed on {gpu}; no GPU is visible here")
+    try:
+        env = fingerprint(device)
+    except Exception as exc:
+        raise ConfirmUnavailable(f"cannot use device {device} here: {exc}") from None
+    diffs = env_differences(env, run.env)
+    if diffs:
+        what = "; ".join(str(d) for d in diffs)
+        raise ConfirmUnavailable(f"this machine is not the one that timed the run ({what})")
+    return device, env
+
+
+def rerun_layers(run: RunResult, keys: Sequence[Key]) -> RunResult:
+    """Time the given (model, layer, backend) again on the run's device, from the run's suite
+    file, with CONFIRM_ROUNDS_FACTOR x the rounds each had. Only those results are returned."""
+    from opbench.pipeline import RunOptions, gpu_label, now_iso, run_suite
+
+    by_key = {r.key: r for r in run.layers}
+    suite = _suite_for_rerun(run, {k[0] for k in keys})
+    device, env = _device_for_rerun(run)
+    groups: dict[tuple[str, str, int], list[str]] = {}
+    for model, layer, backend in keys:
+        rounds = CONFIRM_ROUNDS_FACTOR * max(len(by_key[(model, layer, backend)].samples_ms), 1)
+        groups.setdefault((model, backend, rounds), []).append(layer)
+    wanted = set(keys)
+    rerun = RunResult(suite=run.suite, started_at=now_iso(), device=device, env=env)
+    for (model, backend, rounds), layers in groups.items():
+        options = RunOptions(
+            device=device,
+            backends=[backend],
+            models=[model],
+            layers=layers,
+            rounds=rounds,
+            end_to_end=False,
+            gpu_label=gpu_label(device),
+        )
+        part = run_suite(suite, options, env=env)
+        fresh = tuple(r for r in part.layers if r.key in wanted)
+        rerun = replace(rerun, layers=rerun.layers + fresh)
+    if not rerun.layers:
+        raise ConfirmUnavailable("the suite no longer plans these layers")
+    return rerun
