@@ -25,7 +25,7 @@ from opbench.measure.check import compare_outputs
 from opbench.measure.timer import time_callable
 from opbench.ops.inputs import generator, make_input, seed_for
 from opbench.ops.registry import get_op
-from opbench.results.io import write_run
+from opbench.results.io import RunWriter
 from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
 from opbench.spec.load import spec_to_dict
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec, TimingSpec
@@ -456,9 +456,11 @@ def run_suite(
     )
     notify("plan", len(items))
 
+    writer = RunWriter(run_path) if run_path is not None else None
+
     def save() -> None:
-        if run_path is not None:
-            write_run(run, run_path)
+        if writer is not None:
+            writer.write(run)
 
     save()
     unavailable = {name: backends[name].unavailable_reason(options.device) for name in backends}
@@ -483,8 +485,11 @@ def run_suite(
                 run = run.with_layer(result)
                 save()
                 notify("done", result)
+            # A model of one layer group has no forward beyond that result: timing it again
+            # would double the work and add nothing.
             if (
                 options.end_to_end
+                and len(built) > 1
                 and not options.layers
                 and not options.shard
                 and not unavailable[backend_name]

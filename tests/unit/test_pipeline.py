@@ -395,4 +395,5 @@ def test_unavailable_backend_gives_unsupported_results(monkeypatch) -> None:
         Status.UNSUPPORTED,
         "no triton here",
     )
-    assert [e.backend for e in run.end_to_end] == ["torch"]
+    # one layer: its result is the whole forward, so no end-to-end timing is added
+    assert run.end_to_end == ()

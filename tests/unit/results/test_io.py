@@ -319,3 +319,30 @@ def test_unknown_fields_are_ignored_for_forward_compatibility(tmp_path: Path) ->
     path = tmp_path / "run.json"
     path.write_text(json.dumps(data))
     assert read_run(path) == make_run()
+
+
+def test_run_writer_rewrites_after_each_result_and_reads_back_exactly(tmp_path: Path) -> None:
+    """The pipeline rewrites run.json after every result through one RunWriter, which encodes
+    each result once: every intermediate file must read back as the run it was given, with
+    one line per result, and the last equal to what write_run writes from scratch."""
+    from dataclasses import replace
+
+    from opbench.results.io import RunWriter
+
+    full = make_run()
+    base = full.layers[0]
+    layers = tuple(
+        replace(base, layer=f"fc{i}", samples_ms=((0.1 * (i + 1), 0.3), (1 / 3,))) for i in range(4)
+    )
+    path = tmp_path / "run.json"
+    writer = RunWriter(path)
+    for k in range(len(layers) + 1):
+        run = replace(full, layers=layers[:k])
+        writer.write(run)
+        assert read_run(path) == run
+    text = path.read_text()
+    lines = [line for line in text.splitlines() if line.startswith('  {"model"')]
+    assert len(lines) == len(layers) + len(full.end_to_end)
+    fresh = tmp_path / "fresh.json"
+    write_run(replace(full, layers=layers), fresh)
+    assert json.loads(fresh.read_text()) == json.loads(text)
