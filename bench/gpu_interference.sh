@@ -4,6 +4,9 @@
 # --exclusive-timing; wall time of each, then per-layer median differences against 1 GPU.
 # A warm-up pass first fills the compile and plan caches, so no mode pays them alone.
 # Usage (repository root, pydantic wheels in .whl/): bash bench/gpu_interference.sh SUITE
+# A device call lasts at most 10 minutes: give each call some of the steps, in this order,
+# with STEPS="warmup one_gpu" then STEPS="concurrent exclusive compare" (default: all).
+# /tmp/opbench-interference survives between calls only while the machine stays warm.
 set -u
 suite=$1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
@@ -25,10 +28,14 @@ step() {
     pack
 }
 nvidia-smi -L | tee "$work/gpus.txt"
-step warmup timeout 120 python3 -m torch.distributed.run --standalone --nproc-per-node="$n" -m opbench run "$suite" --quick --out "$work/warmup"
-step one_gpu timeout 190 python3 -m opbench run "$suite" --out "$work/one_gpu"
-step concurrent timeout 110 python3 -m torch.distributed.run --standalone --nproc-per-node="$n" -m opbench run "$suite" --out "$work/concurrent"
-step exclusive timeout 130 python3 -m torch.distributed.run --standalone --nproc-per-node="$n" -m opbench run "$suite" --exclusive-timing --out "$work/exclusive"
+steps=${STEPS:-warmup one_gpu concurrent exclusive compare}
+wants() { [[ " $steps " == *" $1 "* ]]; }
+torchrun=(python3 -m torch.distributed.run --standalone --nproc-per-node="$n" -m opbench run "$suite")
+wants warmup && step warmup timeout 280 "${torchrun[@]}" --quick --out "$work/warmup"
+wants one_gpu && step one_gpu timeout 500 python3 -m opbench run "$suite" --out "$work/one_gpu"
+wants concurrent && step concurrent timeout 280 "${torchrun[@]}" --out "$work/concurrent"
+wants exclusive && step exclusive timeout 280 "${torchrun[@]}" --exclusive-timing --out "$work/exclusive"
+wants compare || exit 0
 python3 bench/interference.py "$work/one_gpu.run.json" "$work/concurrent.run.json" "$work/exclusive.run.json" | tee "$work/interference.txt"
 python3 bench/interference.py "$work/one_gpu.run.json" "$work/concurrent.run.json" "$work/exclusive.run.json" --min-ms 0 | tail -2 | tee -a "$work/interference.txt"
 pack
