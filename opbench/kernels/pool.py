@@ -17,12 +17,21 @@ compile-time constant, unrolled. Three paths:
 * paired (column stride 2, the common 2x2/s2 and 3x3/s2 pools): aligned 16-byte loads of
   column pairs, see `_pool_paired_columns`. On the H200 it cut the 3x3/s2 maxpool of
   32x256x112x112 fp16 from 0.174 ms to 0.095 ms and the 2x2/s2 avgpool from 0.105 to 0.067 ms
-  (docs/perf/memory_bound.md), so stride-2 pools are tuned over paired tiles only;
-* global (the window is the whole map): a per-plane row reduction, `_global_pool2d_kernel`.
+  (docs/perf/memory_bound.md), so stride-2 pools are tuned over paired tiles only. The 16-byte
+  vectors need rows the compiler knows to be aligned: the launcher passes X_ALIGN / Y_ALIGN
+  (how many elements the strides and widths are multiples of), because Triton only
+  specialises integers that are multiples of 16 and a 56-wide map is not. With them,
+  DenseNet's 2x2/s2 pool of 32x256x56x56 fp16 takes 16.8 us (3.8 TB/s; torch.compile 19.2 us)
+  as CUDA-graph replays on the H200; with 2-byte loads it had run at 0.92x torch.compile;
+* global (the window is the whole map): a per-plane row reduction, `_global_pool2d_kernel`,
+  with PLANES planes per program; for small maps of consecutive planes (7x7 = 49 pixels, odd,
+  so plane rows only allow 2-byte loads) it can instead load PLANES * 49 consecutive elements
+  as 16-byte vectors and regroup them into plane rows in registers (`FLAT`).
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 import torch
@@ -30,7 +39,15 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import cdiv, check_float, next_power_of_2, resolve_out
+from opbench.kernels.transpose import (
+    MAX_INT32_OFFSET,
+    alignment,
+    cdiv,
+    check_float,
+    multiple_of,
+    next_power_of_2,
+    resolve_out,
+)
 
 # --------------------------------------------------------------------------------------
 # Kernel
@@ -65,10 +82,24 @@ def _pool2d_kernel(
     STRIDE_W: tl.constexpr,
     PAD_H: tl.constexpr,
     PAD_W: tl.constexpr,
+    X_ALIGN: tl.constexpr,  # x's plane and row strides and W are multiples of X_ALIGN elements
+    Y_ALIGN: tl.constexpr,  # y's plane and row strides and OW are multiples of Y_ALIGN elements
     BLOCK_H: tl.constexpr,  # output rows per program
     BLOCK_W: tl.constexpr,  # output columns per program
     PAIRED: tl.constexpr,  # read stride-2 columns as aligned pairs where _pairable allows
 ):
+    # Alignment hints (computed by the launcher): a 56-wide map has 112-byte rows, 16-byte
+    # aligned, but 56 is not a multiple of 16, so without the hint the compiler assumes
+    # nothing and the paired loads shrink from 16-byte vectors to 2-byte loads.
+    x_stride_n = multiple_of(x_stride_n, X_ALIGN)
+    x_stride_c = multiple_of(x_stride_c, X_ALIGN)
+    x_stride_h = multiple_of(x_stride_h, X_ALIGN)
+    width = multiple_of(width, X_ALIGN)
+    y_stride_n = multiple_of(y_stride_n, Y_ALIGN)
+    y_stride_c = multiple_of(y_stride_c, Y_ALIGN)
+    y_stride_h = multiple_of(y_stride_h, Y_ALIGN)
+    out_width = multiple_of(out_width, Y_ALIGN)
+
     # Program id -> (plane, row block, column block); column blocks vary fastest.
     pid = tl.program_id(0)
     blocks_w = tl.cdiv(out_width, BLOCK_W)
@@ -227,9 +258,10 @@ def _pairable(meta: dict) -> bool:
     return meta["STRIDE_W"] == 2 and meta["PAD_W"] <= 1 and meta["KERNEL_W"] - meta["PAD_W"] <= 3
 
 
+_POOL_KEY = ["out_height", "out_width", "x_stride_w", "IS_MAX", "KERNEL_W", "STRIDE_W", "X_ALIGN"]
 _pool2d = triton.autotune(
     configs=_configs(),
-    key=["out_height", "out_width", "x_stride_w", "IS_MAX", "KERNEL_W", "STRIDE_W"],
+    key=[*_POOL_KEY, "Y_ALIGN"],
     prune_configs_by={"early_config_prune": _fit_tile_to_output},
 )(_pool2d_kernel)
 
@@ -242,7 +274,6 @@ def _global_pool2d_kernel(
     # shapes
     channels,  # C
     planes,  # N * C
-    pixels,  # H * W
     # strides, in elements
     x_stride_n,
     x_stride_c,
@@ -250,52 +281,135 @@ def _global_pool2d_kernel(
     y_stride_n,
     y_stride_c,
     # meta-parameters
+    PIXELS: tl.constexpr,  # H * W
     IS_MAX: tl.constexpr,
-    BLOCK_P: tl.constexpr,  # planes per program
-    BLOCK_HW: tl.constexpr,  # pixels per step
+    PLANES: tl.constexpr,  # planes per program
+    BLOCK_HW: tl.constexpr,  # pixels per step (FLAT: >= PIXELS, one step)
+    FLAT: tl.constexpr,  # planes are consecutive in memory: load them as one flat vector
 ):
     """A window covering the whole map (global pooling, e.g. ResNet's 7x7 head): one row
-    reduction per plane, BLOCK_P planes per program, instead of one mostly idle tile each."""
-    plane = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    plane_mask = plane < planes
+    reduction per plane, PLANES planes per program, instead of one mostly idle tile each."""
+    BLOCK_P: tl.constexpr = next_power_of_2_constexpr(PLANES)
+    rows = tl.arange(0, BLOCK_P)
+    plane = tl.program_id(0) * PLANES + rows
+    plane_mask = (rows < PLANES) & (plane < planes)
     batch = (plane // channels).to(tl.int64)
     channel = (plane % channels).to(tl.int64)
-    x_rows = x_ptr + batch * x_stride_n + channel * x_stride_c
     fill = -float("inf") if IS_MAX else 0.0
-    acc = tl.full([BLOCK_P], fill, tl.float32)
-    for start in range(0, pixels, BLOCK_HW):
-        pixel = start + tl.arange(0, BLOCK_HW)
-        mask = plane_mask[:, None] & (pixel < pixels)[None, :]
-        x = tl.load(x_rows[:, None] + pixel[None, :] * x_stride_hw, mask=mask, other=fill)
-        if IS_MAX:
-            acc = tl.maximum(
-                acc, tl.max(x.to(tl.float32), axis=1), propagate_nan=tl.PropagateNan.ALL
-            )
-        else:
-            acc += tl.sum(x.to(tl.float32), axis=1)
+    if FLAT:
+        x = _load_consecutive_planes(x_ptr, planes, fill, PIXELS, PLANES, BLOCK_P, BLOCK_HW)
+        acc = _reduce_rows(x.to(tl.float32), IS_MAX)
+    else:
+        x_rows = x_ptr + batch * x_stride_n + channel * x_stride_c
+        acc = tl.full([BLOCK_P], fill, tl.float32)
+        for start in range(0, PIXELS, BLOCK_HW):
+            pixel = start + tl.arange(0, BLOCK_HW)
+            mask = plane_mask[:, None] & (pixel < PIXELS)[None, :]
+            x = tl.load(x_rows[:, None] + pixel[None, :] * x_stride_hw, mask=mask, other=fill)
+            if IS_MAX:
+                acc = tl.maximum(acc, _reduce_rows(x.to(tl.float32), IS_MAX),
+                                 propagate_nan=tl.PropagateNan.ALL)  # fmt: skip
+            else:
+                acc += _reduce_rows(x.to(tl.float32), IS_MAX)
     if not IS_MAX:
-        acc = acc / pixels
+        acc = acc / PIXELS
     y_ptrs = y_ptr + batch * y_stride_n + channel * y_stride_c
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=plane_mask)
 
 
+@triton.jit
+def _load_consecutive_planes(
+    x_ptr, planes, fill, PIXELS: tl.constexpr, PLANES: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_HW: tl.constexpr,
+):  # fmt: skip
+    """[BLOCK_P, BLOCK_HW] tile of this program's PLANES planes (fill outside them), when
+    plane p of the tensor is elements [p * PIXELS, (p + 1) * PIXELS).
+
+    A 49-pixel plane starts at an odd element, so loading the tile row by row would be 2-byte
+    loads. Instead the PLANES * PIXELS elements are loaded as one contiguous vector, 16 bytes
+    per load (PLANES is a multiple of 8 / gcd(PIXELS, 8), so every program starts 16-byte
+    aligned), and regrouped into rows with `tl.gather`, which goes through shared memory."""
+    CHUNK: tl.constexpr = next_power_of_2_constexpr(PLANES * PIXELS)
+    k = tl.arange(0, CHUNK)
+    first = tl.program_id(0) * (PLANES * PIXELS)
+    mask = (k < PLANES * PIXELS) & (k < planes * PIXELS - first)
+    chunk = tl.load(x_ptr + first + k, mask=mask, other=fill)
+    row = tl.arange(0, BLOCK_P)[:, None]
+    pixel = tl.arange(0, BLOCK_HW)[None, :]
+    index = tl.minimum(row * PIXELS + pixel, CHUNK - 1)  # clamped where the tile is padding
+    tile = tl.gather(chunk, tl.reshape(index, [BLOCK_P * BLOCK_HW]), axis=0)
+    return tl.where(pixel < PIXELS, tl.reshape(tile, [BLOCK_P, BLOCK_HW]), fill)
+
+
+@triton.jit
+def _reduce_rows(x, IS_MAX: tl.constexpr):
+    if IS_MAX:
+        return tl.max(x, axis=1)
+    else:
+        return tl.sum(x, axis=1)
+
+
+@triton.constexpr_function
+def next_power_of_2_constexpr(n):
+    """`next_power_of_2` for constexpr arithmetic inside kernels (self-contained: the
+    compiler does not follow calls to plain Python functions)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
 def _global_configs() -> list[triton.Config]:
+    """Tiles of planes x pixels (plane rows), and flat loads of about 1K elements.
+
+    On the H200, ResNet-50's head (32x2048x7x7 fp16, CUDA-graph replays): flat loads of 16
+    planes 7.3 us, the best plane rows 8.5 us; with L2 flushed before each single replay 11.7
+    vs 12.7 us. Flat chunks of 40 and 80 planes, and more plane-row shapes, never won there."""
     if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_P": 4, "BLOCK_HW": 16}, num_warps=4)]
-    shapes = [(16, 64, 4), (32, 64, 4), (64, 64, 8), (8, 256, 4), (2, 1024, 4), (1, 4096, 8)]
-    return [triton.Config({"BLOCK_P": p, "BLOCK_HW": hw}, num_warps=w) for p, hw, w in shapes]
+        return [triton.Config({"PLANES": 4, "BLOCK_HW": 16, "FLAT": False}, num_warps=4)]
+    rows = [(16, 64, 4), (32, 64, 4), (64, 64, 8), (8, 256, 4), (2, 1024, 4), (1, 4096, 8)]
+    flat = [(16, 64, 2), (16, 64, 4)]
+    shapes = [(*shape, False) for shape in rows] + [(*shape, True) for shape in flat]
+    return [
+        triton.Config({"PLANES": p, "BLOCK_HW": hw, "FLAT": is_flat}, num_warps=w)
+        for p, hw, w, is_flat in shapes
+    ]
 
 
 def _fit_global_tile(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
-    """Keep tiles at most twice as wide as the map (rounded up to a power of two)."""
-    max_hw = max(next_power_of_2(named_args["pixels"]), 64)
-    kept = [c for c in configs if c.kwargs["BLOCK_HW"] <= max_hw]
-    return kept or configs[:1]
+    """Plane rows: keep tiles at most twice as wide as the map (rounded up to a power of two).
+    Flat loads (consecutive planes of up to 1024 pixels only): PLANES * BLOCK_HW is the chunk
+    size; fit as many whole planes as keep every program 16-byte aligned."""
+    pixels = kwargs["PIXELS"]
+    max_hw = max(next_power_of_2(pixels), 64)
+    consecutive = (named_args["x_stride_hw"] == 1 or pixels == 1) and _planes_consecutive(
+        named_args, pixels
+    )
+    step = 8 // math.gcd(pixels, 8)  # planes per 16 bytes (fp16; 32 bytes in fp32)
+    kept: dict[tuple, triton.Config] = {}
+    for config in configs:
+        meta = dict(config.kwargs)
+        if meta["FLAT"]:
+            planes = (meta["PLANES"] * meta["BLOCK_HW"] // pixels) // step * step
+            if not consecutive or pixels > 1024 or planes == 0:
+                continue
+            meta.update(PLANES=planes, BLOCK_HW=next_power_of_2(pixels))
+        elif meta["BLOCK_HW"] > max_hw:
+            continue
+        key = (meta["PLANES"], meta["BLOCK_HW"], meta["FLAT"], config.num_warps)
+        kept.setdefault(key, triton.Config(meta, num_warps=config.num_warps))
+    return list(kept.values()) or configs[:1]
+
+
+def _planes_consecutive(named_args: dict, pixels: int) -> bool:
+    """Whether plane p = n * C + c starts at element p * pixels (and the flat offsets of the
+    whole tensor fit in int32)."""
+    channels, planes = named_args["channels"], named_args["planes"]
+    stride_n_ok = planes == channels or named_args["x_stride_n"] == channels * pixels
+    stride_c_ok = channels == 1 or named_args["x_stride_c"] == pixels
+    return stride_n_ok and stride_c_ok and planes * pixels <= MAX_INT32_OFFSET
 
 
 _global_pool2d = triton.autotune(
     configs=_global_configs(),
-    key=["planes", "pixels", "x_stride_hw", "IS_MAX"],
+    key=["planes", "channels", "x_stride_n", "x_stride_c", "x_stride_hw", "PIXELS", "IS_MAX"],
     prune_configs_by={"early_config_prune": _fit_global_tile},
 )(_global_pool2d_kernel)
 
@@ -397,6 +511,8 @@ def _launch_pool2d(
         STRIDE_W=stride_w,
         PAD_H=pad_h,
         PAD_W=pad_w,
+        X_ALIGN=alignment(*x.stride()[:3], width) if x.stride(3) == 1 else 1,
+        Y_ALIGN=alignment(*out.stride()[:3], out_width) if out.stride(3) == 1 else 1,
     )
     return out
 
@@ -410,16 +526,16 @@ def _launch_global_pool2d(x: torch.Tensor, out: torch.Tensor, is_max: bool) -> N
     batch, channels, height, width = x.shape
     planes = batch * channels
     pixel_stride = x.stride(3) if width > 1 else x.stride(2)
-    _global_pool2d[lambda meta: (cdiv(planes, meta["BLOCK_P"]),)](
+    _global_pool2d[lambda meta: (cdiv(planes, meta["PLANES"]),)](
         x,
         out,
         channels,
         planes,
-        height * width,
         x.stride(0),
         x.stride(1),
         pixel_stride,
         out.stride(0),
         out.stride(1),
+        PIXELS=height * width,
         IS_MAX=is_max,
     )

@@ -1,6 +1,8 @@
 """batchnorm2d (inference) Triton kernel vs a float64 reference, under the CPU interpreter.
 
-Every launch writes into an output prefilled with NaN; all of it must be overwritten.
+Every launch writes into an output prefilled with NaN; all of it must be overwritten. Both
+paths (plane tiles, flat blocks) are forced on small odd shapes, and every config the GPU
+would try is run once.
 """
 
 from __future__ import annotations
@@ -8,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+import triton
 
-from opbench.kernels import Unsupported
+from opbench.kernels import Unsupported, batchnorm
 from opbench.kernels.batchnorm import batchnorm2d, fold_batchnorm
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
@@ -82,3 +85,74 @@ def test_rejects_bad_arguments() -> None:
         batchnorm2d(randn(1, 4, 4, 5), scale, shift)
     with pytest.raises(Unsupported):
         batchnorm2d(randn(1, 3, 8, 10)[:, :, :, :5], scale, shift)  # H, W not one axis
+
+
+# --------------------------------------------------------------------------------------
+# Small planes: the flat path and the aligned plane path, each forced
+# --------------------------------------------------------------------------------------
+
+FLAT = triton.Config({"BLOCK_P": 1, "BLOCK_HW": 64, "FLAT": True}, num_warps=4)
+PLANES = triton.Config({"BLOCK_P": 4, "BLOCK_HW": 16, "FLAT": False}, num_warps=4)
+SMALL_SHAPES = [
+    (3, 5, 7, 7),
+    (1, 1, 1, 1),
+    (2, 3, 1, 9),
+    (4, 3, 5, 1),
+    (2, 3, 14, 14),
+    (1, 2, 4, 2),
+]
+
+
+def gpu_configs(monkeypatch: pytest.MonkeyPatch) -> list[triton.Config]:
+    """The config list the GPU autotunes over (the interpreter's has a single config)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    configs = batchnorm._configs()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return configs
+
+
+def prune(configs: list[triton.Config], x: torch.Tensor, out: torch.Tensor) -> list:
+    named = {"x_ptr": x, "y_ptr": out, "planes": x.shape[0] * x.shape[1]}
+    return batchnorm._fit_tile_to_planes(configs, named, PIXELS=x.shape[2] * x.shape[3])
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+@pytest.mark.parametrize("shape", SMALL_SHAPES)
+@pytest.mark.parametrize("config", [FLAT, PLANES], ids=["flat", "planes"])
+def test_small_planes(
+    config: triton.Config, shape: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flat blocks cross plane boundaries (channel per element); plane tiles with hints."""
+    monkeypatch.setattr(batchnorm._batchnorm, "configs", [config])
+    seed = sum(shape) + config.kwargs["FLAT"]
+    check(randn(*shape, dtype=dtype, seed=seed), statistics(shape[1], seed=seed + 1))
+
+
+def test_plane_path_on_sliced_aligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plane strides 392/196 and 14x14 planes: ALIGN=4, with an input that is not contiguous."""
+    monkeypatch.setattr(batchnorm._batchnorm, "configs", [PLANES])
+    x = randn(2, 6, 14, 14, dtype=torch.float16, seed=10)[:, ::2]
+    assert batchnorm._plane_alignment((1176, 392, 1, 588, 196, 1), 196) == 4
+    check(x, statistics(3, seed=11))
+
+
+@pytest.mark.parametrize("shape", [(3, 5, 7, 7), (2, 3, 14, 14)])
+def test_every_gpu_config(shape: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every config the GPU would try at this shape, forced one by one, writes every output."""
+    x = randn(*shape, dtype=torch.float16, seed=12)
+    configs = prune(gpu_configs(monkeypatch), x, x)
+    assert {c.kwargs["FLAT"] for c in configs} == {False, True}
+    for config in configs:
+        monkeypatch.setattr(batchnorm._batchnorm, "configs", [config])
+        check(x, statistics(shape[1], seed=13))
+
+
+def test_flat_path_only_for_contiguous_tensors(monkeypatch: pytest.MonkeyPatch) -> None:
+    configs = gpu_configs(monkeypatch)
+    x = randn(2, 3, 5, 6)
+    channels_last = x.to(memory_format=torch.channels_last)
+    assert any(c.kwargs["FLAT"] for c in prune(configs, x, torch.empty_like(x)))
+    assert not any(c.kwargs["FLAT"] for c in prune(configs, channels_last, x))
+    assert not any(c.kwargs["FLAT"] for c in prune(configs, x, channels_last))
+    for config in prune(configs, x, x):  # tiles fitted to 30-pixel planes
+        assert config.kwargs["BLOCK_HW"] <= (32 if not config.kwargs["FLAT"] else 256)

@@ -2,7 +2,8 @@
 
 Every launch writes into an output prefilled with NaN; all of it must be overwritten.
 Covers hidden sizes from 1 to longer than one block (the chunked variant, whose layernorm
-statistics merge chunks with Chan's formula), strided rows, and missing weight or bias.
+statistics merge chunks with Chan's formula), strided rows, missing weight or bias, and every
+rows-per-program config the GPU would try on small odd shapes.
 """
 
 from __future__ import annotations
@@ -129,3 +130,47 @@ def test_test_only_slowdown_switch_keeps_layernorm_correct(
     for shape in [(3, 37), (2, 5, 300)]:
         x, w, b = inputs(shape, dtype, seed=shape[-1] + 7)
         check(layernorm(x, w, b, EPS, poisoned(x)), layernorm_reference(x, w, b), dtype)
+
+
+def gpu_row_configs(monkeypatch: pytest.MonkeyPatch) -> list:
+    """The row configs the GPU autotunes over (the interpreter's has a single config)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    configs = row_module.row_configs()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return configs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(3, 5, 24), (13, 40), (1, 1), (7, 1, 3)])
+def test_every_gpu_config_on_small_rows(
+    shape: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every rows-per-program x warps config the GPU would try (several rows per program,
+    partial last program), with the affine parameters loaded before the statistics."""
+    from opbench.kernels import norm
+
+    rows = 1
+    for size in shape[:-1]:
+        rows *= size
+    block_l, _ = row_module.row_block(shape[-1])
+    configs = row_module.fit_rows_to_shape(
+        gpu_row_configs(monkeypatch), {"size_r": rows}, BLOCK_L=block_l
+    )
+    x, w, b = inputs(shape, dtype, seed=sum(shape))
+    for config in configs:
+        monkeypatch.setattr(norm._norm, "configs", [config])
+        check(layernorm(x, w, b, EPS, poisoned(x)), layernorm_reference(x, w, b), dtype)
+        check(rmsnorm(x, w, EPS, poisoned(x)), rmsnorm_reference(x, w), dtype)
+        check(layernorm(x, None, b, EPS, poisoned(x)), layernorm_reference(x, None, b), dtype)
+
+
+def test_rows_of_up_to_1024_elements_take_two_warp_programs(monkeypatch) -> None:
+    """The H200's winners for 768- and 1024-element rows (norm._fit_norm_rows); longer rows
+    keep every config `fit_rows_to_shape` keeps."""
+    from opbench.kernels import norm
+
+    configs = gpu_row_configs(monkeypatch)
+    short = norm._fit_norm_rows(configs, {"size_r": 12608}, BLOCK_L=1024)
+    assert short and {c.num_warps for c in short} == {2}
+    long = norm._fit_norm_rows(configs, {"size_r": 4096}, BLOCK_L=4096)
+    assert long == row_module.fit_rows_to_shape(configs, {"size_r": 4096}, BLOCK_L=4096)

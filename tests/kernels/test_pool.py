@@ -2,8 +2,9 @@
 
 Every launch writes into an output prefilled with NaN; all of it must be overwritten.
 Kernels 2 and 3, strides 1 and 2, padding 0 and 1, rectangular windows, feature maps wider
-than one tile (the paired stride-2 path shifts columns across tile edges), and both the
-paired and the plain (strided-load) paths for stride 2.
+than one tile (the paired stride-2 path shifts columns across tile edges), both the paired and
+the plain (strided-load) paths for stride 2, maps whose rows allow alignment hints, and global
+pooling through plane rows and through flat loads of consecutive planes.
 """
 
 from __future__ import annotations
@@ -112,3 +113,80 @@ def test_global_pooling(op: str, dtype: torch.dtype) -> None:
     check(randn(2, 3, 5, 9, dtype=dtype, seed=6), op, (5, 9), 1, 0)
     channels_last = randn(2, 3, 4, 5, dtype=dtype, seed=7).to(memory_format=torch.channels_last)
     check(channels_last, op, (4, 5), 1, 0)
+
+
+# --------------------------------------------------------------------------------------
+# Small maps: global pooling through flat loads, aligned stride-2 tiles
+# --------------------------------------------------------------------------------------
+
+
+def global_config(planes: int, block_hw: int, flat: bool) -> triton.Config:
+    return triton.Config({"PLANES": planes, "BLOCK_HW": block_hw, "FLAT": flat}, num_warps=4)
+
+
+def gpu_global_configs(monkeypatch: pytest.MonkeyPatch) -> list[triton.Config]:
+    """The global-pooling configs the GPU autotunes over (the interpreter's has one)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    configs = pool._global_configs()
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return configs
+
+
+@pytest.mark.parametrize("dtype", list(TOLERANCE))
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize(
+    "config",
+    # 8 or 5 consecutive planes per program (tile rows padded to 8), or plane rows of 3.
+    [global_config(8, 64, True), global_config(5, 64, True), global_config(3, 16, False)],
+    ids=["flat8", "flat5", "rows3"],
+)
+@pytest.mark.parametrize("shape", [(3, 5, 7, 7), (1, 1, 1, 1), (2, 3, 1, 9), (4, 3, 5, 1)])
+def test_global_pooling_small_maps(
+    shape: tuple, config: triton.Config, op: str, dtype: torch.dtype, monkeypatch
+) -> None:
+    monkeypatch.setattr(pool._global_pool2d, "configs", [config])
+    x = randn(*shape, dtype=dtype, seed=sum(shape) + config.kwargs["PLANES"])
+    check(x, op, shape[2:], 1, 0)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_gpu_global_config(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every config the GPU would try for 7x7 maps (flat: 16 planes a program), forced."""
+    x = randn(3, 27, 7, 7, dtype=torch.float16, seed=14)
+    named = {"channels": 27, "planes": 81, "x_stride_n": 27 * 49, "x_stride_c": 49}
+    named["x_stride_hw"] = 1
+    configs = pool._fit_global_tile(gpu_global_configs(monkeypatch), named, PIXELS=49)
+    assert {c.kwargs["PLANES"] for c in configs if c.kwargs["FLAT"]} == {16}
+    for config in configs:
+        monkeypatch.setattr(pool._global_pool2d, "configs", [config])
+        check(x, op, 7, 7, 0)
+
+
+def test_flat_global_pooling_only_for_consecutive_planes(monkeypatch) -> None:
+    configs = gpu_global_configs(monkeypatch)
+    # channels_last: plane c starts at element c, not c * 49.
+    named = {"channels": 8, "planes": 16, "x_stride_n": 392, "x_stride_c": 1, "x_stride_hw": 8}
+    assert not any(c.kwargs["FLAT"] for c in pool._fit_global_tile(configs, named, PIXELS=49))
+    named |= {"x_stride_c": 49, "x_stride_hw": 1}
+    assert any(c.kwargs["FLAT"] for c in pool._fit_global_tile(configs, named, PIXELS=49))
+
+
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("shape", [(2, 3, 12, 12), (1, 2, 8, 16), (2, 2, 8, 56)])
+def test_aligned_maps(shape: tuple, op: str) -> None:
+    """Widths and strides that are multiples of 4-16 elements: hinted loads and stores."""
+    for kernel_size, padding in [(2, 0), (3, 1)]:
+        check(randn(*shape, seed=sum(shape) + kernel_size), op, kernel_size, 2, padding)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_aligned_maps_plain_path(op: str, plain_path) -> None:
+    check(randn(2, 3, 12, 12, seed=15), op, 2, 2, 0)
+    check(randn(1, 2, 8, 16, dtype=torch.bfloat16, seed=16), op, 3, 1, 1)
+
+
+def test_sliced_map_with_hints() -> None:
+    """A 12-wide view of 16-wide rows: row stride 16, width 12, so X_ALIGN is 4."""
+    x = randn(2, 3, 8, 16, dtype=torch.float16, seed=17)[..., :12]
+    check(x, "avg", 2, 2, 0)
+    check(x, "max", 3, 2, 1)

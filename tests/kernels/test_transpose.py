@@ -2,7 +2,8 @@
 
 Every launch writes into an output prefilled with NaN; all of it must be overwritten, and a
 permutation must reproduce its input exactly. Shapes are odd on purpose and cover both
-kernel paths: the transposing tile (the innermost axis moves) and the copy-like tile.
+kernel paths: the transposing tile (the innermost axis moves) and the copy-like tile, with and
+without alignment hints.
 """
 
 from __future__ import annotations
@@ -11,9 +12,11 @@ import itertools
 
 import pytest
 import torch
+import triton
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import collapse_dims, permute, transpose
+from opbench.kernels import transpose as transpose_module
+from opbench.kernels.transpose import alignment, collapse_dims, permute, transpose
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -96,3 +99,49 @@ def test_rejects_bad_arguments() -> None:
         permute(x, (1, 0), out=torch.empty(3, 4))
     with pytest.raises(Unsupported):
         permute(torch.ones(3, 4, dtype=torch.int32), (1, 0))
+
+
+# --------------------------------------------------------------------------------------
+# Small maps: partial tiles and alignment hints
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "shape,dims",
+    [
+        ((3, 5, 7, 7), (0, 2, 3, 1)),  # NCHW -> NHWC of 7x7 maps (transposing)
+        ((3, 5, 14, 14), (0, 2, 3, 1)),  # 196-element rows: X_ALIGN = 4
+        ((3, 5, 24), (0, 2, 1)),  # tokens -> channels (transposing)
+        ((2, 3, 1, 9), (0, 2, 3, 1)),
+        ((1, 7, 1, 9), (3, 2, 1, 0)),
+        ((3, 5, 6, 7), (1, 0, 2, 3)),  # copy-like
+        ((4, 6, 8), (1, 0, 2)),  # copy-like, 8-element rows: aligned
+    ],
+)
+def test_small_maps_with_partial_tiles(
+    shape: tuple, dims: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 x 4 tiles, forced on both kernels: no axis divides into whole tiles."""
+    config = triton.Config({"BLOCK_T": 8, "BLOCK_I": 4}, num_warps=4)
+    for kernel in (transpose_module._permute_transposing, transpose_module._permute_copying):
+        monkeypatch.setattr(kernel, "configs", [config])
+    x = randn(*shape, dtype=dtype, seed=sum(shape))
+    ref = x.double().permute(dims).contiguous()
+    check_exact(permute(x, dims, poisoned(ref.shape, dtype)), ref)
+
+
+def test_alignment_hints() -> None:
+    assert alignment(196, 200704) == 4 and alignment(0, 48) == 16 and alignment(197) == 1
+    x_strides = torch.empty(32, 1024, 14, 14, device="meta").permute(0, 2, 3, 1).stride()
+    plan = transpose_module._strided_plan((32, 14, 14, 1024), x_strides, (200704, 14336, 1024, 1))
+    assert not plan.copying and plan.sizes == (1, 32, 196, 1024)
+    assert (plan.x_align, plan.y_align) == (4, 16)
+
+
+@pytest.mark.parametrize("dims", [(0, 2, 3, 1), (0, 1, 3, 2)])
+def test_sliced_input_with_hints(dims: tuple) -> None:
+    """A sliced input whose strides are multiples of 4 and 8: hinted, and still exact."""
+    x = randn(3, 8, 6, 4, dtype=torch.float16, seed=9)[:, ::2]
+    ref = x.double().permute(dims).contiguous()
+    check_exact(permute(x, dims, poisoned(ref.shape, x.dtype)), ref)
