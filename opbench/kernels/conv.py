@@ -557,7 +557,7 @@ def build_conv2d(
         raise Unsupported(f"kernel {kh}x{kw}: sizes 1..7 only")
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     geometry = {"KH": kh, "KW": kw, "SH": sh, "SW": sw, "PH": ph, "PW": pw, "DH": dh, "DW": dw}
-    act = activation_code(activation)
+    act = activation_code(activation, weight.dtype)  # the output takes the weight's dtype
     if batchnorm is not None:
         master_w, master_b = fold_batchnorm(weight, bias, batchnorm)
     else:

@@ -692,7 +692,7 @@ class PreparedLinear:
         if bias is not None and tuple(bias.shape) != (weight.shape[0],):
             raise ValueError(f"bias must be [{weight.shape[0]}], got {tuple(bias.shape)}")
         self.out_features, self.in_features = weight.shape
-        self.activation = activation_code(activation)
+        self.activation = activation_code(activation, weight.dtype)  # = the output's dtype
         self.dot_precision = "tf32" if allow_tf32 else "ieee"
         self.weight = self._prepare_weight(weight)
         self.bias = None if bias is None else bias.detach().to(torch.float32).contiguous()
