@@ -23,6 +23,24 @@ def sm_clock() -> int:
         handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
         return pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)
     except Exception:
+        pass
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            [
+                "nvidia-smi",
+                "--query-gpu=clocks.sm",
+                "--format=csv,noheader,nounits",
+                "-i",
+                str(torch.cuda.current_device()),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+        return int(out.strip().splitlines()[0])
+    except Exception:
         return -1
 
 
