@@ -70,6 +70,19 @@ def init(world: World) -> None:
         dist.init_process_group("gloo", timeout=GATHER_TIMEOUT)
 
 
+def shutdown() -> None:
+    """Tear the process group down before the interpreter exits. Exiting with gloo's threads
+    still running aborts the process once in a few runs ("terminate called without an active
+    exception", SIGABRT), which torchrun reports as a failed rank."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            pass  # the peer may be gone already; nothing is left to release
+
+
 def shared_run_dir(world: World, make_dir) -> Path:
     """Rank 0 creates the run folder; every rank learns its path."""
     import torch.distributed as dist

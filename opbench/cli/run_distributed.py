@@ -76,6 +76,7 @@ def run_distributed(
                 dist_run.gather(world, run)
             except Exception:
                 pass  # rank 0 falls back to the files on disk
+        dist_run.shutdown()
         bad = run is None or bool(failures(run))
         raise typer.Exit(ExitCode.LAYER_ERROR if bad else ExitCode.OK)
 
@@ -85,6 +86,7 @@ def run_distributed(
             runs = dict(enumerate(dist_run.gather(world, run)))
         except (dist_run.Terminated, Exception) as exc:  # a rank died mid-gather
             failure = f"gather failed: {type(exc).__name__}"
+    dist_run.shutdown()
     if runs is None:
         runs = dist_run.runs_from_disk(run_dir, world.size)
     template = runs.get(0) or run
