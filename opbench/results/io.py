@@ -65,12 +65,17 @@ def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
     )
     corr = values.get("correctness")
     if corr is not None:
+        limit = corr.get("max_abs_limit")
         values["correctness"] = Correctness(
             rel_l2=_float(corr["rel_l2"]),
             max_abs=_float(corr["max_abs"]),
             nonfinite=int(corr["nonfinite"]),
             tolerance=_float(corr["tolerance"]),
             reference=corr.get("reference", "float64-cpu"),
+            max_abs_limit=None if limit is None else _float(limit),
+            unwritten=int(corr.get("unwritten", 0)),
+            failures=tuple(corr.get("failures") or ()),
+            loose_tolerance=bool(corr.get("loose_tolerance", False)),
         )
     return LayerResult(**values)
 

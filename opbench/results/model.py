@@ -13,6 +13,9 @@ from opbench.results.stats import TimingStats
 
 SCHEMA_VERSION = 1
 
+# A result is launch-bound when back-to-back calls take this much longer than its device time.
+LAUNCH_BOUND = 1.2
+
 
 class Status:
     OK = "ok"
@@ -29,6 +32,12 @@ class Correctness:
     nonfinite: NaN/Inf count in the backend's output.
     tolerance: the rel_l2 limit the layer had to meet.
     reference: how the reference was computed ("float64-cpu" or "float32-cuda").
+    max_abs_limit: the element-wise limit on max_abs (scaled to the reference's magnitude and
+        the dtype), or None where no element-wise limit was applied.
+    unwritten: output elements the backend never wrote (still holding the poison value).
+    failures: one reason per failed check ("rel_l2 3.1e-02 > 5.0e-03", "second input: ...",
+        "last timed call differs from the first: ..."); empty when every check passed.
+    loose_tolerance: the layer's tolerance was set above its dtype's default: reports mark it.
     """
 
     rel_l2: float
@@ -36,10 +45,18 @@ class Correctness:
     nonfinite: int
     tolerance: float
     reference: str = "float64-cpu"
+    max_abs_limit: float | None = None
+    unwritten: int = 0
+    failures: tuple[str, ...] = ()
+    loose_tolerance: bool = False
 
     @property
     def passed(self) -> bool:
-        return self.nonfinite == 0 and self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance
+        if self.failures or self.unwritten or self.nonfinite:
+            return False
+        if self.max_abs_limit is not None and not self.max_abs <= self.max_abs_limit:
+            return False
+        return self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,13 @@ class LayerResult:
     tuning_s: one-off autotuning time spent before timing, never counted in samples.
     gpu: which GPU ran it (name and index/rank), for runs spread over several.
     note: anything a reader needs, e.g. a layout the backend used internally.
+    host_ms: median host (CPU) time to issue one call, no synchronisation inside the loop.
+    stream_ms: median time per call of back-to-back calls with no flush between them: what
+        the layer costs inside an eagerly launched model (device time or host time, whichever
+        is longer).
+    plan: the backend's tuned choice (kernel and configuration: tiles, warps, stages, split-K),
+        so that another machine can time the same configuration (`opbench run --plans`).
+    stop_reason: why sampling stopped ("target_ci", "max_time", "rounds", ...).
     """
 
     model: str
@@ -83,6 +107,10 @@ class LayerResult:
     gpu: str | None = None
     tuning_s: float | None = None
     note: str | None = None
+    host_ms: float | None = None
+    stream_ms: float | None = None
+    plan: Mapping[str, Any] | None = None
+    stop_reason: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -118,10 +146,20 @@ class LayerResult:
         med = self.median_ms
         return self.bytes / med / 1e6 if med and self.bytes else None
 
+    @property
+    def launch_bound(self) -> bool:
+        """Back-to-back calls take clearly longer than the device time: the host can't keep up."""
+        med = self.median_ms
+        return bool(med and self.stream_ms is not None and self.stream_ms > LAUNCH_BOUND * med)
+
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """The whole model's forward, chained layer to layer, on one backend."""
+    """The whole model's forward, chained layer to layer, on one backend.
+
+    mode: "eager" (Python issues each layer in turn) or "cuda_graph" (the whole forward
+        captured once, replays timed).
+    """
 
     model: str
     backend: str
@@ -130,6 +168,7 @@ class EndToEnd:
     timer: str = ""
     interpreted: bool = False
     message: str | None = None
+    mode: str = "eager"
 
     @property
     def stats(self) -> TimingStats | None:

@@ -163,7 +163,7 @@ def test_unsupported_layers_do_not_fail_the_run(tmp_path: Path, monkeypatch) -> 
 
 
 def test_interrupted_run_exits_130_and_keeps_its_results(tmp_path: Path, monkeypatch) -> None:
-    import opbench.pipeline as pipeline
+    import opbench.pipeline.measure as pipeline
 
     real = pipeline.measure_item
     calls = []

@@ -1,0 +1,152 @@
+"""Build, check and time one work item. A layer's own failure becomes its result, never a crash."""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+from opbench.backends.base import Backend, Built, Unsupported
+from opbench.measure.check import compare_outputs
+from opbench.measure.timer import time_callable
+from opbench.ops.base import numel
+from opbench.ops.registry import get_op
+from opbench.pipeline.data import ModelData
+from opbench.pipeline.options import RunOptions, WorkItem
+from opbench.results.model import LayerResult, Status
+from opbench.spec.model import LayerSpec, TimingSpec
+
+
+def error_message(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}"[:500]
+
+
+def base_result(item: WorkItem, device: str, gpu: str | None = None) -> LayerResult:
+    layers = item.layers
+    first, last = layers[0], layers[-1]
+    ops = [get_op(layer.op) for layer in layers]
+    flops = sum(
+        op.flops(la.input_shape, la.output_shape, la.params)
+        for op, la in zip(ops, layers, strict=False)
+    )
+    if len(layers) == 1:
+        nbytes = ops[0].min_bytes(first.input_shape, first.output_shape, first.params, first.dtype)
+    else:
+        # A fused group moves its input, output and weights once; intermediates never touch memory.
+        nbytes = sum(
+            op.min_bytes(la.input_shape, la.output_shape, la.params, la.dtype)
+            for op, la in zip(ops, layers, strict=False)
+        )
+        inner = sum(numel(la.output_shape) for la in layers[:-1]) * 2 * _itemsize(first.dtype)
+        nbytes -= inner
+    return LayerResult(
+        model=item.model.name,
+        layer=first.name,
+        op="+".join(layer.op for layer in layers),
+        backend=item.backend,
+        status=Status.OK,
+        dtype=first.dtype,
+        quant=first.quant,
+        input_shape=first.input_shape,
+        output_shape=last.output_shape,
+        flops=flops,
+        bytes=nbytes,
+        covers=tuple(layer.name for layer in layers) if len(layers) > 1 else (),
+        reference_name=first.reference_name,
+        target_speedup=first.target_speedup,
+        regression_threshold=first.regression_threshold,
+        device=device,
+        gpu=gpu,
+        interpreted=item.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1",
+    )
+
+
+def _itemsize(dtype: str) -> int:
+    return 4 if dtype == "float32" else 2
+
+
+def timing_for(layer: LayerSpec, options: RunOptions, interpreted: bool) -> TimingSpec:
+    timing = layer.timing.quick() if options.quick else layer.timing
+    if options.rounds:
+        timing = timing.with_rounds(options.rounds)
+    if interpreted:
+        # The interpreter is for correctness; a few calls show it runs, nothing more.
+        timing = TimingSpec(warmup_ms=0.0, rep_ms=0.0, rounds=min(timing.rounds, 2), flush_l2=False)
+    return timing
+
+
+def measure_item(
+    item: WorkItem,
+    data: ModelData,
+    backend: Backend,
+    options: RunOptions,
+    built_cache: dict | None = None,
+) -> LayerResult:
+    """Build, check and time one work item. Never raises for a layer's own failure."""
+    import torch
+
+    result = base_result(item, options.device, options.gpu_label)
+    layers = item.layers
+    try:
+        weights = [data.weights(i) for i in item.indices]
+        start = time.perf_counter()
+        built: Built = backend.build(layers, weights, options.device)
+        build_s = time.perf_counter() - start
+    except Unsupported as exc:
+        return replace(result, status=Status.UNSUPPORTED, message=str(exc))
+    except Exception as exc:  # a compile error or OOM in one layer must not end the run
+        recover(options.device)
+        return replace(result, status=Status.ERROR, message=f"build failed: {error_message(exc)}")
+    try:
+        x = data.input(item.indices[0])
+        if built.prepare_input is not None:
+            x = built.prepare_input(x)
+        bound = built.bind_input(x)
+        out = bound.launch()
+        if options.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        ref, kind = data.reference(item.indices)
+        correctness = compare_outputs(out, ref, layers[-1].effective_tolerance, kind)
+        del out
+        timing = timing_for(layers[0], options, result.interpreted)
+        with options.timing_guard():
+            measurement = time_callable(bound.launch, timing, options.device)
+    except Unsupported as exc:
+        return replace(result, status=Status.UNSUPPORTED, message=str(exc))
+    except Exception as exc:
+        recover(options.device)
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        return replace(
+            result,
+            status=Status.ERROR,
+            message=f"{error_message(exc)} (at {Path(where.filename).name}:{where.lineno})",
+        )
+    if built_cache is not None and correctness.passed:
+        built_cache[item.indices] = built
+    tuning = built.tuning_s if built.tuning_s is not None else (build_s if build_s > 1.0 else None)
+    return replace(
+        result,
+        samples_ms=measurement.rounds,
+        timer=measurement.timer,
+        correctness=correctness,
+        note=built.note,
+        tuning_s=tuning,
+        plan=built.plan,
+    )
+
+
+def recover(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        torch.cuda.empty_cache()

@@ -1,0 +1,73 @@
+"""What a run is asked to do: its options, its work items, and the device it runs on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from opbench.spec.model import LayerSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One (model, group of layers, backend) result to produce."""
+
+    model: ModelSpec
+    indices: tuple[int, ...]
+    backend: str
+
+    @property
+    def layers(self) -> tuple[LayerSpec, ...]:
+        return tuple(self.model.layers[i] for i in self.indices)
+
+
+@dataclass
+class RunOptions:
+    device: str = "cpu"
+    backends: Sequence[str] = ()
+    models: Sequence[str] = ()
+    layers: Sequence[str] = ()
+    quick: bool = False
+    rounds: int | None = None
+    end_to_end: bool = True
+    shard: tuple[int, int] | None = None
+    gpu_label: str | None = None
+    # Entered around every timed loop (warm-up and rounds), never around build or check: lets
+    # the ranks of a torchrun run take turns for timing only (--exclusive-timing).
+    timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
+
+
+Progress = Callable[[str, Any], None]
+
+
+def default_device() -> str:
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except Exception:
+        return "cpu"
+
+
+def prepare_device(device: str) -> None:
+    """Settings that must hold before any kernel module is imported."""
+    if device == "cpu":
+        # triton.jit reads this when it decorates a kernel, i.e. at import.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def gpu_label(device: str) -> str | None:
+    if not device.startswith("cuda"):
+        return None
+    import torch
+
+    index = torch.device(device).index or 0
+    return f"{torch.cuda.get_device_name(index)} #{index}"
