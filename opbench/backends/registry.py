@@ -1,25 +1,75 @@
-"""Every backend, in one explicit list. Names are known without importing torch;
-the implementation module is imported only when a backend is used."""
+"""Every backend: the built-in ones and those plugins register, through one path.
+
+`register_backend(name, factory, origin)` claims the name in the spec's vocabulary (a plugin
+may not shadow a built-in or another plugin) and keeps a zero-argument factory. Built-in
+factories import their module only when the backend is used, so names are known without
+importing torch.
+"""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from opbench.spec import vocabulary
+from opbench.spec.vocabulary import BUILTIN
 
 if TYPE_CHECKING:
     from opbench.backends.base import Backend
 
-# name -> "module:attribute" of a zero-argument factory.
-BACKENDS: dict[str, str] = {
+Factory = Callable[[], "Backend"]
+
+# The built-in backends: name -> "module:attribute" of a zero-argument factory.
+_BUILTINS: dict[str, str] = {
     "torch": "opbench.backends.torch_eager:TorchEager",
     "torch-compile": "opbench.backends.torch_compile:TorchCompile",
     "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
     "triton": "opbench.backends.triton:TritonBackend",
 }
 
-BACKEND_NAMES = tuple(BACKENDS)
+# The built-in names only (the spec's vocabulary lists them); `backend_names()` adds plugins.
+BACKEND_NAMES = vocabulary.BUILTIN_BACKENDS
+
+_factories: dict[str, Factory] = {}
+
+
+def register_backend(name: str, factory: Factory, origin: str) -> None:
+    """Make `name` runnable: `factory()` gives the backend. Raises vocabulary.NameClash."""
+    vocabulary.claim_backend(name, origin)
+    _factories[name] = factory
+
+
+def _lazy(target: str) -> Factory:
+    def make() -> Backend:
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)()
+
+    return make
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every registered backend, built-ins first."""
+    return vocabulary.backend_names()
 
 
 def get_backend(name: str) -> Backend:
-    module_name, attr = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module_name), attr)()
+    return _factories[name]()
+
+
+def all_backends() -> dict[str, Backend]:
+    """One instance of every registered backend, by name."""
+    return {name: get_backend(name) for name in backend_names()}
+
+
+def snapshot() -> dict[str, Factory]:
+    return dict(_factories)
+
+
+def restore(state: dict[str, Factory]) -> None:
+    _factories.clear()
+    _factories.update(state)
+
+
+for _name, _target in _BUILTINS.items():
+    register_backend(_name, _lazy(_target), BUILTIN)

@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 
 from opbench.cli.console import console, err_console, handles_errors
+from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.compare.model import Comparison, Verdict
 from opbench.errors import ExitCode, InputError
 from opbench.results.io import find_latest_run, read_run
@@ -219,10 +220,12 @@ def compare_command(
         "--allow-env-change",
         help="Gate even when GPU, driver, torch, triton or kernel code differ from the baseline.",
     ),
+    plugin: list[str] = plugin_option(),
 ) -> None:
     """Compare a run with another engine's timings and/or gate it against a baseline."""
     from opbench.cli.gate import GateRequest, compare_and_gate
 
+    load_plugins(plugin)
     request = CompareRequest(
         run=run,
         reference=reference,

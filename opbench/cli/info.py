@@ -11,14 +11,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from opbench.cli.console import console, handles_errors
+from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.spec.load import load_suite
 
 
 @handles_errors
 def validate_command(
     suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
+    plugin: list[str] = plugin_option(),
 ) -> None:
     """Check a suite without running it: structure, ops, parameters and every shape."""
+    load_plugins(plugin)
     suite = load_suite(suite_path)
     layers = sum(len(m.layers) for m in suite.models)
     table = Table(
@@ -48,39 +51,46 @@ class ListWhat(str, Enum):
 
 
 @handles_errors
-def list_command(what: ListWhat = typer.Argument(..., help="ops or backends")) -> None:
-    """List the ops or the backends opbench knows."""
+def list_command(
+    what: ListWhat = typer.Argument(..., help="ops or backends"),
+    plugin: list[str] = plugin_option(),
+) -> None:
+    """List the ops or the backends opbench knows, and where each came from."""
+    load_plugins(plugin)
+    from opbench.spec.vocabulary import backend_origin, op_origin
+
     if what == ListWhat.ops:
         from opbench.ops.base import REQUIRED
         from opbench.ops.registry import OPS
 
         table = Table(title="ops")
-        for column in ("op", "parameters (= default)", "what it computes"):
+        for column in ("op", "from", "parameters (= default)", "what it computes"):
             table.add_column(column)
         for op in OPS.values():
             params = ", ".join(
                 p.name if p.default is REQUIRED else f"{p.name}={_show(p.default)}"
                 for p in op.params
             )
-            table.add_row(op.name, params or "—", op.summary)
+            table.add_row(op.name, escape(op_origin(op.name)), params or "—", op.summary)
         console.print(table)
         return
-    from opbench.backends.registry import BACKEND_NAMES, get_backend
+    from opbench.backends.registry import backend_names, get_backend
     from opbench.pipeline import default_device, prepare_device
 
     device = default_device()
     prepare_device(device)
     table = Table(title=f"backends (device {device})")
-    table.add_column("backend")
-    table.add_column("status")
-    for name in BACKEND_NAMES:
+    for column in ("backend", "from", "status"):
+        table.add_column(column)
+    for name in backend_names():
         try:
             reason = get_backend(name).unavailable_reason(device)
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-        table.add_row(
-            name, "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}"
+        status = (
+            "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {escape(reason)}"
         )
+        table.add_row(name, escape(backend_origin(name)), status)
     console.print(table)
 
 

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from opbench.cli.console import console, handles_errors
+from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.errors import ExitCode, InputError, Location
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run
 from opbench.spec.load import load_suite
@@ -55,17 +56,19 @@ def run_command(
         "--exclusive-timing",
         help="Under torchrun: the ranks of a host take turns for the timed loops.",
     ),
+    plugin: list[str] = plugin_option(),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
+    load_plugins(plugin)
     suite = load_suite(suite_path)
     shard_kn = parse_shard(shard)
-    from opbench.backends.registry import BACKEND_NAMES
+    from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
 
     for name in backend:
-        if name not in BACKEND_NAMES:
+        if name not in backend_names():
             raise InputError(
-                f"unknown backend {name!r}{suggest(name, BACKEND_NAMES)}",
+                f"unknown backend {name!r}{suggest(name, backend_names())}",
                 Location(field="--backend"),
             )
     known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}
@@ -153,11 +156,12 @@ def _check_selection(suite, options, suite_path: Path) -> None:
 def run_with_progress(suite, options, out: Path) -> None:
     from opbench.measure.env import fingerprint
     from opbench.pipeline import gpu_label, run_suite
+    from opbench.plugins import provenance as plugin_provenance
     from opbench.report.run_table import run_table
 
     run_dir = new_run_dir(out, suite.name)
     run_path = run_dir / RUN_FILE
-    env = fingerprint(options.device)
+    env = {**fingerprint(options.device), "plugins": plugin_provenance()}
     options.gpu_label = gpu_label(options.device)
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),

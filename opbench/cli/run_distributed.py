@@ -39,7 +39,14 @@ def run_distributed(
     if exclusive_timing:
         turns = HostTurns(lock_path(run_dir))
         options = replace(options, timing_guard=turns.slot)
-    env = {**fingerprint(device), "rank": world.rank, **dist_run.timing_env(exclusive_timing)}
+    from opbench.plugins import provenance as plugin_provenance
+
+    env = {
+        **fingerprint(device),
+        "plugins": plugin_provenance(),
+        "rank": world.rank,
+        **dist_run.timing_env(exclusive_timing),
+    }
     if world.rank == 0:
         mode = "ranks of a host take turns to time" if turns else "ranks time concurrently"
         console.print(f"torchrun: {world.size} ranks ({mode}), run folder {run_dir}")

@@ -1,4 +1,5 @@
-"""Every op opbench knows, in one explicit list."""
+"""Every op: the built-in ones, in one explicit list, and those plugins register, through one
+path: `register_op(op, origin)` claims the name in the spec's vocabulary and keeps the op."""
 
 from __future__ import annotations
 
@@ -15,27 +16,45 @@ from opbench.ops.norm import LayerNorm, RMSNorm
 from opbench.ops.pool import AvgPool2d, MaxPool2d
 from opbench.ops.softmax import Softmax
 from opbench.ops.transpose import Permute, Transpose
+from opbench.spec import vocabulary
+from opbench.spec.vocabulary import BUILTIN
 
-OPS: dict[str, Op] = {
-    op.name: op
-    for op in (
-        Linear(),
-        Conv2d(),
-        MaxPool2d(),
-        AvgPool2d(),
-        BatchNorm2d(),
-        LayerNorm(),
-        RMSNorm(),
-        Softmax(),
-        ReLU(),
-        GELU(),
-        SiLU(),
-        Transpose(),
-        Permute(),
-        Flatten(),
-        Attention(),
-    )
-}
+OPS: dict[str, Op] = {}
+
+
+def register_op(op: Op, origin: str) -> None:
+    """Make `op` usable in suites under `op.name`. Raises vocabulary.NameClash."""
+    vocabulary.claim_op(op.name, origin)
+    OPS[op.name] = op
+
+
+def snapshot() -> dict[str, Op]:
+    return dict(OPS)
+
+
+def restore(state: dict[str, Op]) -> None:
+    OPS.clear()
+    OPS.update(state)
+
+
+for _op in (
+    Linear(),
+    Conv2d(),
+    MaxPool2d(),
+    AvgPool2d(),
+    BatchNorm2d(),
+    LayerNorm(),
+    RMSNorm(),
+    Softmax(),
+    ReLU(),
+    GELU(),
+    SiLU(),
+    Transpose(),
+    Permute(),
+    Flatten(),
+    Attention(),
+):
+    register_op(_op, BUILTIN)
 
 
 def get_op(name: str) -> Op:

@@ -9,7 +9,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from opbench.backends.base import Backend, Built, Unsupported
+from opbench.backends.base import Backend, Built, Unsupported, torch_dtype
 from opbench.measure.check import compare_outputs
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
@@ -110,6 +110,9 @@ def measure_item(
         out = bound.launch()
         if options.device.startswith("cuda"):
             torch.cuda.synchronize()
+        problem = output_problem(out, layers[-1], options.device)
+        if problem:
+            return replace(result, status=Status.ERROR, message=f"wrong output: {problem}")
         ref, kind = data.reference(item.indices)
         correctness = compare_outputs(out, ref, layers[-1].effective_tolerance, kind)
         del out
@@ -138,6 +141,23 @@ def measure_item(
         tuning_s=tuning,
         plan=built.plan,
     )
+
+
+def output_problem(out: object, layer: LayerSpec, device: str) -> str | None:
+    """Why `out` cannot be the layer's output (not a tensor; wrong shape, dtype or device),
+    else None. Plugin backends are held to this like the built-in ones."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        return f"returned {type(out).__name__}, not a tensor"
+    if tuple(out.shape) != tuple(layer.output_shape):
+        return f"shape {list(out.shape)}, expected {list(layer.output_shape)}"
+    if out.dtype != torch_dtype(layer.dtype):
+        return f"dtype {str(out.dtype).removeprefix('torch.')}, expected {layer.dtype}"
+    want = torch.device(device)
+    if out.device.type != want.type or want.index not in (None, out.device.index):
+        return f"on device {out.device}, expected {device}"
+    return None
 
 
 def recover(device: str) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from opbench.backends.base import Backend
-from opbench.backends.registry import BACKEND_NAMES, get_backend
+from opbench.backends.registry import all_backends
 from opbench.pipeline.measure import base_result
 from opbench.pipeline.options import RunOptions, WorkItem
 from opbench.results.model import LayerResult
@@ -76,7 +76,7 @@ def _backend_order(model: ModelSpec, options: RunOptions) -> list[str]:
 
 def planned_results(suite: SuiteSpec, options: RunOptions) -> list[LayerResult]:
     """Every result the (unsharded) run would produce, as empty results in plan order."""
-    backends = {name: get_backend(name) for name in BACKEND_NAMES}
+    backends = all_backends()
     return [
         base_result(item, options.device, options.gpu_label)
         for item in plan_work(suite, options, backends)

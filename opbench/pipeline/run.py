@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.backends.base import Backend, Built
-from opbench.backends.registry import BACKEND_NAMES, get_backend
+from opbench.backends.registry import all_backends
 from opbench.pipeline import measure as _measure
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.end_to_end import time_end_to_end
@@ -37,7 +37,7 @@ def run_suite(
     """
     prepare_device(options.device)
     notify = progress or (lambda event, payload: None)
-    backends: dict[str, Backend] = {name: get_backend(name) for name in BACKEND_NAMES}
+    backends: dict[str, Backend] = all_backends()
     items = plan_work(suite, options, backends)
     run = RunResult(
         suite=suite.name,

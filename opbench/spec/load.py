@@ -16,12 +16,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from opbench.backends.registry import BACKEND_NAMES
 from opbench.errors import InputError, Location
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
 from opbench.spec.model import DEFAULT_TARGET_SPEEDUP, LayerSpec, ModelSpec, SuiteSpec, TimingSpec
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel, TimingModel
+from opbench.spec.vocabulary import backend_names, load_suite_plugins
 
 Path_ = tuple[Any, ...]
 LineMap = dict[Path_, tuple[int, int]]
@@ -286,10 +286,10 @@ def _resolve_model(
             (("defaults",), defaults),
         ):
             for backend in (level.backends or []) if level is not None else []:
-                if backend not in BACKEND_NAMES:
+                if backend not in (known := backend_names()):
                     raise InputError(
-                        f"unknown backend {backend!r}{suggest(backend, BACKEND_NAMES)}; "
-                        f"known: {', '.join(BACKEND_NAMES)}",
+                        f"unknown backend {backend!r}{suggest(backend, known)}; "
+                        f"known: {', '.join(known)}",
                         locate((*level_path, "backends"), "backends"),
                     )
         params_per_layer.append(_resolve_params(layer, layer.op, path, locate))
@@ -361,6 +361,10 @@ def load_suite_text(text: str, file: str = "<suite>") -> SuiteSpec:
         suite = SuiteModel.model_validate(data)
     except ValidationError as exc:
         raise _pydantic_error(exc, locate, _ALLOWED) from None
+    try:
+        load_suite_plugins(suite.plugins or [], Path(file).parent)
+    except ValueError as exc:
+        raise InputError(str(exc), locate(("plugins",), "plugins")) from None
     seen: set[str] = set()
     models: list[ModelSpec] = []
     for index, model in enumerate(suite.models):

@@ -97,5 +97,7 @@ class SuiteModel(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     description: str | None = None
+    # Plugin files or modules to load before the suite's ops and backends are resolved.
+    plugins: list[str] | None = None
     defaults: DefaultsModel | None = None
     models: list[ModelModel] = Field(min_length=1)
