@@ -78,6 +78,10 @@ class Backend:
 
     #: The name suites list under `backends:` and reports show.
     name: ClassVar[str] = ""
+    #: True when the kernels are Triton's: on the CPU they then run in Triton's interpreter
+    #: (TRITON_INTERPRET=1), are timed briefly, and their times are marked as no performance
+    #: figures, like the built-in `triton` backend's.
+    uses_triton: ClassVar[bool] = False
 
     def available(self, device: str) -> str | None:
         """None when this backend can run on `device` ("cuda", "cuda:1", "cpu"), else why not.

@@ -32,12 +32,21 @@ _BUILTINS: dict[str, str] = {
 BACKEND_NAMES = vocabulary.BUILTIN_BACKENDS
 
 _factories: dict[str, Factory] = {}
+# Backends whose kernels are Triton's: on the CPU they run in Triton's interpreter, and their
+# times are marked as no performance figures.
+_triton: set[str] = set()
 
 
-def register_backend(name: str, factory: Factory, origin: str) -> None:
+def register_backend(name: str, factory: Factory, origin: str, triton: bool = False) -> None:
     """Make `name` runnable: `factory()` gives the backend. Raises vocabulary.NameClash."""
     vocabulary.claim_backend(name, origin)
     _factories[name] = factory
+    if triton:
+        _triton.add(name)
+
+
+def runs_triton(name: str) -> bool:
+    return name in _triton
 
 
 def _lazy(target: str) -> Factory:
@@ -62,14 +71,17 @@ def all_backends() -> dict[str, Backend]:
     return {name: get_backend(name) for name in backend_names()}
 
 
-def snapshot() -> dict[str, Factory]:
-    return dict(_factories)
+def snapshot() -> tuple[dict[str, Factory], set[str]]:
+    return dict(_factories), set(_triton)
 
 
-def restore(state: dict[str, Factory]) -> None:
+def restore(state: tuple[dict[str, Factory], set[str]]) -> None:
+    factories, triton = state
     _factories.clear()
-    _factories.update(state)
+    _factories.update(factories)
+    _triton.clear()
+    _triton.update(triton)
 
 
 for _name, _target in _BUILTINS.items():
-    register_backend(_name, _lazy(_target), BUILTIN)
+    register_backend(_name, _lazy(_target), BUILTIN, triton=_name == "triton")

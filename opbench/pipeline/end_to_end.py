@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from opbench.backends.base import Built, torch_dtype
+from opbench.backends.registry import runs_triton
 from opbench.measure.timer import time_callable
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.measure import error_message, recover, timing_for
@@ -21,7 +22,7 @@ def time_end_to_end(
     options: RunOptions,
 ) -> EndToEnd:
     """The whole forward, layer to layer. Layers that start a new chain take their own input."""
-    interpreted = backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1"
+    interpreted = runs_triton(backend) and os.environ.get("TRITON_INTERPRET") == "1"
     groups = sorted(built)
     covered = [i for g in groups for i in g]
     if covered != list(range(len(model.layers))):

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from opbench.backends.base import Backend, Built, Unsupported, torch_dtype
+from opbench.backends.registry import runs_triton
 from opbench.measure.check import compare_outputs
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
@@ -62,7 +63,7 @@ def base_result(item: WorkItem, device: str, gpu: str | None = None) -> LayerRes
         regression_threshold=first.regression_threshold,
         device=device,
         gpu=gpu,
-        interpreted=item.backend == "triton" and os.environ.get("TRITON_INTERPRET") == "1",
+        interpreted=runs_triton(item.backend) and os.environ.get("TRITON_INTERPRET") == "1",
     )
 
 

@@ -170,7 +170,9 @@ def _register(cls: type, origin: str) -> None:
         return
     try:
         if issubclass(cls, api.Backend):
-            register_backend(cls.name, lambda: PluginBackend(cls), origin)
+            register_backend(
+                cls.name, lambda: PluginBackend(cls), origin, triton=bool(cls.uses_triton)
+            )
         else:
             try:
                 op = cls()
