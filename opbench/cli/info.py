@@ -65,7 +65,7 @@ def list_command(
 
         table = Table(title="ops")
         for column in ("op", "from", "parameters (= default)", "what it computes"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for op in OPS.values():
             params = ", ".join(
                 p.name if p.default is REQUIRED else f"{p.name}={_show(p.default)}"
@@ -81,7 +81,7 @@ def list_command(
     prepare_device(device)
     table = Table(title=f"backends (device {device})")
     for column in ("backend", "from", "status"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for name in backend_names():
         try:
             reason = get_backend(name).unavailable_reason(device)
