@@ -27,8 +27,12 @@ if TYPE_CHECKING:
 
 
 def last_line(exc: BaseException) -> str:
-    """The exception as Python's traceback ends it: `ModuleNotFoundError: No module named 'x'`."""
-    return traceback.format_exception_only(type(exc), exc)[-1].strip()
+    """The line Python's traceback ends with, `ModuleNotFoundError: No module named 'x'`: one
+    line (a message's first), with the file and line of a syntax error."""
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip().splitlines()[0]
+    if isinstance(exc, SyntaxError) and exc.filename:
+        text += f" ({exc.filename}:{exc.lineno})"
+    return text
 
 
 def layer_view(spec: LayerSpec) -> api.Layer:
