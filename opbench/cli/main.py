@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from opbench.cli.compare import compare_command
+from opbench.cli.export import export_app
 from opbench.cli.info import env_command, list_command, validate_command
 from opbench.cli.merge import merge_command
 from opbench.cli.reference import reference_app
@@ -28,6 +29,7 @@ app.command("merge")(merge_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.add_typer(reference_app, name="reference")
+app.add_typer(export_app, name="export")
 
 
 def main() -> None:
