@@ -11,6 +11,7 @@ from opbench.cli.merge import merge_command
 from opbench.cli.reference import reference_app
 from opbench.cli.report import report_command
 from opbench.cli.run import run_command
+from opbench.cli.suite import suite_app
 
 app = typer.Typer(
     name="opbench",
@@ -30,6 +31,7 @@ app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.add_typer(reference_app, name="reference")
 app.add_typer(export_app, name="export")
+app.add_typer(suite_app, name="suite")
 
 
 def main() -> None:
