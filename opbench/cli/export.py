@@ -54,3 +54,32 @@ def export_onnx_command(
     done = export_suite(suite, out, models=model, log=_say)
     _say(f"wrote {done.files} files for {', '.join(done.models)} under {done.out}")
     _say(f"manifest: {done.manifest}")
+
+
+@export_app.command("sas")
+@handles_errors
+def export_sas_command(
+    suite_path: Path = SUITE_ARG,
+    out: Path = typer.Option(..., "--out", help="Directory to write (created if needed)."),
+    model: list[str] = MODEL_OPT,
+) -> None:
+    """The ONNX export plus time_sas_prefixes.py, which times each prefix in SAS Viya."""
+    from opbench.spec.load import load_suite
+
+    suite = load_suite(suite_path)
+    require_onnx("onnx")
+    from opbench.export.sas import export_sas
+
+    done = export_sas(suite, out, models=model, log=_say)
+    for name, layer, why in done.refused:
+        console.print(
+            f"warning: {name}: prefixes from layer {layer!r} on will fail in SAS ({why}); "
+            "the script records their error and times the others",
+            style="yellow",
+            markup=False,
+        )
+    _say(f"wrote {done.onnx.files} files and {done.script} under {done.onnx.out}")
+    _say(
+        f"next, where SAS Viya is reachable: cd {done.onnx.out} && "
+        f"python {done.script.name} --host HOST --port PORT --server-weights-dir DIR"
+    )

@@ -14,9 +14,7 @@ from opbench.cli.console import console, handles_errors
 from opbench.cli.export import require_onnx
 from opbench.errors import InputError
 
-suite_app = typer.Typer(
-    name="suite", help="Make suites from other formats.", no_args_is_help=True
-)
+suite_app = typer.Typer(name="suite", help="Make suites from other formats.", no_args_is_help=True)
 
 
 @suite_app.command("from-onnx")

@@ -105,6 +105,7 @@ def export_suite(
         for graph_input in full.inputs:
             np.save(folder / f"{file_stem(graph_input.name)}.npy", full.feeds[graph_input.name])
         files += 1 + len(full.inputs)
+        op_types = {node.name: node.op_type for node in full.proto.graph.node}
         prefixes = []
         for k, layer in enumerate(model.layers, start=1):
             if k == len(model.layers):
@@ -121,6 +122,7 @@ def export_suite(
         entries.append(
             {
                 "name": model.name,
+                "stem": stem,
                 "batch": model.batch,
                 "file": model_file.relative_to(out).as_posix(),
                 **_graph_entry(full, folder, out),
@@ -133,6 +135,9 @@ def export_suite(
                         "input_shape": list(layer.input_shape),
                         "output_shape": list(layer.output_shape),
                         "onnx_nodes": list(full.layer_nodes[(model.name, layer.name)]),
+                        "onnx_ops": [
+                            op_types[node] for node in full.layer_nodes[(model.name, layer.name)]
+                        ],
                     }
                     for layer in model.layers
                 ],
