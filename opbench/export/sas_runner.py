@@ -18,8 +18,11 @@ batch with deeplearn.dlScore: --warmup calls, then --repeats timed calls. The ti
 is the elapsed time the CAS server reports for that action (CASResults.performance).
 
 Output, one CSV per model (opbench's `sas-prefix` format): layer, type, prefix_median_ms,
-prefix_std_ms, prefix_min_ms, runs, status, error. A prefix that fails keeps its row with the
-error and no time; the rows already measured stay, and the next prefix is tried.
+prefix_std_ms, prefix_min_ms, runs; the file is written row by row as prefixes finish. A
+prefix that fails is written as a comment line with its error (`# cut 3 after relu1 failed:
+…`), the rows already measured stay, and the next prefix is tried. The next measured row then
+covers the failed layers too, and says so in its name (`relu1 + pool1`), which opbench
+matches to both layers.
 """
 
 import argparse
@@ -33,10 +36,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CASLIB = "OPBENCHW"
-COLUMNS = [
-    "layer", "type", "prefix_median_ms", "prefix_std_ms", "prefix_min_ms", "runs", "status",
-    "error",
-]  # fmt: skip
+COLUMNS = ["layer", "type", "prefix_median_ms", "prefix_std_ms", "prefix_min_ms", "runs"]
 
 
 class PrefixError(Exception):
@@ -192,6 +192,7 @@ def time_model(conn, model, args, uploaded):
     out = Path(args.out_dir) / f"sas_prefix_{model['stem']}.csv"
     types = {layer["name"]: layer["op"] for layer in model["layers"]}
     failed = 0
+    pending = []  # layers of failed cuts: the next measured difference covers them too
     with open(out, "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(COLUMNS)
@@ -207,13 +208,17 @@ def time_model(conn, model, args, uploaded):
                 times = time_prefix(conn, name, table, args)
             except Exception as exc:  # noqa: BLE001 - keep what was measured, go on
                 failed += 1
+                pending.append(layer)
                 reason = " ".join(str(exc).split()) or type(exc).__name__
-                writer.writerow([layer, types[layer], "", "", "", "", "failed", reason])
+                fh.write(f"# cut {k} after {layer} failed: {reason}\r\n")
                 print(f"FAILED: {reason}", flush=True)
             else:
+                covered = [*pending, layer]
+                pending = []
                 spread = statistics.stdev(times) if len(times) > 1 else 0.0
-                writer.writerow([layer, types[layer], f"{statistics.median(times):.6f}",
-                                 f"{spread:.6f}", f"{min(times):.6f}", len(times), "ok", ""])  # fmt: skip
+                writer.writerow([" + ".join(covered), " + ".join(types[c] for c in covered),
+                                 f"{statistics.median(times):.6f}", f"{spread:.6f}",
+                                 f"{min(times):.6f}", len(times)])  # fmt: skip
                 print(f"median {statistics.median(times):.3f} ms over {len(times)} runs "
                       f"({time.time() - started:.1f} s)", flush=True)  # fmt: skip
             fh.flush()
@@ -243,7 +248,7 @@ def main(argv=None):
         written.append((model["name"], out, failed))
     conn.close()
     for name, out, failed in written:
-        note = f" ({failed} prefix(es) failed; their rows hold the error)" if failed else ""
+        note = f" ({failed} cut(s) failed: see the # lines)" if failed else ""
         print(f"wrote {out}{note}")
         print(f"next (on the machine with your opbench run of suite {manifest['suite']!r}):")
         print(f"  opbench compare --reference {out} --model '{name}'")
