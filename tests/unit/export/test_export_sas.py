@@ -150,7 +150,7 @@ def test_script_times_prefixes_against_standin_and_compare_reads_it(
         ("conv1",), ("bn1",), ("relu1", "pool1"), ("conv2",), ("pool2",)
     ]  # fmt: skip
     verdicts = [t["verdict"] for r in data["rows"] for t in r["timings"] if t["backend"] == "torch"]
-    assert len(verdicts) == 5 and set(verdicts) <= {"PASS", "FAIL"}
+    assert len(verdicts) == 5 and set(verdicts) <= {"PASS", "FAIL", "UNCERTAIN"}
 
 
 def test_script_without_connection_settings_is_bad_input(bundle: Path):
