@@ -5,11 +5,13 @@ from __future__ import annotations
 import typer
 
 from opbench.cli.compare import compare_command
+from opbench.cli.export import export_app
 from opbench.cli.info import env_command, list_command, validate_command
 from opbench.cli.merge import merge_command
 from opbench.cli.reference import reference_app
 from opbench.cli.report import report_command
 from opbench.cli.run import run_command
+from opbench.cli.suite import suite_app
 
 app = typer.Typer(
     name="opbench",
@@ -28,6 +30,8 @@ app.command("merge")(merge_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.add_typer(reference_app, name="reference")
+app.add_typer(export_app, name="export")
+app.add_typer(suite_app, name="suite")
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from opbench.cli.console import console, handles_errors
-from opbench.errors import InputError
+from opbench.cli.export import require_onnx
 
 reference_app = typer.Typer(
     name="reference",
@@ -32,15 +32,12 @@ def onnxruntime_command(
     runs: int = typer.Option(20, "--runs", min=1, help="Profiled runs after one warm-up run."),
     model: list[str] = typer.Option([], "--model", "-m", help="Only these models (repeatable)."),
 ) -> None:
-    """Export the suite's models to ONNX, profile them with ONNX Runtime, write ORT's profile."""
+    """Write the suite's models to ONNX (as `opbench export onnx`), profile them with ONNX Runtime,
+    write ORT's profile."""
     from opbench.spec.load import load_suite
 
     suite = load_suite(suite_path)
-    for module in ("onnx", "onnxruntime", "onnxscript"):
-        try:
-            __import__(module)
-        except ImportError:
-            raise InputError(f"{module} is not installed: pip install 'opbench[onnx]'") from None
+    require_onnx("onnx", "onnxruntime")
     from opbench.engines.onnxruntime import pick_provider, profile_suite
 
     device = pick_provider()[1]

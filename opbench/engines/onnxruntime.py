@@ -2,12 +2,12 @@
 
 What `opbench reference onnxruntime SUITE` does:
 
-1. builds every selected model instance of the suite in float32 with the ops' own torch
-   computation (`op.forward`) and the same seeded weights as `opbench run`, each layer wrapped
-   in a submodule, and all models side by side in one module;
-2. exports that module to ONNX (torch.onnx, the torch.export-based exporter) and renames every
-   ONNX node ``/<model>/<layer>/<OpType>`` from the module scope it came from, so the names in
-   the profile carry the suite's model and layer names;
+1. writes every selected model instance of the suite, side by side, as one float32 ONNX graph
+   with the same export as `opbench export onnx` (opbench/export: the suite's seeded weights
+   from ModelData, one ONNX form per op), its nodes named ``/<model>/<layer>/<OpType>[_k]``
+   so the names in the profile carry the suite's model and layer names;
+2. leaves out, and lists, layers whose op has no ONNX form or that ONNX Runtime cannot run
+   alone; the layer after a gap takes a fresh graph input;
 3. runs it with ONNX Runtime (CUDA where that provider is installed, else CPU; default graph
    optimisations) with profiling on: `warmup` runs and then `runs` runs, each one
    ``model_run`` in the profile;
@@ -21,17 +21,13 @@ layer by name. Layers that cannot be exported or run are listed in the sidecar a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 import os
 import platform
 import re
 import shutil
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -39,7 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import ExitCode, InputError, OpbenchError
+from opbench.export.files import select_models
+from opbench.export.graph import PATH_NAMES, BuiltGraph, Part, SeededData, build_graph
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
+
+__all__ = ["OrtReference", "Skipped", "pick_provider", "profile_suite", "select_models"]
 
 DEFAULT_RUNS = 20
 DEFAULT_WARMUP = 1
@@ -71,211 +71,6 @@ class OrtReference:
     meta_data: dict[str, Any] = field(default_factory=dict)
 
 
-def select_models(suite: SuiteSpec, wanted: Sequence[str]) -> tuple[ModelSpec, ...]:
-    """Model instances named by --model (instance or base name), or all of them."""
-    if not wanted:
-        return suite.models
-    chosen: list[ModelSpec] = []
-    for name in wanted:
-        hits = [m for m in suite.models if name in (m.name, m.base_name)]
-        if not hits:
-            known = ", ".join(m.name for m in suite.models)
-            raise InputError(f"no model {name!r} in suite {suite.name!r} (models: {known})")
-        chosen.extend(m for m in hits if m not in chosen)
-    return tuple(chosen)
-
-
-# ---- torch side: the module that is exported ----------------------------------------------------
-
-
-def _layer_module(suite: SuiteSpec, model: ModelSpec, layer: LayerSpec):
-    import torch
-
-    from opbench.ops.inputs import generator, seed_for
-    from opbench.ops.registry import get_op
-
-    op = get_op(layer.op)
-    gen = generator(seed_for(suite.name, model.base_name, layer.name, "weights"))
-    weights = op.make_weights(layer, gen)
-
-    class LayerModule(torch.nn.Module):
-        """One suite layer; its weights are buffers, so they become ONNX initializers."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.names = list(weights)
-            for key, value in weights.items():
-                self.register_buffer(key, value.to(torch.float32).contiguous())
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return op.forward(x, {key: getattr(self, key) for key in self.names}, layer)
-
-    return LayerModule()
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """Which layers of which models go into the exported graph; where chains start."""
-
-    models: tuple[ModelSpec, ...]
-    keep: tuple[tuple[LayerSpec, ...], ...]
-
-    def inputs(self) -> list[tuple[int, int, LayerSpec]]:
-        """(model index, layer index, layer) of every layer that takes a fresh graph input."""
-        out = []
-        for i, (model, kept) in enumerate(zip(self.models, self.keep, strict=True)):
-            previous: LayerSpec | None = None
-            for layer in kept:
-                j = model.layers.index(layer)
-                follows = previous is not None and model.layers.index(previous) == j - 1
-                if layer.starts_chain or j == 0 or not follows:
-                    out.append((i, j, layer))
-                previous = layer
-        return out
-
-
-def _build_root(suite: SuiteSpec, plan: _Plan):
-    """One module holding every model ("m<i>") and its kept layers ("l<j>")."""
-    import torch
-
-    starts = {(i, j) for i, j, _ in plan.inputs()}
-
-    class ModelModule(torch.nn.Module):
-        def __init__(self, i: int) -> None:
-            super().__init__()
-            self.order = []
-            for layer in plan.keep[i]:
-                j = plan.models[i].layers.index(layer)
-                self.add_module(f"l{j}", _layer_module(suite, plan.models[i], layer))
-                self.order.append((j, (i, j) in starts))
-
-        def forward(self, *fresh: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            feeds = iter(fresh)
-            ends: list[torch.Tensor] = []
-            x: torch.Tensor | None = None
-            for j, starts_here in self.order:
-                if starts_here:
-                    if x is not None:
-                        ends.append(x)
-                    x = next(feeds)
-                x = getattr(self, f"l{j}")(x)
-            if x is not None:
-                ends.append(x)
-            return tuple(ends)
-
-    class Root(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.counts = []
-            for i in range(len(plan.models)):
-                self.add_module(f"m{i}", ModelModule(i))
-                self.counts.append(sum(1 for mi, _, _ in plan.inputs() if mi == i))
-
-        def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            outputs: list[torch.Tensor] = []
-            k = 0
-            for i, count in enumerate(self.counts):
-                outputs.extend(getattr(self, f"m{i}")(*inputs[k : k + count]))
-                k += count
-            return tuple(outputs)
-
-    return Root().eval()
-
-
-def _example_inputs(suite: SuiteSpec, plan: _Plan):
-    from opbench.ops.inputs import make_input, seed_for
-
-    return tuple(
-        make_input(
-            layer.input_shape, seed_for(suite.name, plan.models[i].name, layer.name, "input")
-        )
-        for i, _j, layer in plan.inputs()
-    )
-
-
-def _export(root, inputs, path: Path) -> str:
-    """Export to ONNX; returns the exporter used. Exporter chatter is swallowed."""
-    import torch
-
-    sink = io.StringIO()
-    chatty = logging.getLogger("torch.onnx")
-    level = chatty.level
-    chatty.setLevel(logging.ERROR)
-    try:
-        with (
-            contextlib.redirect_stdout(sink),
-            contextlib.redirect_stderr(sink),
-            warnings.catch_warnings(),
-        ):
-            warnings.simplefilter("ignore")
-            with torch.no_grad():
-                program = torch.onnx.export(root, inputs, dynamo=True, external_data=False)
-            program.save(str(path))
-    finally:
-        chatty.setLevel(level)
-    return f"torch.onnx.export(dynamo=True), torch {torch.__version__}"
-
-
-_SCOPE = re.compile(r"^m(\d+)\.l(\d+)$")
-
-
-def _scope_of(node) -> tuple[int, int] | None:
-    """(model, layer) indices from the exporter's scope metadata (or a legacy /m0/l3/ name)."""
-    for prop in node.metadata_props:
-        if prop.key == "pkg.torch.onnx.name_scopes":
-            try:
-                scopes = json.loads(prop.value.replace("'", '"'))
-            except ValueError:
-                scopes = []
-            for scope in reversed(scopes):
-                match = _SCOPE.match(str(scope))
-                if match:
-                    return int(match.group(1)), int(match.group(2))
-    legacy = re.match(r"^/m(\d+)/l(\d+)/", node.name)
-    return (int(legacy.group(1)), int(legacy.group(2))) if legacy else None
-
-
-def rename_nodes(onnx_path: Path, plan: _Plan) -> tuple[dict[str, tuple[str, str]], int]:
-    """Rename every node /<model>/<layer>/<OpType>[_k] and every tensor it produces
-    <node>_output_<i>. ONNX Runtime names some fused nodes after a tensor (`<tensor>_nchwc`),
-    so tensors carry the layer too. Returns (new node name -> (model, layer), opset)."""
-    import onnx
-
-    proto = onnx.load(str(onnx_path))
-    owners: dict[str, tuple[str, str]] = {}
-    used: dict[str, int] = {}
-    tensors: dict[str, str] = {}
-    for node in proto.graph.node:
-        scope = _scope_of(node)
-        if scope is None:
-            base = f"/{node.op_type}"
-        else:
-            model = plan.models[scope[0]]
-            layer = model.layers[scope[1]]
-            base = f"/{model.name}/{layer.name}/{node.op_type}"
-        count = used.get(base, 0)
-        used[base] = count + 1
-        node.name = base if count == 0 else f"{base}_{count}"
-        if scope is not None:
-            owners[node.name] = (model.name, layer.name)
-        for k, value in enumerate(node.output):
-            if value:
-                tensors[value] = f"{node.name}_output_{k}"
-    _rename_tensors(proto.graph, tensors)
-    onnx.save(proto, str(onnx_path))
-    opset = max((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), default=0)
-    return owners, opset
-
-
-def _rename_tensors(graph, names: dict[str, str]) -> None:
-    """Apply old -> new tensor names everywhere a graph refers to a tensor."""
-    for node in graph.node:
-        node.input[:] = [names.get(v, v) for v in node.input]
-        node.output[:] = [names.get(v, v) for v in node.output]
-    for value in (*graph.output, *graph.value_info):
-        value.name = names.get(value.name, value.name)
-
-
 # ---- ONNX Runtime side ------------------------------------------------------------------------
 
 
@@ -287,7 +82,7 @@ def pick_provider() -> tuple[list[str], str]:
     return ["CPUExecutionProvider"], "cpu"
 
 
-def _session(onnx_path: Path, providers: list[str], profile_prefix: str | None = None):
+def _session(proto, providers: list[str], profile_prefix: str | None = None):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -295,28 +90,58 @@ def _session(onnx_path: Path, providers: list[str], profile_prefix: str | None =
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(onnx_path), sess_options=options, providers=providers)
+    return ort.InferenceSession(
+        proto.SerializeToString(), sess_options=options, providers=providers
+    )
 
 
-def _try_layer(
-    suite: SuiteSpec, model: ModelSpec, layer: LayerSpec, work: Path, providers: list[str]
+def _why_not(
+    data: SeededData, model: ModelSpec, layer: LayerSpec, providers: list[str]
 ) -> str | None:
-    """Why this layer alone cannot be exported or run by ONNX Runtime, or None if it can."""
-    plan = _Plan((model,), ((layer,),))
-    path = work / "probe.onnx"
+    """Why this layer alone cannot be written to ONNX or run by ONNX Runtime, or None."""
     try:
-        _export(_build_root(suite, plan), _example_inputs(suite, plan), path)
-        session = _session(path, providers)
-        session.run(None, _feeds(session, _example_inputs(suite, plan)))
+        built = build_graph([Part(model, (layer,))], data, PATH_NAMES, "probe")
+        _session(built.proto, providers).run(None, built.feeds)
+    except InputError as exc:
+        return exc.message
     except Exception as exc:  # noqa: BLE001 - any failure means "cannot be a reference layer"
         return _one_line(exc)
     return None
 
 
-def _feeds(session, inputs) -> dict[str, Any]:
-    return {
-        meta.name: tensor.numpy() for meta, tensor in zip(session.get_inputs(), inputs, strict=True)
-    }
+def _build_all(
+    chosen: Sequence[ModelSpec],
+    data: SeededData,
+    providers: list[str],
+    log: Callable[[str], None],
+) -> tuple[BuiltGraph, list[Skipped]]:
+    """One graph of every chosen model; layers that cannot be in it are left out and listed."""
+    parts = [Part(m, m.layers) for m in chosen]
+    try:
+        built = build_graph(parts, data, PATH_NAMES, "opbench_suite")
+        _session(built.proto, providers)
+        return built, []
+    except Exception:  # noqa: BLE001 - find the layers that fail, leave them out, retry
+        log("the whole suite does not export or load: trying each layer alone")
+    skipped: list[Skipped] = []
+    kept_parts = []
+    for model in chosen:
+        kept = []
+        for layer in model.layers:
+            reason = _why_not(data, model, layer, providers)
+            if reason is None:
+                kept.append(layer)
+            else:
+                skipped.append(Skipped(model.name, layer.name, layer.op, reason))
+                log(f"  left out {model.name}/{layer.name} ({layer.op}): {reason}")
+        if kept:
+            kept_parts.append(Part(model, tuple(kept)))
+    if not kept_parts:
+        raise InputError("no layer of the chosen models can be exported to ONNX")
+    try:
+        return build_graph(kept_parts, data, PATH_NAMES, "opbench_suite"), skipped
+    except Exception as exc:  # noqa: BLE001 - each layer exports alone, together they do not
+        raise _engine_error("exporting the suite failed", exc) from exc
 
 
 def _cpu_name() -> str:
@@ -346,42 +171,20 @@ def profile_suite(
         raise InputError(f"--runs must be at least 1, not {runs}")
     chosen = select_models(suite, models)
     providers, device = pick_provider()
-    keep = [list(m.layers) for m in chosen]
-    skipped: list[Skipped] = []
     work = Path(tempfile.mkdtemp(prefix="opbench-ort-"))
     try:
-        onnx_path = work / "suite.onnx"
-        plan = _Plan(tuple(chosen), tuple(tuple(k) for k in keep))
-        log(f"exporting {sum(len(k) for k in keep)} layers of {len(chosen)} model(s) to ONNX")
-        try:
-            exporter = _export(_build_root(suite, plan), _example_inputs(suite, plan), onnx_path)
-            _session(onnx_path, providers)
-        except Exception:  # noqa: BLE001 - find the layers that fail, leave them out, retry
-            log("the whole suite does not export or load: trying each layer alone")
-            for i, model in enumerate(chosen):
-                for layer in model.layers:
-                    reason = _try_layer(suite, model, layer, work, providers)
-                    if reason is not None:
-                        skipped.append(Skipped(model.name, layer.name, layer.op, reason))
-                        keep[i].remove(layer)
-                        log(f"  left out {model.name}/{layer.name} ({layer.op}): {reason}")
-            plan = _Plan(tuple(chosen), tuple(tuple(k) for k in keep))
-            if not any(plan.keep):
-                raise InputError("no layer of the chosen models can be exported to ONNX") from None
-            try:
-                exporter = _export(
-                    _build_root(suite, plan), _example_inputs(suite, plan), onnx_path
-                )
-            except Exception as exc:  # noqa: BLE001 - each layer exports alone, together they do not
-                raise _engine_error("exporting the suite failed", exc) from exc
-        owners, opset = rename_nodes(onnx_path, plan)
+        log(
+            f"writing {sum(len(m.layers) for m in chosen)} layers of {len(chosen)} model(s) to ONNX"
+        )
+        built, skipped = _build_all(chosen, SeededData(suite), providers, log)
+        owners, opset = built.owners, built.opset
         log(
             f"profiling with ONNX Runtime {ort.__version__} ({device}): {warmup} warm-up + {runs} runs"
         )
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         try:
-            session = _session(onnx_path, providers, profile_prefix=str(work / "ort_profile"))
-            feeds = _feeds(session, _example_inputs(suite, plan))
+            session = _session(built.proto, providers, profile_prefix=str(work / "ort_profile"))
+            feeds = built.feeds
             started = time.perf_counter()
             for _ in range(warmup + runs):
                 session.run(None, feeds)
@@ -407,7 +210,7 @@ def profile_suite(
             "cpu_count": os.cpu_count(),
             "load_average_1m_at_start": round(load, 2) if load is not None else None,
             "python": platform.python_version(),
-            "exporter": exporter,
+            "exporter": "opbench.export (onnx.helper, one ONNX form per op)",
             "opset": opset,
             "dtype": "float32",
             "warmup_runs": warmup,
@@ -425,7 +228,7 @@ def profile_suite(
             profile=out,
             meta=meta_path,
             models=tuple(m.name for m in chosen),
-            layers=sum(len(k) for k in plan.keep),
+            layers=len({layer for layer in owners.values()}),
             skipped=tuple(skipped),
             provider=device,
             runs=runs,

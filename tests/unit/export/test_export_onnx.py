@@ -1,0 +1,127 @@
+"""`opbench export onnx`: every file ONNX Runtime runs reproduces the suite's float64 reference.
+
+For each model of suites/quickstart.yaml and suites/cnn.yaml, the whole-model file and every
+prefix file are run by ONNX Runtime on the exported fixed input and compared, output by
+output, with the float64 computation of the ops (`op.forward`) on the same seeded weights and
+input from ModelData. The limit is the suite's float32 tolerance (relative L2 error 1e-4).
+
+suites/cnn.yaml runs at batch 32 on 224×224 and 56×56 inputs: several GFLOP per prefix in
+float64 on a 2-core CPU. It is exported here at batch 1 through a temporary copy of the suite
+(same layers, weights seeded by the same names); every layer shape but the batch is the same.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from opbench.cli.main import app
+from opbench.spec.load import load_suite
+from opbench.spec.model import DEFAULT_TOLERANCE, ModelSpec, SuiteSpec
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+SUITES = Path(__file__).parents[3] / "suites"
+runner = CliRunner()
+
+
+def _cnn_at_batch_1(tmp_path: Path) -> Path:
+    raw = yaml.safe_load((SUITES / "cnn.yaml").read_text())
+    for model in raw["models"]:
+        model["batch"] = 1
+    path = tmp_path / "cnn.yaml"  # same file name and suite name: the same seeds
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+def float64_outputs(suite: SuiteSpec, model: ModelSpec) -> list:
+    """Each layer's float64 output on the chain, from ModelData's seeded weights and inputs."""
+    import torch
+
+    from opbench.backends.base import torch_dtype
+    from opbench.ops.registry import get_op
+    from opbench.pipeline.data import ModelData
+
+    data = ModelData(suite, model, "cpu")
+    outs = []
+    x = None
+    with torch.no_grad():
+        for i, layer in enumerate(model.layers):
+            if i == 0 or layer.starts_chain:
+                x = data.input(i).to(torch.float64)
+            weights = {
+                k: v.to(torch_dtype(layer.dtype)).to(torch.float64)
+                for k, v in data.weights(i).items()
+            }
+            x = get_op(layer.op).forward(x, weights, layer)
+            outs.append(x.numpy())
+    return outs
+
+
+def rel_l2(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
+
+
+def _check_export(suite_path: Path, out: Path) -> int:
+    done = runner.invoke(app, ["export", "onnx", str(suite_path), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    suite = load_suite(suite_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["dtype"] == "float32" and manifest["suite"] == suite.name
+    assert [m["name"] for m in manifest["models"]] == [m.name for m in suite.models]
+    limit = DEFAULT_TOLERANCE["float32"]
+    checked = 0
+    for model, entry in zip(suite.models, manifest["models"], strict=True):
+        assert [lay["name"] for lay in entry["layers"]] == [lay.name for lay in model.layers]
+        assert [p["layer"] for p in entry["prefixes"]] == [lay.name for lay in model.layers]
+        assert entry["inputs"][0]["shape"] == list(model.layers[0].input_shape)
+        expected = float64_outputs(suite, model)
+        index = {layer.name: i for i, layer in enumerate(model.layers)}
+        for prefix in entry["prefixes"]:
+            proto = onnx.load(str(out / prefix["file"]))
+            names = {node.name for node in proto.graph.node}
+            cut = [lay.name for lay in model.layers[: prefix["cut"]]]
+            assert set(cut) <= names  # every layer of the cut is a node of its own name
+            assert all(n in cut or n.split("/")[0] in cut for n in names)
+            session = ort.InferenceSession(str(out / prefix["file"]))
+            feeds = {i["name"]: np.load(out / i["file"]) for i in prefix["inputs"]}
+            assert [i["shape"] for i in prefix["inputs"]] == [list(f.shape) for f in feeds.values()]
+            results = session.run(None, feeds)
+            assert len(results) == len(prefix["outputs"])
+            for got, meta in zip(results, prefix["outputs"], strict=True):
+                want = expected[index[meta["layer"]]]
+                assert got.shape == want.shape == tuple(meta["shape"])
+                error = rel_l2(got, want)
+                assert error <= limit, f"{model.name} cut {prefix['cut']} {meta['layer']}: {error}"
+                checked += 1
+    return checked
+
+
+def test_quickstart_export_reproduces_reference(tmp_path: Path):
+    assert _check_export(SUITES / "quickstart.yaml", tmp_path / "out") == 7 + 9 + 3
+
+
+def test_cnn_export_reproduces_reference(tmp_path: Path):
+    suite = _cnn_at_batch_1(tmp_path)
+    # resnet_blocks has three chains (l3_conv2 and l4_conv2 set their own input): later cuts
+    # have one output per finished chain.
+    assert _check_export(suite, tmp_path / "out") == 4 + 10 + 2 + 3 * 5
+
+
+def test_op_without_onnx_form_is_bad_input(tmp_path: Path, monkeypatch):
+    from opbench.export import onnx_ops
+
+    monkeypatch.delitem(onnx_ops.EMITTERS, "gelu")
+    out = tmp_path / "out"
+    done = runner.invoke(
+        app, ["export", "onnx", str(SUITES / "quickstart.yaml"), "--out", str(out)]
+    )
+    assert done.exit_code == 2
+    assert "layer 'gelu': op 'gelu' has no ONNX form" in done.output
+    assert not out.exists()  # checked before anything is written

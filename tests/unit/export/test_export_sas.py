@@ -1,0 +1,169 @@
+"""`opbench export sas`: the generated script runs with the real swat and sas-dlpy packages
+against a local stand-in CAS server (REST over HTTP, canned timings), and the CSV it writes
+is read back by `opbench compare` to a verdict.
+
+The stand-in records every action. It refuses the weights import of cut 3 (a server-side
+failure); DLPy's own importer refuses cuts 7-9 (Transpose, client-side): both kinds of
+failure are written as comment lines with their error, and the other prefixes are measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from opbench.cli.main import app
+
+pytest.importorskip("swat")
+pytest.importorskip("dlpy")
+pytest.importorskip("h5py")
+pytest.importorskip("onnx")
+
+from tests.unit.export.cas_standin import StandIn, serve  # noqa: E402
+
+QUICKSTART = Path(__file__).parents[3] / "suites" / "quickstart.yaml"
+runner = CliRunner()
+
+
+def score_ms(model: str, call: int) -> float:
+    """Canned dlScore time: cut k takes k ms, with a spread of 0.01 ms between calls."""
+    return float(model.rsplit("_", 1)[-1]) + 0.01 * (call % 3)
+
+
+@pytest.fixture
+def bundle(tmp_path: Path) -> Path:
+    out = tmp_path / "sas"
+    done = runner.invoke(
+        app, ["export", "sas", str(QUICKSTART), "--model", "cnn", "--out", str(out)]
+    )
+    assert done.exit_code == 0, done.output
+    assert "cnn: prefixes from layer 'to_nhwc' on will fail in SAS" in done.output
+    return out
+
+
+def _run_script(bundle: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(bundle / "time_sas_prefixes.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_script_times_prefixes_against_standin_and_compare_reads_it(
+    bundle: Path, tmp_path: Path, monkeypatch
+):
+    standin = StandIn(score_ms, fail={("deeplearn.dlimportmodelweights", "opb_cnn_03")})
+    server, port = serve(standin)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".authinfo").write_text("host 127.0.0.1 user tester password s3cret\n")
+    (home / ".authinfo").chmod(0o600)
+    env = dict(os.environ, HOME=str(home), CASHOST="127.0.0.1", CASPORT=str(port))
+    env["CASPROTOCOL"] = "http"
+    try:
+        done = _run_script(bundle, env, "--username", "tester", "--warmup", "1", "--repeats", "3")
+    finally:
+        server.shutdown()
+    assert done.returncode == 1, done.stderr  # some prefixes failed: said by the exit code
+    assert "[cnn 1/9] cut after conv1: " in done.stdout  # progress
+    assert "opbench compare --reference" in done.stdout and "--model 'cnn'" in done.stdout
+
+    # Credentials came from the authinfo file, and are in no file the export wrote.
+    token = "Basic " + base64.b64encode(b"tester:s3cret").decode()
+    assert {c.authorization for c in standin.calls} == {token}
+    assert not any("s3cret" in p.read_text(errors="ignore") for p in bundle.glob("*.py"))
+
+    actions = [c.action for c in standin.calls]
+    assert actions.count("deeplearn.buildmodel") == 6  # cuts 1-6 imported; 7-9 refused by DLPy
+    assert actions.count("deeplearn.dlscore") == 5 * (1 + 3)  # cut 3 failed before scoring
+    weights = [c.params for c in standin.calls if c.action == "deeplearn.dlimportmodelweights"]
+    assert weights[0]["caslib"] == "OPBENCHW" and weights[0]["formatType"] == "KERAS"
+    assert (bundle / "sas_weights" / weights[0]["weightFilePath"]).is_file()
+    (caslib,) = [c.params for c in standin.calls if c.action == "table.addcaslib"]
+    assert caslib["path"] == str((bundle / "sas_weights").resolve())
+    (upload,) = [c for c in standin.calls if c.action == "table.upload"]
+    assert upload.body_bytes > 0 and upload.params["casout"]["name"] == "opb_in_cnn"
+    added = [c.params["name"] for c in standin.calls if c.action == "deeplearn.addlayer"]
+    assert {"conv1", "bn1", "conv2"} <= set(added)  # DLPy's layers carry the suite's names
+
+    lines = (bundle / "sas_prefix_cnn.csv").read_text().splitlines()
+    failures = [line for line in lines if line.startswith("#")]
+    assert failures[0].startswith("# cut 3 after relu1 failed: dlImportModelWeights: ERROR:")
+    assert [f.split(" failed")[0] for f in failures[1:]] == [
+        "# cut 7 after to_nhwc", "# cut 8 after flat", "# cut 9 after gelu"
+    ]  # fmt: skip
+    assert all("Unsupported op: Transpose" in f for f in failures[1:])
+    rows = list(csv.DictReader(line for line in lines if not line.startswith("#")))
+    # the cut after pool1 also holds relu1, whose own cut failed: its name says so
+    assert [r["layer"] for r in rows] == ["conv1", "bn1", "relu1 + pool1", "conv2", "pool2"]
+    for cut, row in zip([1, 2, 4, 5, 6], rows, strict=True):
+        # median of calls 1, 2, 3 (call 0 is the warm-up)
+        assert float(row["prefix_median_ms"]) == pytest.approx(cut + 0.01)
+        assert float(row["prefix_std_ms"]) == pytest.approx(0.01)
+        assert row["runs"] == "3"
+
+    # The CSV is a sas-prefix reference for `opbench compare`.
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(
+        app,
+        [
+            "run",
+            str(QUICKSTART),
+            "--model",
+            "cnn",
+            "--backend",
+            "torch",
+            "--quick",
+            "--device",
+            "cpu",
+        ],
+    )
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(
+        app,
+        ["compare", "--reference", str(bundle / "sas_prefix_cnn.csv"), "--model", "cnn",
+         "--backend", "torch", "--no-gate"],
+    )  # fmt: skip
+    assert done.exit_code in (0, 1), done.output  # a verdict: targets met, or missed
+    assert "sas-prefix" in done.output
+    (run_folder,) = [
+        p
+        for p in (tmp_path / "reports" / "quickstart").iterdir()
+        if p.is_dir() and not p.is_symlink()
+    ]
+    data = json.loads((run_folder / "comparison.json").read_text())
+    rows_by_layer = {tuple(r["layers"]): r for r in data["rows"]}
+    assert rows_by_layer[("conv1",)]["reference"]["value"] == pytest.approx(1.01)
+    assert rows_by_layer[("bn1",)]["reference"]["value"] == pytest.approx(1.0)
+    assert rows_by_layer[("relu1", "pool1")]["reference"]["value"] == pytest.approx(2.0)
+    assert [tuple(r["layers"]) for r in data["rows"]] == [
+        ("conv1",), ("bn1",), ("relu1", "pool1"), ("conv2",), ("pool2",)
+    ]  # fmt: skip
+    verdicts = [t["verdict"] for r in data["rows"] for t in r["timings"] if t["backend"] == "torch"]
+    assert len(verdicts) == 5 and set(verdicts) <= {"PASS", "FAIL", "UNCERTAIN"}
+
+
+def test_script_without_connection_settings_is_bad_input(bundle: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAS")}
+    done = _run_script(bundle, env)
+    assert done.returncode == 2
+    assert "no CAS host (--host or CASHOST) and no CAS port (--port or CASPORT)" in done.stderr
+    assert not list(bundle.glob("sas_prefix_*.csv"))
+
+
+def test_script_reports_unreachable_server(bundle: Path):
+    env = dict(os.environ, CASHOST="127.0.0.1", CASPORT="9", CASPROTOCOL="http")
+    done = _run_script(bundle, env, "--username", "u", "--authinfo", os.devnull)
+    assert done.returncode == 2
+    assert "error: cannot connect to CAS at 127.0.0.1:9" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,189 @@
+"""`opbench suite from-onnx`: ONNX files written by opbench and by torch.onnx.export become
+suites that validate, with the same layers and shapes; unsupported nodes are listed."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from opbench.cli.main import app
+from opbench.spec.load import load_suite
+
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+SUITES = Path(__file__).parents[3] / "suites"
+runner = CliRunner()
+
+
+def _from_onnx(model: Path, out: Path, *extra: str):
+    return runner.invoke(app, ["suite", "from-onnx", str(model), "--out", str(out), *extra])
+
+
+def _layers(model) -> list[tuple]:
+    return [(lay.name, lay.op, lay.input_shape, lay.output_shape) for lay in model.layers]
+
+
+@pytest.mark.parametrize("suite_file", ["quickstart.yaml", "cnn.yaml"])
+def test_opbench_export_round_trips(tmp_path: Path, suite_file: str):
+    source = tmp_path / suite_file
+    raw = yaml.safe_load((SUITES / suite_file).read_text())
+    for model in raw["models"]:
+        model["batch"] = min(model["batch"], 2)  # the shapes matter here, not the size
+    source.write_text(yaml.safe_dump(raw, sort_keys=False))
+    done = runner.invoke(app, ["export", "onnx", str(source), "--out", str(tmp_path / "x")])
+    assert done.exit_code == 0, done.output
+    original = load_suite(source)
+    manifest = json.loads((tmp_path / "x" / "manifest.json").read_text())
+    for model, entry in zip(original.models, manifest["models"], strict=True):
+        out = tmp_path / f"{model.name}.yaml"
+        done = _from_onnx(tmp_path / "x" / entry["file"], out)
+        assert done.exit_code == 0, done.output
+        (back,) = load_suite(out).models
+        assert back.name == model.name and back.batch == model.batch
+        assert _layers(back) == _layers(model)
+        for a, b in zip(back.layers, model.layers, strict=True):
+            assert a.starts_chain == b.starts_chain
+            for key in ("activation", "heads", "causal", "packed_qkv", "dims", "kernel_size"):
+                assert a.params.get(key) == b.params.get(key), (a.name, key)
+
+
+class SmallCNN(nn.Module):
+    """A torchvision-style stem and head: conv-bn-relu, max pool, conv, SiLU, global pool, fc."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.conv2 = nn.Conv2d(8, 16, 3, padding=1)
+        self.act2 = nn.SiLU()
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Linear(16, 10)
+        self.softmax = nn.Softmax(dim=1)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.act2(self.conv2(x))
+        return self.softmax(self.fc(self.flatten(self.avgpool(x))))
+
+
+def _module_shapes(model: nn.Module, x) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, module in model.named_children():
+        module.register_forward_hook(
+            lambda _m, _i, out, name=name: shapes.__setitem__(name, tuple(out.shape))
+        )
+    model(x)
+    return shapes
+
+
+def _quiet_export(model, x, path: Path, **kwargs) -> None:
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+    ):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            model, (x,), None if kwargs.get("dynamo") else str(path), **kwargs
+        )
+        if program is not None:
+            program.save(str(path))
+
+
+def test_torch_legacy_export_gives_the_module_layers(tmp_path: Path):
+    model, x = SmallCNN().eval(), torch.randn(2, 3, 32, 32)
+    path = tmp_path / "small_cnn.onnx"
+    _quiet_export(model, x, path, dynamo=False, training=torch.onnx.TrainingMode.PRESERVE)
+    done = _from_onnx(path, tmp_path / "s.yaml")
+    assert done.exit_code == 0, done.output
+    (suite_model,) = load_suite(tmp_path / "s.yaml").models
+    shapes = _module_shapes(model, x)
+    assert [lay.name for lay in suite_model.layers] == list(shapes)
+    assert [lay.op for lay in suite_model.layers] == [
+        "conv2d", "batchnorm2d", "relu", "maxpool2d", "conv2d", "silu", "avgpool2d", "flatten",
+        "linear", "softmax",
+    ]  # fmt: skip
+    assert {lay.name: lay.output_shape for lay in suite_model.layers} == shapes
+    assert suite_model.layers[0].reference_name == "/conv1/Conv"  # what a profile calls it
+
+
+def test_torch_dynamo_export_keeps_node_names(tmp_path: Path):
+    """The dynamo exporter folds bn1 into conv1 and names nodes `node_*`: the suite has the
+    remaining layers under the names an ONNX Runtime profile of that file shows."""
+    model, x = SmallCNN().eval(), torch.randn(2, 3, 32, 32)
+    path = tmp_path / "small_cnn_dynamo.onnx"
+    _quiet_export(model, x, path, dynamo=True, external_data=False)
+    nodes = [n.name for n in onnx.load(str(path)).graph.node if n.op_type != "Constant"]
+    done = _from_onnx(path, tmp_path / "s.yaml")
+    assert done.exit_code == 0, done.output
+    (suite_model,) = load_suite(tmp_path / "s.yaml").models
+    names = [lay.name for lay in suite_model.layers]
+    assert set(names) <= set(nodes)
+    shapes = _module_shapes(model, x)
+    want = [v for k, v in shapes.items() if k != "bn1"]
+    assert [lay.output_shape for lay in suite_model.layers] == want
+
+
+class Residual(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.tanh = nn.Tanh()
+
+    def forward(self, x):
+        return self.tanh(self.conv2(self.relu(self.conv1(x))) + x)
+
+
+def test_unsupported_nodes_are_listed_or_skipped(tmp_path: Path):
+    path = tmp_path / "residual.onnx"
+    _quiet_export(Residual().eval(), torch.randn(1, 4, 8, 8), path, dynamo=False)
+    out = tmp_path / "s.yaml"
+    done = _from_onnx(path, out)
+    assert done.exit_code == 2
+    assert "/Add (Add): takes 2 data inputs" in done.output
+    assert "/tanh/Tanh (Tanh): not a supported op" in done.output
+    assert not out.exists()
+
+    done = _from_onnx(path, out, "--skip-unsupported")
+    assert done.exit_code == 0, done.output
+    text = out.read_text()
+    assert "# skipped: /Add (Add)" in text and "# skipped: /tanh/Tanh (Tanh)" in text
+    (suite_model,) = load_suite(out).models
+    assert [lay.name for lay in suite_model.layers] == ["conv1", "relu", "conv2"]
+
+
+def test_symbolic_batch_needs_batch_option(tmp_path: Path):
+    path = tmp_path / "dyn.onnx"
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            nn.Sequential(nn.Linear(8, 4)), (torch.randn(2, 8),), str(path), dynamo=False,
+            input_names=["x"], dynamic_axes={"x": {0: "N"}},
+        )  # fmt: skip
+    done = _from_onnx(path, tmp_path / "s.yaml")
+    assert done.exit_code == 2 and "symbolic batch dimension 'N'" in done.output
+    done = _from_onnx(path, tmp_path / "s.yaml", "--batch", "16")
+    assert done.exit_code == 0, done.output
+    (suite_model,) = load_suite(tmp_path / "s.yaml").models
+    assert suite_model.layers[0].output_shape == (16, 4)
+
+
+def test_not_an_onnx_file(tmp_path: Path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("not onnx")
+    done = _from_onnx(bad, tmp_path / "s.yaml")
+    assert done.exit_code == 2 and "not an ONNX model" in done.output
