@@ -147,10 +147,27 @@ def test_a_group_splits_when_a_member_excludes_the_backend() -> None:
         )
     )
     suite = load_suite_text(text)
-    items = plan_work(suite, RunOptions(backends=["triton"], models=["fused"]), backends())
-    assert [i.indices for i in items][:2] == [(0,), (2,)], (
-        "conv1 and relu1 alone; bn1 is not run on triton"
-    )
+    items = plan_work(suite, RunOptions(models=["fused"]), backends())
+    triton_items = [i.indices for i in items if i.backend == "triton"]
+    assert triton_items[:2] == [(0,), (2,)], "conv1 and relu1 alone; bn1 is not run on triton"
+    # --backend replaces the suite's lists: asked for, triton runs bn1 too, and fuses the chain.
+    asked = plan_work(suite, RunOptions(backends=["triton"], models=["fused"]), backends())
+    assert [i.indices for i in asked][:1] == [(0, 1, 2)]
+
+
+def test_asked_backends_replace_the_suites_lists() -> None:
+    """A suite listing torch only, run with --backend torch-compile --backend torch-int8: every
+    layer is planned on both, in the order asked, and nothing on torch."""
+    suite = load_suite(SUITES / "tiny.yaml")
+    items = plan_work(suite, RunOptions(backends=["torch-compile", "torch-int8"]), backends())
+    per_model = {}
+    for item in items:
+        per_model.setdefault(item.model.name, []).append((item.backend, item.indices))
+    assert per_model["mlp"] == [("torch-compile", (i,)) for i in range(4)] + [
+        ("torch-int8", (i,)) for i in range(4)
+    ]
+    assert {b for b, _ in per_model["cnn"]} == {"torch-compile", "torch-int8"}
+    assert len(items) == 12
 
 
 # ---- whole runs ----------------------------------------------------------------------------------
