@@ -25,6 +25,7 @@ _BUILTINS: dict[str, str] = {
     "torch": "opbench.backends.torch_eager:TorchEager",
     "torch-compile": "opbench.backends.torch_compile:TorchCompile",
     "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
+    "torch-int8": "opbench.backends.torch_int8:TorchInt8",
     "triton": "opbench.backends.triton:TritonBackend",
 }
 

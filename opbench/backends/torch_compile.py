@@ -35,6 +35,8 @@ class TorchCompile(TorchEager):
     name = "torch-compile"
     compiler: str | Callable = "inductor"  # tests swap in a counting backend
     mode: str | None = None
+    #: the mode of the whole-forward compile that is this backend's CUDA-graph figure
+    graph_mode: str = "reduce-overhead"
 
     def unavailable_reason(self, device: str) -> str | None:
         try:
@@ -46,12 +48,8 @@ class TorchCompile(TorchEager):
     def build(self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str) -> Built:
         import torch
 
-        eager = self.forward(layers, weights, device)
-        compiled = torch.no_grad()(
-            torch.compile(
-                with_own_code(eager.fn), dynamic=False, backend=self.compiler, mode=self.mode
-            )
-        )
+        eager = self.forward(layers, weights, device, static_weights=True)
+        compiled = self.compile(eager.fn, self.mode)
         layer = layers[0]
         from opbench.backends.base import torch_dtype
         from opbench.ops.inputs import make_input
@@ -70,6 +68,25 @@ class TorchCompile(TorchEager):
             tuning_s=time.perf_counter() - start,
         )
 
+    def compile(self, fn: Callable, mode: str | None) -> Callable:
+        """torch.compile of fn (a code of its own, static shapes) in `mode`, grad mode off."""
+        import torch
+
+        options = {"backend": self.compiler, "dynamic": False}
+        if mode is not None:
+            options["mode"] = mode
+        return torch.no_grad()(torch.compile(with_own_code(fn), **options))
+
+    def compile_model(self, forward: Callable, inputs: Sequence) -> Callable:
+        """The whole model's forward compiled as a user compiles a model for CUDA graphs
+        (`graph_mode`): the end-to-end `cuda_graph` figure of this backend. The inputs are
+        marked static like the weights: every mode times the same fixed inputs."""
+        import torch
+
+        for tensor in inputs:
+            torch._dynamo.mark_static_address(tensor)
+        return self.compile(forward, self.graph_mode)
+
 
 class TorchCompileMaxAutotune(TorchCompile):
     """mode="max-autotune": Inductor also benchmarks its Triton templates (GEMM, conv) against
@@ -78,3 +95,4 @@ class TorchCompileMaxAutotune(TorchCompile):
 
     name = "torch-compile-max-autotune"
     mode = "max-autotune"
+    graph_mode = "max-autotune"  # which already captures CUDA graphs

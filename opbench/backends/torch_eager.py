@@ -31,10 +31,19 @@ class TorchEager:
         )
 
     def forward(
-        self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str
+        self,
+        layers: Sequence[LayerSpec],
+        weights: Sequence[Weights],
+        device: str,
+        static_weights: bool = False,
     ) -> Built:
         """The layer's forward as a plain function (no grad-mode handling), with its input
-        preparation and note: what `build` wraps, and what torch-compile compiles."""
+        preparation and note: what `build` wraps, and what torch-compile compiles.
+
+        static_weights: mark the weights as fixed-address inputs for torch.compile. Dynamo
+        lifts closure tensors to graph inputs, and CUDA-graph modes (reduce-overhead,
+        max-autotune) copy every non-static input into the graph's buffers on each call;
+        a user's nn.Module parameters are static, so ours must be too."""
         import torch
 
         (layer,) = layers
@@ -53,6 +62,10 @@ class TorchEager:
             notes.append(
                 "channels_last: input converted before timing, as if the previous layer produced it"
             )
+
+        if static_weights:
+            for tensor in w.values():
+                torch._dynamo.mark_static_address(tensor)
 
         def run(x: torch.Tensor) -> torch.Tensor:
             return op.forward(x, w, layer)

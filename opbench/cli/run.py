@@ -34,7 +34,10 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 def run_command(
     suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
     backend: list[str] = typer.Option(
-        [], "--backend", "-b", help="Only these backends (repeatable)."
+        [],
+        "--backend",
+        "-b",
+        help="Run these backends (repeatable), on every layer, instead of the suite's lists.",
     ),
     model: list[str] = typer.Option([], "--model", "-m", help="Only these models (repeatable)."),
     layer: list[str] = typer.Option([], "--layer", "-l", help="Only these layers (repeatable)."),
@@ -68,7 +71,8 @@ def run_command(
     for name in backend:
         if name not in backend_names():
             raise InputError(
-                f"unknown backend {name!r}{suggest(name, backend_names())}",
+                f"unknown backend {name!r}{suggest(name, backend_names())}; "
+                f"known: {', '.join(backend_names())}",
                 Location(field="--backend"),
             )
     known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}
@@ -138,17 +142,16 @@ def run_command(
 
 
 def _check_selection(suite, options, suite_path: Path) -> None:
-    """A --model/--layer/--backend combination that selects no layer is a mistake, not a run."""
+    """A --model/--layer combination that selects no layer is a mistake, not a run.
+    (--backend replaces the suite's backend lists, so it never empties the selection.)"""
     from opbench.pipeline import select_models
 
     for model in select_models(suite, options):
         for layer in model.layers:
-            if options.layers and layer.name not in options.layers:
-                continue
-            if not options.backends or set(options.backends) & set(layer.backends):
+            if not options.layers or layer.name in options.layers:
                 return
     raise InputError(
-        "the --model/--layer/--backend selection matches no layer of the suite",
+        "the --model/--layer selection matches no layer of the suite",
         Location(file=str(suite_path)),
     )
 

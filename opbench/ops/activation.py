@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from opbench.ops.base import Op, numel
-from opbench.ops.functional import activate
+from opbench.ops.functional import activate, activate_reference
 
 
 class _Activation(Op):
@@ -14,6 +14,9 @@ class _Activation(Op):
 
     def forward(self, x, weights, layer):
         return activate(x, self.name)
+
+    def reference(self, x, weights, layer):
+        return activate_reference(x, self.name)
 
 
 class ReLU(_Activation):

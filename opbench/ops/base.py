@@ -1,8 +1,15 @@
 """What every op provides, independent of any backend.
 
 The shape and cost methods are pure Python (the suite loader uses them to validate a suite
-without torch). `make_weights` and `forward` import torch lazily: they are only called by the
-stages that run layers.
+without torch). `make_weights`, `forward` and `reference` import torch lazily: they are only
+called by the stages that run layers.
+
+Two computations per op, kept apart on purpose:
+- `forward` is the torch baseline: the one call a PyTorch user writes for the layer
+  (`F.rms_norm`, `F.linear`, ...), run in the layer's dtype by the torch backends.
+- `reference` is the high-precision result every backend is checked against (float64 on the
+  CPU, float32 on the GPU for large layers). It is written out where that is short, so the
+  baseline is itself checked against something it does not share code with.
 """
 
 from __future__ import annotations
@@ -157,4 +164,16 @@ class Op:
     def forward(
         self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
     ) -> torch.Tensor:
+        """The torch baseline: the call a PyTorch user writes, in the layer's dtype."""
         raise NotImplementedError
+
+    def reference(
+        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
+    ) -> torch.Tensor:
+        """The high-precision result, from x and weights already in float64 (or float32).
+
+        By default the torch call itself: right for ops whose call is exact data movement
+        (permute, flatten) or runs in float64 on the CPU as plain math (conv, pooling, SDPA's
+        math path). Ops whose result is a short formula override this with the formula.
+        """
+        return self.forward(x, weights, layer)

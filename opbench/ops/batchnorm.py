@@ -35,12 +35,22 @@ class BatchNorm2d(Op):
     def forward(self, x, weights, layer):
         import torch.nn.functional as F
 
+        # Statistics in the layer's dtype, as `nn.BatchNorm2d(...).half()` keeps them.
         return F.batch_norm(
             x,
-            weights["running_mean"].to(x.dtype),
-            weights["running_var"].to(x.dtype),
+            weights["running_mean"],
+            weights["running_var"],
             weights["weight"],
             weights["bias"],
             training=False,
             eps=layer.params["eps"],
+        )
+
+    def reference(self, x, weights, layer):
+        def per_channel(key):
+            return weights[key].view(1, -1, 1, 1)
+
+        inv_std = 1.0 / (per_channel("running_var") + layer.params["eps"]).sqrt()
+        return (x - per_channel("running_mean")) * inv_std * per_channel("weight") + per_channel(
+            "bias"
         )

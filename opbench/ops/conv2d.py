@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from opbench.ops.base import ACTIVATION, QUANT, Op, Param, ShapeError, numel
-from opbench.ops.functional import activate
+from opbench.ops.functional import activate, activate_reference
 
 
 def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
@@ -76,10 +76,18 @@ class Conv2d(Op):
         return weights
 
     def forward(self, x, weights, layer):
+        return activate(self._conv(x, weights, layer), layer.params["activation"])
+
+    def reference(self, x, weights, layer):
+        # F.conv2d runs float64 on the CPU as plain sums of products (no reduced precision).
+        return activate_reference(self._conv(x, weights, layer), layer.params["activation"])
+
+    @staticmethod
+    def _conv(x, weights, layer):
         import torch.nn.functional as F
 
         p = layer.params
-        y = F.conv2d(
+        return F.conv2d(
             x,
             weights["weight"],
             weights.get("bias"),
@@ -88,4 +96,3 @@ class Conv2d(Op):
             p["dilation"],
             p["groups"],
         )
-        return activate(y, p["activation"])

@@ -1,7 +1,9 @@
-"""Small torch helpers shared by op reference implementations (imported lazily by ops)."""
+"""Small torch helpers shared by ops (imported lazily): the activation a PyTorch user calls,
+and the same activation written out for the high-precision reference."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -9,6 +11,7 @@ if TYPE_CHECKING:
 
 
 def activate(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """The baseline: F.relu / F.gelu (exact erf form, PyTorch's default) / F.silu."""
     import torch.nn.functional as F
 
     if activation == "none":
@@ -19,4 +22,19 @@ def activate(x: torch.Tensor, activation: str) -> torch.Tensor:
         return F.gelu(x)
     if activation == "silu":
         return F.silu(x)
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+def activate_reference(x: torch.Tensor, activation: str) -> torch.Tensor:
+    """The same functions as formulas, for the float64 reference."""
+    import torch
+
+    if activation == "none":
+        return x
+    if activation == "relu":
+        return x.clamp_min(0)
+    if activation == "gelu":
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    if activation == "silu":
+        return x / (1.0 + torch.exp(-x))
     raise ValueError(f"unknown activation {activation!r}")

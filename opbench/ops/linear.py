@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from opbench.ops.base import ACTIVATION, QUANT, Op, Param, ShapeError, numel
-from opbench.ops.functional import activate
+from opbench.ops.functional import activate, activate_reference
 
 
 class Linear(Op):
@@ -43,3 +43,11 @@ class Linear(Op):
 
         y = F.linear(x, weights["weight"], weights.get("bias"))
         return activate(y, layer.params["activation"])
+
+    def reference(self, x, weights, layer):
+        # A `quant: int8` layer is checked against the unquantized math: the quantization
+        # error is what its looser tolerance allows for.
+        y = x @ weights["weight"].T
+        if "bias" in weights:
+            y = y + weights["bias"]
+        return activate_reference(y, layer.params["activation"])

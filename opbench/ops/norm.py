@@ -23,6 +23,11 @@ class LayerNorm(Op):
             x, (x.shape[-1],), weights["weight"], weights["bias"], layer.params["eps"]
         )
 
+    def reference(self, x, weights, layer):
+        mean = x.mean(-1, keepdim=True)
+        var = (x - mean).pow(2).mean(-1, keepdim=True)
+        return (x - mean) / (var + layer.params["eps"]).sqrt() * weights["weight"] + weights["bias"]
+
 
 class RMSNorm(Op):
     name = "rmsnorm"
@@ -36,10 +41,11 @@ class RMSNorm(Op):
         return 4 * numel(in_shape)
 
     def forward(self, x, weights, layer):
-        import torch
+        import torch.nn.functional as F
 
-        eps = layer.params["eps"]
-        # Written out rather than F.rms_norm so eager runs the same math on every torch version.
-        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-        return (y * weights["weight"].to(y.dtype)).to(x.dtype)
+        # PyTorch's own RMS norm (torch >= 2.4): a fused kernel on recent CUDA builds.
+        return F.rms_norm(x, (x.shape[-1],), weights["weight"], layer.params["eps"])
+
+    def reference(self, x, weights, layer):
+        rms = (x.pow(2).mean(-1, keepdim=True) + layer.params["eps"]).sqrt()
+        return x / rms * weights["weight"]

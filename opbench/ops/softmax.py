@@ -27,3 +27,8 @@ class Softmax(Op):
         import torch
 
         return torch.softmax(x, dim=layer.params["dim"])
+
+    def reference(self, x, weights, layer):
+        dim = layer.params["dim"]
+        e = (x - x.amax(dim, keepdim=True)).exp()
+        return e / e.sum(dim, keepdim=True)

@@ -44,3 +44,7 @@ class Transpose(Permute):
         order = list(range(ndim))
         order[a], order[b] = order[b], order[a]
         return tuple(order)
+
+    def forward(self, x, weights, layer):
+        a, b = (normalise_dim(d, x.dim()) for d in layer.params["dims"])
+        return x.transpose(a, b).contiguous()

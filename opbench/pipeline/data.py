@@ -73,7 +73,7 @@ class ModelData:
                     k: v.to(torch_dtype(layer.dtype)).to(dev, dtype)
                     for k, v in self.weights(i).items()
                 }
-                x = get_op(layer.op).forward(x, rounded, layer)
+                x = get_op(layer.op).reference(x, rounded, layer)
                 if i != indices[-1]:
                     # Between fused layers, the unfused model would round to the layer dtype too.
                     x = x.to(torch_dtype(layer.dtype)).to(dtype)

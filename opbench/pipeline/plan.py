@@ -12,7 +12,7 @@ from opbench.backends.registry import all_backends
 from opbench.pipeline.measure import base_result
 from opbench.pipeline.options import RunOptions, WorkItem
 from opbench.results.model import LayerResult
-from opbench.spec.model import ModelSpec, SuiteSpec
+from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 
 def _model_selected(model: ModelSpec, names: Sequence[str]) -> bool:
@@ -33,12 +33,12 @@ def plan_work(
             backend = backends[name]
             for group in backend.plan(model):
                 layers = [model.layers[i] for i in group]
-                if not all(name in layer.backends for layer in layers):
+                if not all(name in layer_backends(layer, options) for layer in layers):
                     groups = [(i,) for i in group]
                 else:
                     groups = [group]
                 for g in groups:
-                    if name not in model.layers[g[0]].backends:
+                    if name not in layer_backends(model.layers[g[0]], options):
                         continue
                     if options.layers and not any(
                         model.layers[i].name in options.layers for i in g
@@ -65,12 +65,17 @@ def shares(keys: Sequence[tuple[str, str]], n: int) -> list[int]:
     return [first_seen[key] % n for key in keys]
 
 
+def layer_backends(layer: LayerSpec, options: RunOptions) -> tuple[str, ...]:
+    """The backends a layer runs on: `--backend`'s list when given (it replaces the suite's
+    lists, so an asked backend runs every layer, or says why it cannot), else the suite's."""
+    return tuple(options.backends) if options.backends else layer.backends
+
+
 def _backend_order(model: ModelSpec, options: RunOptions) -> list[str]:
     order: dict[str, None] = {}
     for layer in model.layers:
-        for name in layer.backends:
-            if not options.backends or name in options.backends:
-                order.setdefault(name, None)
+        for name in layer_backends(layer, options):
+            order.setdefault(name, None)
     return list(order)
 
 

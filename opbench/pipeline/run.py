@@ -91,8 +91,10 @@ def run_suite(
                 and not options.shard
                 and not unavailable[backend_name]
             ):
-                e2e = time_end_to_end(model, backend_name, built, data, options)
-                run = replace(run, end_to_end=run.end_to_end + (e2e,))
+                e2e = time_end_to_end(
+                    model, backend_name, built, data, options, backends[backend_name]
+                )  # (eager, cuda_graph)
+                run = replace(run, end_to_end=run.end_to_end + e2e)
                 save()
             built.clear()
         del data

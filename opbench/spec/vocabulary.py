@@ -25,6 +25,7 @@ BUILTIN_BACKENDS: tuple[str, ...] = (
     "torch",
     "torch-compile",
     "torch-compile-max-autotune",
+    "torch-int8",
     "triton",
 )
 

@@ -147,10 +147,27 @@ def test_a_group_splits_when_a_member_excludes_the_backend() -> None:
         )
     )
     suite = load_suite_text(text)
-    items = plan_work(suite, RunOptions(backends=["triton"], models=["fused"]), backends())
-    assert [i.indices for i in items][:2] == [(0,), (2,)], (
-        "conv1 and relu1 alone; bn1 is not run on triton"
-    )
+    items = plan_work(suite, RunOptions(models=["fused"]), backends())
+    triton_items = [i.indices for i in items if i.backend == "triton"]
+    assert triton_items[:2] == [(0,), (2,)], "conv1 and relu1 alone; bn1 is not run on triton"
+    # --backend replaces the suite's lists: asked for, triton runs bn1 too, and fuses the chain.
+    asked = plan_work(suite, RunOptions(backends=["triton"], models=["fused"]), backends())
+    assert [i.indices for i in asked][:1] == [(0, 1, 2)]
+
+
+def test_asked_backends_replace_the_suites_lists() -> None:
+    """A suite listing torch only, run with --backend torch-compile --backend torch-int8: every
+    layer is planned on both, in the order asked, and nothing on torch."""
+    suite = load_suite(SUITES / "tiny.yaml")
+    items = plan_work(suite, RunOptions(backends=["torch-compile", "torch-int8"]), backends())
+    per_model = {}
+    for item in items:
+        per_model.setdefault(item.model.name, []).append((item.backend, item.indices))
+    assert per_model["mlp"] == [("torch-compile", (i,)) for i in range(4)] + [
+        ("torch-int8", (i,)) for i in range(4)
+    ]
+    assert {b for b, _ in per_model["cnn"]} == {"torch-compile", "torch-int8"}
+    assert len(items) == 12
 
 
 # ---- whole runs ----------------------------------------------------------------------------------
@@ -174,11 +191,17 @@ def test_run_suite_writes_a_complete_run(tmp_path: Path) -> None:
     assert [e for e, _ in events] == ["plan"] + ["start", "done"] * 6
     assert events[0][1] == 6
     assert [p for e, p in events if e == "done"] == list(run.layers)
-    assert [(e.model, e.backend, e.status) for e in run.end_to_end] == [
-        ("mlp", "torch", "ok"),
-        ("cnn", "torch", "ok"),
+    # Both modes per model and backend; on the CPU the graph mode says why it has no figure.
+    assert [(e.model, e.backend, e.mode, e.status) for e in run.end_to_end] == [
+        ("mlp", "torch", "eager", "ok"),
+        ("mlp", "torch", "cuda_graph", "unsupported"),
+        ("cnn", "torch", "eager", "ok"),
+        ("cnn", "torch", "cuda_graph", "unsupported"),
     ]
-    assert all(len(e.samples_ms) == 2 for e in run.end_to_end)
+    eager = [e for e in run.end_to_end if e.mode == "eager"]
+    assert all(len(e.samples_ms) == 2 for e in eager)
+    graph = [e for e in run.end_to_end if e.mode == "cuda_graph"]
+    assert all(e.message == "no CUDA graphs on the CPU" and not e.samples_ms for e in graph)
 
 
 def test_interrupted_run_keeps_exactly_the_finished_results(tmp_path: Path) -> None:
@@ -216,8 +239,9 @@ def test_a_failing_layer_is_an_error_result_and_the_run_goes_on(
     assert "test_pipeline.py" in act.message, "the message says where it failed"
     others = [r for r in run.layers if r.layer != "act"]
     assert all(r.status == Status.OK for r in others)
-    mlp_e2e = next(e for e in run.end_to_end if e.model == "mlp")
-    assert mlp_e2e.status == Status.UNSUPPORTED, (
+    mlp_e2e = [e for e in run.end_to_end if e.model == "mlp"]
+    assert [e.mode for e in mlp_e2e] == ["eager", "cuda_graph"]
+    assert all(e.status == Status.UNSUPPORTED for e in mlp_e2e), (
         "no end-to-end time for a model with a broken layer"
     )
 
@@ -246,8 +270,9 @@ def test_end_to_end_follows_new_chains(tmp_path: Path) -> None:
     suite = load_suite(SUITES / "sweep_chain.yaml")
     run = run_suite(suite, RunOptions(models=["mlp[batch=3]"]))
     assert [r.status for r in run.layers] == ["ok"] * 4
-    (e2e,) = run.end_to_end
-    assert e2e.status == Status.OK and e2e.stats is not None
+    e2e, graph = run.end_to_end
+    assert e2e.status == Status.OK and e2e.stats is not None and e2e.mode == "eager"
+    assert graph.status == Status.UNSUPPORTED and graph.mode == "cuda_graph"
 
 
 # ---- the Triton backend's plumbing -----------------------------------------------------------------
@@ -380,8 +405,9 @@ def test_whole_run_with_fusion(fake_kernels, tmp_path: Path) -> None:
         ("bn1",),
         ("relu1",),
     ]
-    assert {(e.model, e.status) for e in run.end_to_end} == {("fused", "ok"), ("unfused", "ok")}
-    assert all(e.interpreted for e in run.end_to_end)
+    eager = [e for e in run.end_to_end if e.mode == "eager"]
+    assert {(e.model, e.status) for e in eager} == {("fused", "ok"), ("unfused", "ok")}
+    assert all(e.interpreted for e in eager)
 
 
 def test_unavailable_backend_gives_unsupported_results(monkeypatch) -> None:

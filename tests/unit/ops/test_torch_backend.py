@@ -204,7 +204,13 @@ def test_torch_compile_is_available_or_says_why() -> None:
 
 
 def test_registry_names_every_backend() -> None:
-    assert BACKEND_NAMES == ("torch", "torch-compile", "torch-compile-max-autotune", "triton")
+    assert BACKEND_NAMES == (
+        "torch",
+        "torch-compile",
+        "torch-compile-max-autotune",
+        "torch-int8",
+        "triton",
+    )
     for name in BACKEND_NAMES:
         assert get_backend(name).name == name
 

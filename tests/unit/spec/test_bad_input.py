@@ -93,7 +93,7 @@ CASES = [
     Case(
         "unknown-backend-defaults",
         "name: bad\ndefaults: {backends: [cuda]}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
-        ("unknown backend 'cuda'", "torch, torch-compile, torch-compile-max-autotune, triton"),
+        ("unknown backend 'cuda'", "torch, torch-compile, torch-compile-max-autotune, torch-int8, triton"),
         line=2,
         field="backends",
     ),
