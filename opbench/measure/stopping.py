@@ -41,6 +41,9 @@ _Z975 = 1.959963984540054
 # (its process descheduled for part of the rounds): a quiet machine repeats within a few percent.
 PREEMPTED_ROUND_RATIO = 1.5
 PREEMPTED_IQR = 0.5  # or whose samples spread this widely around their median
+PREEMPTED = "pre-empted?"
+# What a result's note starts a timing warning with (here and in timer_cpu.load_warning).
+WARNING_MARKERS = (PREEMPTED, "loaded:")
 
 
 @dataclass(frozen=True)
@@ -127,10 +130,10 @@ def preemption_warning(rounds: Sequence[Sequence[float]]) -> str | None:
     if not samples or samples[len(samples) // 2] <= 0:
         return None
     if len(meds) >= 2 and min(meds) > 0 and max(meds) / min(meds) > PREEMPTED_ROUND_RATIO:
-        return f"pre-empted? round medians differ {max(meds) / min(meds):.1f}×"
+        return f"{PREEMPTED} round medians differ {max(meds) / min(meds):.1f}×"
     n = len(samples)
     if n >= 8:
         q1, q3, mid = samples[n // 4], samples[(3 * n) // 4], samples[n // 2]
         if (q3 - q1) / mid > PREEMPTED_IQR:
-            return f"pre-empted? samples spread {100 * (q3 - q1) / mid:.0f}% (IQR/median)"
+            return f"{PREEMPTED} samples spread {100 * (q3 - q1) / mid:.0f}% (IQR/median)"
     return None
