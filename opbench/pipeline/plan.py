@@ -63,8 +63,10 @@ DATA_BYTES_PER_S = 1e9
 
 
 def expected_cost(result: LayerResult) -> float:
-    """Expected wall seconds to produce a planned result, from its FLOPs and bytes."""
-    return FIXED_COST_S + result.flops / REFERENCE_FLOPS_PER_S + result.bytes / DATA_BYTES_PER_S
+    """Expected wall seconds to produce a planned result, from its FLOPs and bytes; rounded to
+    10 ms, so that layers of about the same cost are dealt in plan order, not by noise."""
+    work = result.flops / REFERENCE_FLOPS_PER_S + result.bytes / DATA_BYTES_PER_S
+    return round(FIXED_COST_S + work, 2)
 
 
 def shares(
