@@ -194,12 +194,16 @@ def _pool_paired_columns(
         column_rows = _combine(column_rows, tile.to(acc_dtype), IS_MAX)
         if PAD_W > 0:
             edge = tl.load(
-                row_ptrs + left_col * x_stride_w, mask=row_ok & (left_col >= 0), other=fill
+                row_ptrs + left_col * x_stride_w,
+                mask=tl.where(left_col >= 0, row_ok, False),
+                other=fill,
             )
             left = _combine(left, edge.to(acc_dtype), IS_MAX)
         if KERNEL_W - PAD_W > 2:
             edge = tl.load(
-                row_ptrs + right_col * x_stride_w, mask=row_ok & (right_col < width), other=fill
+                row_ptrs + right_col * x_stride_w,
+                mask=tl.where(right_col < width, row_ok, False),
+                other=fill,
             )
             right = _combine(right, edge.to(acc_dtype), IS_MAX)
     even, odd = tl.split(tl.reshape(column_rows, [BLOCK_H, BLOCK_W, 2]))
