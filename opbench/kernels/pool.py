@@ -118,10 +118,11 @@ def _pool2d_kernel(
     out_col_mask = out_cols < out_width
     in_row0 = out_rows * STRIDE_H - PAD_H
 
-    # Max is exact in any precision, so it runs in the input dtype; sums run in fp32.
+    # Max is exact in any precision, so it runs in the input dtype (bf16 through fp32: the
+    # Triton 3.9 interpreter compares bf16 by raw bits); sums run in fp32.
     if IS_MAX:
         fill = -float("inf")
-        acc_dtype = x_ptr.dtype.element_ty
+        acc_dtype = tl.float32 if x_ptr.dtype.element_ty.is_bf16() else x_ptr.dtype.element_ty
     else:
         fill = 0.0
         acc_dtype = tl.float32
