@@ -37,7 +37,11 @@ __all__ = [
 ]
 
 
-def time_callable(fn: Callable[[], Any], timing: TimingSpec, device: str) -> Measurement:
+def time_callable(
+    fn: Callable[[], Any], timing: TimingSpec, device: str, hold: bool = True
+) -> Measurement:
+    """hold=False leaves the host's time in the figure: a whole model issued eagerly from
+    Python costs its host gaps too, which is what its end-to-end time must show."""
     if device.startswith("cuda"):
-        return time_cuda(fn, timing, device)
+        return time_cuda(fn, timing, device, hold=hold)
     return time_cpu(fn, timing)

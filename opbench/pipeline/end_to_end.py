@@ -51,7 +51,7 @@ def time_end_to_end(
 
         timing = timing_for(model.layers[0], options, interpreted)
         with options.timing_guard():
-            measurement = time_callable(forward, timing, options.device)
+            measurement = time_callable(forward, timing, options.device, hold=False)
     except Exception as exc:
         recover(options.device)
         return EndToEnd(
