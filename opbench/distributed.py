@@ -129,9 +129,9 @@ def combine(
     for run in runs.values():
         for result in run.layers:
             done[(result.model, result.members, result.backend)] = result
-    from opbench.pipeline import shares
+    from opbench.pipeline.plan import expected_cost, shares
 
-    owners = shares([(p.model, p.layer) for p in plan], world_size)
+    owners = shares([(p.model, p.layer) for p in plan], world_size, map(expected_cost, plan))
     layers: list[LayerResult] = []
     missing = 0
     for owner, planned in zip(owners, plan, strict=True):

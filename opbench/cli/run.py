@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import typer
@@ -53,6 +54,12 @@ def run_command(
     ),
     shard: str | None = typer.Option(
         None, "--shard", help="Run share K of N (K/N) and write a partial run."
+    ),
+    threads: int | None = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="CPU threads for torch (default on the CPU: OMP_NUM_THREADS, else half the cores).",
     ),
     exclusive_timing: bool = typer.Option(
         False,
@@ -111,6 +118,7 @@ def run_command(
         else " (default: " + ("a GPU is present)" if chosen.startswith("cuda") else "no GPU found)")
     )
     console.print(f"device: [bold]{chosen}[/]{note}")
+    _set_threads(chosen, threads)
     if chosen == "cpu":
         console.print(
             "[dim]on the CPU, Triton kernels run in Triton's interpreter: their times are not performance figures[/]"
@@ -141,6 +149,23 @@ def run_command(
     run_with_progress(suite, options, out)
 
 
+def _set_threads(device: str, threads: int | None) -> None:
+    """CPU timing with a sane thread count (see default_threads); on a GPU run only if asked."""
+    from opbench.measure.timer_cpu import default_threads, load_warning
+
+    if threads is None and device != "cpu":
+        return
+    import torch
+
+    torch.set_num_threads(threads or default_threads())
+    if device == "cpu":
+        loaded = load_warning()
+        console.print(
+            f"[dim]CPU timing with {torch.get_num_threads()} thread(s) (--threads to change)[/]"
+            + (f"; [bold yellow]{loaded}[/]: CPU times may be inflated" if loaded else "")
+        )
+
+
 def _check_selection(suite, options, suite_path: Path) -> None:
     """A --model/--layer combination that selects no layer is a mistake, not a run.
     (--backend replaces the suite's backend lists, so it never empties the selection.)"""
@@ -165,6 +190,7 @@ def run_with_progress(suite, options, out: Path) -> None:
     run_dir = new_run_dir(out, suite.name)
     run_path = run_dir / RUN_FILE
     env = {**fingerprint(options.device), "plugins": plugin_provenance()}
+    env["peaks"] = device_peaks(options.device)
     options.gpu_label = gpu_label(options.device)
     progress = Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -193,6 +219,7 @@ def run_with_progress(suite, options, out: Path) -> None:
                     markup=False,
                 )
 
+    started = time.perf_counter()
     try:
         with progress:
             run = run_suite(suite, options, run_path=run_path, env=env, progress=on_event)
@@ -206,10 +233,53 @@ def run_with_progress(suite, options, out: Path) -> None:
         )
         raise typer.Exit(130) from None
     point_latest(run_dir)
-    finish(run, run_path)
+    finish(run, run_path, wall_s=time.perf_counter() - started)
 
 
-def finish(run, run_path: Path) -> None:
+def device_peaks(device: str) -> dict | None:
+    """The GPU's measured ceilings for the roofline (about a second); None on the CPU."""
+    if not device.startswith("cuda"):
+        return None
+    from opbench.measure.peaks import measure_peaks
+
+    try:
+        return measure_peaks(device)
+    except Exception as exc:  # an OOM here must not stop the run: the roofline goes without
+        console.print(f"[dim]device peaks not measured: {type(exc).__name__}: {exc}[/]")
+        return None
+
+
+def time_split(run, wall_s: float | None = None) -> str | None:
+    """Where the wall time went: building, tuning, checking and timing, summed over results."""
+    from opbench.results.stats import median
+
+    phases = [r.phases_s for r in run.layers if r.phases_s]
+    if not phases:
+        return None
+    totals = {k: sum(p.get(k, 0.0) for p in phases) for k in ("build", "tune", "check", "time")}
+    parts = [f"{k} {v:.1f} s" for k, v in totals.items()]
+    text = "time split: " + " · ".join(parts)
+    if wall_s is not None:
+        other = wall_s - sum(totals.values())
+        text += (
+            f" · other (data, end to end, writing) {max(other, 0.0):.1f} s of {wall_s:.1f} s wall"
+        )
+    per_result = median([sum(p.values()) for p in phases])
+    return text + f"; {len(phases)} results, median {per_result:.2f} s per result"
+
+
+def timing_warnings(run) -> list[str]:
+    """Results whose timer said their samples look pre-empted or the machine was loaded."""
+    from opbench.measure.stopping import WARNING_MARKERS
+
+    return [
+        f"{r.model}/{'+'.join(r.members)}/{r.backend}: {r.note}"
+        for r in run.layers
+        if r.note and any(marker in r.note for marker in WARNING_MARKERS)
+    ]
+
+
+def finish(run, run_path: Path, wall_s: float | None = None) -> None:
     """Print the tables and exit 3 when a layer errored or failed correctness."""
     from opbench.report.run_table import end_to_end_table, failures, run_table
 
@@ -217,6 +287,16 @@ def finish(run, run_path: Path) -> None:
     e2e = end_to_end_table(run)
     if e2e is not None:
         console.print(e2e)
+    warned = timing_warnings(run)
+    if warned:
+        console.print(
+            f"[bold yellow]{len(warned)} timing(s) may be inflated[/] (pre-empted or loaded):"
+        )
+        for line in warned:
+            console.print(f"  {escape(line)}")
+    split = time_split(run, wall_s)
+    if split:
+        console.print(f"[dim]{split}[/]")
     console.print(f"run written to [bold]{run_path}[/]")
     bad = failures(run)
     if bad:

@@ -10,7 +10,7 @@ import typer
 
 from opbench import distributed as dist_run
 from opbench.cli.console import console
-from opbench.cli.run import finish
+from opbench.cli.run import device_peaks, finish
 from opbench.errors import ExitCode
 from opbench.exclusive import HostTurns, lock_path
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, write_run
@@ -47,6 +47,7 @@ def run_distributed(
         "rank": world.rank,
         **dist_run.timing_env(exclusive_timing),
     }
+    env["peaks"] = device_peaks(device)
     if world.rank == 0:
         mode = "ranks of a host take turns to time" if turns else "ranks time concurrently"
         console.print(f"torchrun: {world.size} ranks ({mode}), run folder {run_dir}")

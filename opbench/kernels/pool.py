@@ -118,10 +118,11 @@ def _pool2d_kernel(
     out_col_mask = out_cols < out_width
     in_row0 = out_rows * STRIDE_H - PAD_H
 
-    # Max is exact in any precision, so it runs in the input dtype; sums run in fp32.
+    # Max is exact in any precision, so it runs in the input dtype (bf16 through fp32: the
+    # Triton 3.9 interpreter compares bf16 by raw bits); sums run in fp32.
     if IS_MAX:
         fill = -float("inf")
-        acc_dtype = x_ptr.dtype.element_ty
+        acc_dtype = tl.float32 if x_ptr.dtype.element_ty.is_bf16() else x_ptr.dtype.element_ty
     else:
         fill = 0.0
         acc_dtype = tl.float32
@@ -194,12 +195,16 @@ def _pool_paired_columns(
         column_rows = _combine(column_rows, tile.to(acc_dtype), IS_MAX)
         if PAD_W > 0:
             edge = tl.load(
-                row_ptrs + left_col * x_stride_w, mask=row_ok & (left_col >= 0), other=fill
+                row_ptrs + left_col * x_stride_w,
+                mask=tl.where(left_col >= 0, row_ok, False),
+                other=fill,
             )
             left = _combine(left, edge.to(acc_dtype), IS_MAX)
         if KERNEL_W - PAD_W > 2:
             edge = tl.load(
-                row_ptrs + right_col * x_stride_w, mask=row_ok & (right_col < width), other=fill
+                row_ptrs + right_col * x_stride_w,
+                mask=tl.where(right_col < width, row_ok, False),
+                other=fill,
             )
             right = _combine(right, edge.to(acc_dtype), IS_MAX)
     even, odd = tl.split(tl.reshape(column_rows, [BLOCK_H, BLOCK_W, 2]))

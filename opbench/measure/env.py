@@ -103,5 +103,37 @@ def fingerprint(device: str) -> dict[str, Any]:
         env["driver"] = None
         env["cpu"] = platform.processor() or platform.machine()
         env["cpu_count"] = __import__("os").cpu_count()
+    env.update(host_cpu())
     env["argv"] = sys.argv[1:]
     return env
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name (Linux /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def host_cpu() -> dict[str, Any]:
+    """The host CPU as the timer sees it: host_ms on a GPU and every CPU time depend on it."""
+    import os
+
+    from opbench.measure.timer_cpu import usable_cores
+
+    info: dict[str, Any] = {"cpu_model": cpu_model(), "cores": usable_cores()}
+    try:
+        import torch
+
+        info["threads"] = torch.get_num_threads()
+    except Exception:  # pragma: no cover - torch is a dependency
+        info["threads"] = None
+    try:
+        info["loadavg"] = [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        info["loadavg"] = None
+    return info

@@ -64,7 +64,7 @@ def _timed(row: EndToEnd, options: RunOptions, timing, make_forward) -> EndToEnd
     try:
         forward = make_forward()
         with options.timing_guard():
-            measurement = time_callable(forward, timing, options.device)
+            measurement = time_callable(forward, timing, options.device, hold=False)
     except Exception as exc:
         recover(options.device)
         return replace(row, status=Status.ERROR, message=error_message(exc))

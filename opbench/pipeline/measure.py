@@ -77,7 +77,9 @@ def timing_for(layer: LayerSpec, options: RunOptions, interpreted: bool) -> Timi
         timing = timing.with_rounds(options.rounds)
     if interpreted:
         # The interpreter is for correctness; a few calls show it runs, nothing more.
-        timing = TimingSpec(warmup_ms=0.0, rep_ms=0.0, rounds=min(timing.rounds, 2), flush_l2=False)
+        timing = TimingSpec(
+            warmup_ms=0.0, rep_ms=0.0, rounds=min(timing.rounds or 2, 2), flush_l2=False
+        )
     return timing
 
 
@@ -93,16 +95,18 @@ def measure_item(
 
     result = base_result(item, options.device, options.gpu_label)
     layers = item.layers
+    clock = time.perf_counter
     try:
+        start = clock()
         weights = [data.weights(i) for i in item.indices]
-        start = time.perf_counter()
         built: Built = backend.build(layers, weights, options.device)
-        build_s = time.perf_counter() - start
+        build_s = clock() - start
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
     except Exception as exc:  # a compile error or OOM in one layer must not end the run
         recover(options.device)
         return replace(result, status=Status.ERROR, message=f"build failed: {error_message(exc)}")
+    check_start = clock()
     try:
         x = data.input(item.indices[0])
         if built.prepare_input is not None:
@@ -117,9 +121,12 @@ def measure_item(
         ref, kind = data.reference(item.indices)
         correctness = compare_outputs(out, ref, layers[-1].effective_tolerance, kind)
         del out
+        check_s = clock() - check_start
         timing = timing_for(layers[0], options, result.interpreted)
         with options.timing_guard():
+            time_start = clock()
             measurement = time_callable(bound.launch, timing, options.device)
+            time_s = clock() - time_start
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
     except Exception as exc:
@@ -133,14 +140,27 @@ def measure_item(
     if built_cache is not None and correctness.passed:
         built_cache[item.indices] = built
     tuning = built.tuning_s if built.tuning_s is not None else (build_s if build_s > 1.0 else None)
+    tune_s = min(tuning or 0.0, build_s)
+    # A CPU result's spread or the load may say it was pre-empted; the interpreter's few
+    # calls are no performance figure, so nothing to warn about there.
+    warning = None if result.interpreted else measurement.warning
     return replace(
         result,
         samples_ms=measurement.rounds,
         timer=measurement.timer,
         correctness=correctness,
-        note=built.note,
+        note="; ".join(n for n in (built.note, warning) if n) or None,
         tuning_s=tuning,
         plan=built.plan,
+        host_ms=measurement.host_ms,
+        stream_ms=measurement.stream_ms,
+        stop_reason=measurement.stop_reason,
+        phases_s={
+            "build": round(build_s - tune_s, 4),
+            "tune": round(tune_s, 4),
+            "check": round(check_s, 4),
+            "time": round(time_s, 4),
+        },
     )
 
 

@@ -48,21 +48,50 @@ def plan_work(
     if options.shard:
         k, n = options.shard
         keys = [(item.model.name, item.layers[0].name) for item in items]
-        items = [item for item, share in zip(items, shares(keys, n), strict=True) if share == k - 1]
+        costs = [expected_cost(base_result(item, options.device)) for item in items]
+        dealt = shares(keys, n, costs)
+        items = [item for item, share in zip(items, dealt, strict=True) if share == k - 1]
     return items
 
 
-def shares(keys: Sequence[tuple[str, str]], n: int) -> list[int]:
+# The expected wall time of one result: a fixed part (build, check, the timing budget) and
+# parts that grow with the work (the float64/float32 reference, weights drawn on the CPU,
+# longer calls). Rough rates; only the ratios between layers matter for balancing.
+FIXED_COST_S = 0.5
+REFERENCE_FLOPS_PER_S = 2e12
+DATA_BYTES_PER_S = 1e9
+
+
+def expected_cost(result: LayerResult) -> float:
+    """Expected wall seconds to produce a planned result, from its FLOPs and bytes; rounded to
+    10 ms, so that layers of about the same cost are dealt in plan order, not by noise."""
+    work = result.flops / REFERENCE_FLOPS_PER_S + result.bytes / DATA_BYTES_PER_S
+    return round(FIXED_COST_S + work, 2)
+
+
+def shares(
+    keys: Sequence[tuple[str, str]], n: int, costs: Sequence[float] | None = None
+) -> list[int]:
     """The share (0-based, of n) of each planned result, from its (model, first layer) key.
 
     Every backend's result for the same layer lands in the same share, so a layer's speed-up
-    is always the ratio of two timings taken on one GPU, and the shares stay balanced however
-    many backends a suite lists (plan order alternates backends: dealing results out one by
-    one would give one rank every torch layer and another every triton layer)."""
-    first_seen: dict[tuple[str, str], int] = {}
-    for key in keys:
-        first_seen.setdefault(key, len(first_seen))
-    return [first_seen[key] % n for key in keys]
+    is always the ratio of two timings taken on one GPU. Layers are dealt by expected cost
+    (the sum over their results of `costs`, one per key; equal when None): the most expensive
+    first, each to the share with the least cost so far (longest-processing-time first), so
+    one huge GEMM does not land on a share that also gets a fair count of others.
+    Deterministic: ties go to the lower share and to the layer planned first."""
+    weights = [1.0] * len(keys) if costs is None else list(costs)
+    per_key: dict[tuple[str, str], float] = {}
+    for key, cost in zip(keys, weights, strict=True):
+        per_key[key] = per_key.get(key, 0.0) + cost
+    load = [0.0] * n
+    owner: dict[tuple[str, str], int] = {}
+    # sorted() is stable: among equal costs the layer planned first is dealt first.
+    for key in sorted(per_key, key=lambda k: -per_key[k]):
+        share = min(range(n), key=lambda s: (load[s], s))
+        owner[key] = share
+        load[share] += per_key[key]
+    return [owner[key] for key in keys]
 
 
 def layer_backends(layer: LayerSpec, options: RunOptions) -> tuple[str, ...]:

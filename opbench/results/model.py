@@ -81,6 +81,7 @@ class LayerResult:
     plan: the backend's tuned choice (kernel and configuration: tiles, warps, stages, split-K),
         so that another machine can time the same configuration (`opbench run --plans`).
     stop_reason: why sampling stopped ("target_ci", "max_time", "rounds", ...).
+    phases_s: wall seconds this result spent building, tuning, checking and timing.
     """
 
     model: str
@@ -111,6 +112,7 @@ class LayerResult:
     stream_ms: float | None = None
     plan: Mapping[str, Any] | None = None
     stop_reason: str | None = None
+    phases_s: Mapping[str, float] | None = None
 
     @property
     def key(self) -> tuple[str, str, str]:

@@ -7,7 +7,7 @@ Pure Python: no torch, no triton.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -24,30 +24,40 @@ class TimingSpec:
     """How one layer is timed.
 
     warmup_ms: time spent calling the layer before anything is recorded.
-    rep_ms: length of one round of recorded calls.
-    rounds: number of rounds; the gate compares round medians.
+    rep_ms: wall time of one round of recorded calls, flush and launch included.
+    rounds: a fixed number of rounds (comparable sample for sample), or None: sample adaptively
+        until the 95% confidence interval of the median is within ±target_ci, spending at least
+        min_ms and at most max_ms of wall time on the rounds.
     flush_l2: write a buffer larger than L2 before every timed call (outside the events).
     cuda_graph: replay a captured CUDA graph instead of launching from Python.
+    target_ci: relative half-width of the 95% interval at which adaptive sampling stops.
+    min_ms / max_ms: wall-time budget of adaptive sampling (max_ms wins if they cross).
     """
 
     warmup_ms: float = 25.0
-    rep_ms: float = 100.0
-    rounds: int = 5
+    rep_ms: float = 20.0
+    rounds: int | None = None
     flush_l2: bool = True
     cuda_graph: bool = False
+    target_ci: float = 0.01
+    min_ms: float = 100.0
+    max_ms: float = 1000.0
+
+    @property
+    def adaptive(self) -> bool:
+        return self.rounds is None
 
     def quick(self) -> TimingSpec:
-        """A much shorter schedule, for smoke runs (`--quick`)."""
-        return TimingSpec(
+        """A much shorter fixed schedule, for smoke runs (`--quick`)."""
+        return replace(
+            self,
             warmup_ms=min(self.warmup_ms, 2.0),
             rep_ms=min(self.rep_ms, 5.0),
-            rounds=min(self.rounds, 2),
-            flush_l2=self.flush_l2,
-            cuda_graph=self.cuda_graph,
+            rounds=min(self.rounds or 2, 2),
         )
 
     def with_rounds(self, rounds: int) -> TimingSpec:
-        return TimingSpec(self.warmup_ms, self.rep_ms, rounds, self.flush_l2, self.cuda_graph)
+        return replace(self, rounds=rounds)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ class TimingModel(BaseModel):
     rounds: int | None = Field(default=None, ge=1, le=1000)
     flush_l2: bool | None = None
     cuda_graph: bool | None = None
+    target_ci: float | None = Field(default=None, gt=0, lt=1)
+    min_ms: float | None = Field(default=None, ge=0)
+    max_ms: float | None = Field(default=None, gt=0)
 
 
 class CommonSettings(BaseModel):

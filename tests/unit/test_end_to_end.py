@@ -118,7 +118,7 @@ class FakeTimer:
     def __init__(self) -> None:
         self.timings = []
 
-    def __call__(self, fn, timing, device):
+    def __call__(self, fn, timing, device, **options):
         self.timings.append(timing)
         fn()
         fn()
@@ -204,7 +204,7 @@ def test_torch_compile_graph_figure_is_its_whole_forward_compile(monkeypatch) ->
 
 
 def test_a_failed_capture_is_an_error_row_not_a_crash(monkeypatch) -> None:
-    def failing_timer(fn, timing, device):
+    def failing_timer(fn, timing, device, **options):
         if timing.cuda_graph:
             raise RuntimeError("operation not permitted when stream is capturing\nmore")
         return Measurement(((1.0,),), "fake")

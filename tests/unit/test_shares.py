@@ -28,3 +28,61 @@ def test_alternating_backends_are_not_split_by_backend() -> None:
 
 def test_more_shares_than_layers_leaves_some_empty() -> None:
     assert shares([("m", "a"), ("m", "b")], 4) == [0, 1]
+
+
+UNEVEN = """
+name: uneven
+defaults: {backends: [torch, triton]}
+models:
+  - name: m
+    batch: 8192
+    input: [8192]
+    layers:
+      - {name: big1, op: linear, out_features: 8192}
+      - {name: t1, op: relu}
+      - {name: big2, op: linear, out_features: 8192}
+      - {name: t2, op: relu}
+      - {name: t3, op: relu}
+      - {name: t4, op: relu}
+  - name: small
+    input: [16]
+    layers:
+      - {name: s1, op: relu}
+      - {name: s2, op: relu}
+"""
+
+
+def test_shards_are_balanced_by_expected_cost_not_by_count() -> None:
+    """Two 8192^3 GEMMs among tiny layers: dealt by count (every other layer) both GEMMs would
+    land on shard 1; dealt by cost each shard gets one, and the shards' costs are close."""
+    from opbench.backends.registry import BACKEND_NAMES, get_backend
+    from opbench.pipeline import RunOptions, plan_work
+    from opbench.pipeline.measure import base_result
+    from opbench.pipeline.plan import expected_cost
+    from opbench.spec.load import load_suite_text
+
+    suite = load_suite_text(UNEVEN)
+    backends = {name: get_backend(name) for name in BACKEND_NAMES}
+    whole = plan_work(suite, RunOptions(), backends)
+    cost = {
+        (i.model.name, i.indices, i.backend): expected_cost(base_result(i, "cpu")) for i in whole
+    }
+    loads, layers_per_shard = [], []
+    for k in (1, 2):
+        part = plan_work(suite, RunOptions(shard=(k, 2)), backends)
+        loads.append(sum(cost[(i.model.name, i.indices, i.backend)] for i in part))
+        layers_per_shard.append({(i.model.name, i.layers[0].name) for i in part})
+        for item in part:  # every backend of a layer on this shard
+            assert {
+                j.backend for j in part if j.indices == item.indices and j.model == item.model
+            } == {"torch", "triton"}
+    assert layers_per_shard[0].isdisjoint(layers_per_shard[1])
+    assert sum(len(s) for s in layers_per_shard) == 8
+    assert {("m", "big1"), ("m", "big2")} & layers_per_shard[0]
+    assert {("m", "big1"), ("m", "big2")} & layers_per_shard[1]
+    assert max(loads) <= 1.2 * min(loads), loads
+    by_count = shares([(i.model.name, i.layers[0].name) for i in whole], 2)
+    count_loads = [0.0, 0.0]
+    for item, share in zip(whole, by_count, strict=True):
+        count_loads[share] += cost[(item.model.name, item.indices, item.backend)]
+    assert max(count_loads) > max(loads), "cost-aware dealing beats dealing by count"

@@ -223,4 +223,7 @@ def test_spec_to_dict_is_plain_data() -> None:
         "rounds": 2,
         "flush_l2": True,
         "cuda_graph": False,
+        "target_ci": 0.01,
+        "min_ms": 100.0,
+        "max_ms": 1000.0,
     }
