@@ -43,7 +43,7 @@ from opbench.kernels.attention_plans import (
     float_candidates,
 )
 from opbench.kernels.device import dot_operand
-from opbench.kernels.host import INTERPRET
+from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
 from opbench.kernels.tuning import Choice, Config
 
@@ -298,7 +298,7 @@ def attention_call(
     candidates = float_candidates(q.dtype, head_dim, descriptors_usable(q, out))
     return tuned_call(
         "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates,
-        lambda cfg: (triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
+        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
         q.device, as_config(config),
     )  # fmt: skip
 

@@ -331,7 +331,7 @@ def attention_int8_calls(
     call, choice = tuned_call(
         "attention_int8", _attention_int8_kernel, views_key(q, out, causal),
         int8_candidates(head_dim, descriptors_usable(v)),
-        lambda cfg: (triton.cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
+        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
         q.device, as_config(config),
     )  # fmt: skip
     return [*quantize, call], choice, [k8, k_scale, *keep]

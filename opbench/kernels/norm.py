@@ -25,6 +25,7 @@ import triton.language as tl
 from opbench.kernels import Unsupported, rows
 from opbench.kernels.host import check_float, resolve_out
 from opbench.kernels.launch import BoundKernels, tuned_call
+from opbench.kernels.rows import row_tile
 from opbench.kernels.tuning import Config
 
 
@@ -59,16 +60,10 @@ def _norm_kernel(
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
 ):
-    pid = tl.program_id(0)
-    blocks_r = tl.cdiv(size_r, BLOCK_R)
-    outer = pid // blocks_r
-    o0 = (outer // size_o1).to(tl.int64)
-    o1 = (outer % size_o1).to(tl.int64)
-    rows = (pid % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_mask = rows < size_r
-    x_rows = x_ptr + o0 * x_stride_o0 + o1 * x_stride_o1 + rows[:, None] * x_stride_r
-    y_rows = y_ptr + o0 * y_stride_o0 + o1 * y_stride_o1 + rows[:, None] * y_stride_r
-    cols = tl.arange(0, BLOCK_L)
+    x_rows, y_rows, row_mask, cols = row_tile(
+        x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
+        y_stride_o1, y_stride_r, BLOCK_R, BLOCK_L,
+    )  # fmt: skip
 
     # Statistics: mean (layernorm only) and 1 / sqrt(variance or mean square + eps).
     if ONE_PASS:

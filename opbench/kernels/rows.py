@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+import triton
+import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.host import INTERPRET, cdiv, collapse_dims, next_power_of_2
@@ -49,6 +51,25 @@ class RowLayout:
 
     def key(self) -> str:
         return f"{self.sizes}|{self.x_strides}|{self.y_strides}"
+
+
+@triton.jit
+def row_tile(
+    x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
+    y_stride_o1, y_stride_r, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    """This program's BLOCK_R rows: pointers to their starts in x and y, which rows exist, and
+    the column offsets of one BLOCK_L step (outer axes from the program id, rows fastest)."""
+    pid = tl.program_id(0)
+    blocks_r = tl.cdiv(size_r, BLOCK_R)
+    outer = pid // blocks_r
+    o0 = (outer // size_o1).to(tl.int64)
+    o1 = (outer % size_o1).to(tl.int64)
+    rows = (pid % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_mask = rows < size_r
+    x_rows = x_ptr + o0 * x_stride_o0 + o1 * x_stride_o1 + rows[:, None] * x_stride_r
+    y_rows = y_ptr + o0 * y_stride_o0 + o1 * y_stride_o1 + rows[:, None] * y_stride_r
+    return x_rows, y_rows, row_mask, tl.arange(0, BLOCK_L)
 
 
 def row_layout(x: torch.Tensor, y: torch.Tensor, dim: int, op: str) -> RowLayout:
@@ -94,7 +115,7 @@ def row_block(length: int) -> tuple[int, bool]:
 
 def row_configs(gpu: bool = not INTERPRET) -> list[Config]:
     """Rows per program x warps; `fit_rows_to_shape` keeps the ones sized for the problem.
-    (16 warps and evict-first loads/stores were measured too: never faster.)"""
+    (Other shapes that never won: docs/perf/memory_bound.md.)"""
     if not gpu:
         return [Config.of(BLOCK_R=4, num_warps=4)]
     return [
