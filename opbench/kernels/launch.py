@@ -150,12 +150,14 @@ class BoundKernels:
     launch: runs every kernel on the bound tensors and returns `out`; the timed call.
     out: the output buffer, allocated (or checked) at bind and written by every launch.
     choices: the configuration each kernel runs with, for the result's `plan`.
+    calls: the kernel launches `launch` runs, in order.
     keep: tensors the launches use that nothing else holds (workspace, the input's views).
     """
 
     launch: Callable[[], torch.Tensor]
     out: torch.Tensor
     choices: tuple[Choice, ...] = ()
+    calls: tuple[KernelCall, ...] = ()
     keep: tuple[Any, ...] = field(default=(), repr=False)
 
     @staticmethod
@@ -166,7 +168,7 @@ class BoundKernels:
         keep: Sequence[Any] = (),
     ) -> BoundKernels:
         launch = sequence(calls, out) if calls else no_launch(out)
-        return BoundKernels(launch, out, tuple(choices), tuple(keep))
+        return BoundKernels(launch, out, tuple(choices), tuple(calls), tuple(keep))
 
     def plan(self) -> dict:
         """The JSON-able plan: one record per chosen kernel configuration."""
