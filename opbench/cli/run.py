@@ -67,6 +67,14 @@ def run_command(
         help="Under torchrun: the ranks of a host take turns for the timed loops.",
     ),
     plugin: list[str] = plugin_option(),
+    plans: Path | None = typer.Option(
+        None,
+        "--plans",
+        help="Reuse the tuned plans of a plan file or run.json (kept beside a CI baseline).",
+    ),
+    plans_out: Path | None = typer.Option(
+        None, "--plans-out", help="Write this run's tuned plans to FILE."
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     load_plugins(plugin)
@@ -102,6 +110,9 @@ def run_command(
         )
 
     from opbench.pipeline import RunOptions, default_device, prepare_device
+    from opbench.pipeline.plans import read_plans
+
+    recorded = read_plans(plans) if plans is not None else {}
 
     chosen = device or default_device()
     if chosen.startswith("cuda"):
@@ -132,6 +143,7 @@ def run_command(
         quick=quick,
         rounds=rounds,
         shard=shard_kn,
+        plans=recorded,
     )
     _check_selection(suite, options, suite_path)
     from opbench.distributed import current_world
@@ -146,7 +158,7 @@ def run_command(
         console.print(
             "[dim]--exclusive-timing has no effect outside torchrun: one process times alone[/]"
         )
-    run_with_progress(suite, options, out)
+    run_with_progress(suite, options, out, plans_out)
 
 
 def _set_threads(device: str, threads: int | None) -> None:
@@ -181,7 +193,7 @@ def _check_selection(suite, options, suite_path: Path) -> None:
     )
 
 
-def run_with_progress(suite, options, out: Path) -> None:
+def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) -> None:
     from opbench.measure.env import fingerprint
     from opbench.pipeline import gpu_label, run_suite
     from opbench.plugins import provenance as plugin_provenance
@@ -233,6 +245,7 @@ def run_with_progress(suite, options, out: Path) -> None:
         )
         raise typer.Exit(130) from None
     point_latest(run_dir)
+    report_plans(run, bool(options.plans), plans_out)
     finish(run, run_path, wall_s=time.perf_counter() - started)
 
 
@@ -277,6 +290,24 @@ def timing_warnings(run) -> list[str]:
         for r in run.layers
         if r.note and any(marker in r.note for marker in WARNING_MARKERS)
     ]
+
+
+def report_plans(run, reused: bool, plans_out: Path | None) -> None:
+    """Say which handed-in plans did not fit (tuned again), and write --plans-out."""
+    if reused:
+        for result in run.layers:
+            for choice in (result.plan or {}).get("choices", []):
+                if choice.get("source") == "retuned":
+                    console.print(
+                        f"[yellow]plan not reused[/] for {escape(result.model)}/"
+                        f"{escape(result.layer)}/{result.backend} ({choice['kernel']}): "
+                        f"{escape(choice.get('note', ''))}; tuned again"
+                    )
+    if plans_out is not None:
+        from opbench.pipeline.plans import write_plans
+
+        count = write_plans(run.layers, plans_out)
+        console.print(f"{count} plan(s) written to [bold]{escape(str(plans_out))}[/]")
 
 
 def finish(run, run_path: Path, wall_s: float | None = None) -> None:

@@ -1,9 +1,12 @@
 """Triton kernels, one file per op family: `@triton.jit` kernels and their launchers.
 
-Launchers take and return torch tensors. They allocate outputs, compute the grid
-and launch; they never fall back to a torch computation. Build-time preparation
-(quantizing weights, folding batchnorm) is done by small helpers in the same file
-and happens before timing starts.
+Each family binds once and launches many times: `bind_*` (or a layer object's `bind`) checks
+the input, allocates the output and any workspace, picks a configuration (`tuning.py`: one
+tuner, one plan cache) and fixes every kernel argument (`launch.py`); the returned launch only
+launches. Launchers never fall back to a torch computation. Shared pieces: `host.py` (host
+helpers), `device.py` (`@triton.jit` helpers, the int8 rounding rule), `epilogue.py`
+(activations). Which kernel a layer's settings select (quant, fusion) is the backend's table
+(`backends/triton_table.py`), not the kernels'; no kernel file imports a backend.
 """
 
 

@@ -13,19 +13,16 @@ activation math itself is `apply_activation` from epilogue.py, shared with GEMM 
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.epilogue import ACTIVATION_CODES, activation_code, apply_activation
-from opbench.kernels.transpose import cdiv, check_float, launch_strided_map, resolve_out
-
-# --------------------------------------------------------------------------------------
-# Kernel
-# --------------------------------------------------------------------------------------
+from opbench.kernels.host import INTERPRET, cdiv, check_float, resolve_out
+from opbench.kernels.launch import BoundKernels, tuned_call
+from opbench.kernels.transpose import bind_strided_map
+from opbench.kernels.tuning import Config
 
 
 @triton.jit
@@ -47,38 +44,40 @@ def _activation_kernel(
     tl.store(y_ptr + offsets, y, mask=mask)
 
 
-def _configs() -> list[triton.Config]:
-    """Blocks of 1K-8K elements: 8 to 32 values per thread keeps enough bytes in flight.
-    (Evict-first loads/stores were measured too, on the H200: never faster.)"""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK": 256}, num_warps=4)]
+def block_configs(gpu: bool = not INTERPRET) -> list[Config]:
+    """Blocks of 1K-8K elements: 8 to 32 values per thread keeps enough bytes in flight."""
+    if not gpu:
+        return [Config.of(BLOCK=256, num_warps=4)]
     shapes = [(1024, 4), (2048, 4), (4096, 4), (2048, 8), (8192, 8)]
-    return [triton.Config({"BLOCK": block}, num_warps=warps) for block, warps in shapes]
+    return [Config.of(BLOCK=block, num_warps=warps) for block, warps in shapes]
 
 
-_activation = triton.autotune(configs=_configs(), key=["numel", "ACTIVATION"])(_activation_kernel)
-
-
-# --------------------------------------------------------------------------------------
-# Launchers
-# --------------------------------------------------------------------------------------
-
-
-def activation(x: torch.Tensor, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
-    """`name`(x) elementwise, name in relu | gelu | silu; any input strides."""
+def bind_activation(
+    x: torch.Tensor, name: str, out: torch.Tensor | None = None, config: Config | None = None
+) -> BoundKernels:
+    """`name`(x) elementwise, name in relu | gelu | silu; any input strides; bound to x."""
     if name not in ACTIVATION_CODES or name == "none":
         raise Unsupported(f"unknown activation {name!r} (relu, gelu or silu)")
     check_float(x, name)
     out = resolve_out(out, x.shape, x)
     code = activation_code(name, out.dtype)
     if x.numel() == 0:
-        return out
-    if x.is_contiguous() and out.is_contiguous():
-        numel = x.numel()
-        _activation[lambda meta: (cdiv(numel, meta["BLOCK"]),)](x, out, numel, ACTIVATION=code)
-    else:
-        launch_strided_map(x, out, activation=code)
-    return out
+        return BoundKernels.of([], out)
+    if not (x.is_contiguous() and out.is_contiguous()):
+        call, choice = bind_strided_map(x, out, activation=code)
+        return BoundKernels.of([call], out, [choice])
+    numel = x.numel()
+    call, choice = tuned_call(
+        "activation", _activation_kernel, f"{x.dtype}|{numel}|act{code}", block_configs(),
+        lambda cfg: (cdiv(numel, cfg["BLOCK"]),), (x, out, numel), {"ACTIVATION": code},
+        x.device, config,
+    )  # fmt: skip
+    return BoundKernels.of([call], out, [choice])
+
+
+def activation(x: torch.Tensor, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
+    """`name`(x) elementwise, name in relu | gelu | silu; any input strides."""
+    return bind_activation(x, name, out).launch()
 
 
 def relu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

@@ -24,23 +24,29 @@ At S = 4096, D = 128 the arithmetic intensity is ~1000 FLOP/byte: matrix bound.
 
 Layout: q, k and v are strided views of the layer input x, [B, S, H, D] (for packed input,
 views into [B, S, 3, H, D]); the kernel writes o straight into [B, S, H, D] = [B, S, E].
-On Hopper the K/V tiles may come through tensor descriptors (TMA), chosen by the autotuner.
+On Hopper the K/V tiles may come through tensor descriptors (TMA), chosen by tuning
+(attention_plans.py).
 """
 
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
-import triton.testing
 
 from opbench.kernels import Unsupported
+from opbench.kernels.attention_plans import (
+    descriptors_usable,
+    ensure_descriptor_allocator,
+    float_candidates,
+)
+from opbench.kernels.device import dot_operand
+from opbench.kernels.host import INTERPRET, cdiv
+from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.tuning import Choice, Config
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 LOG2E = 1.4426950408889634
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -68,15 +74,6 @@ def load_rows(
         else:
             tile = tl.load(ptrs)
     return tile
-
-
-@triton.jit
-def dot_operand(x, UPCAST_DOT: tl.constexpr):
-    """Triton 3.6's interpreter multiplies bfloat16 tiles as raw uint16 bits; under the
-    interpreter bf16 operands go to tl.dot as (exactly converted) fp32 instead."""
-    if UPCAST_DOT:
-        x = x.to(tl.float32)
-    return x
 
 
 @triton.jit
@@ -256,119 +253,6 @@ def _attention_fwd_kernel(
         tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-# Autotune candidates, (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg, USE_DESC), per
-# head dim: the tiles that won at least one shape of bench/attention.py on the H200 out of a
-# wider set (docs/perf/attention.md). Each compiles for sm_90 without spills. The two
-# warpgroups of one 8-warp program wait on the same tiles, so their softmax and matrix
-# phases do not overlap; what wins is two programs per SM (64-row blocks on 4 warps, or a
-# 128-register cap) whose phases the scheduler can interleave. Head dims 16, 32 and 256 are
-# compiled but unmeasured. fp32 runs its dots on FMA units (ieee): small tiles only.
-Tile = tuple[int, int, int, int, "int | None", bool]
-_SMALL_HEAD_TILES: list[Tile] = [
-    (64, 64, 4, 3, None, False),
-    (128, 64, 8, 3, None, False),
-    (128, 64, 8, 4, None, True),
-]
-FP16_TILES: dict[int, list[Tile]] = {
-    16: _SMALL_HEAD_TILES,
-    32: _SMALL_HEAD_TILES,
-    64: _SMALL_HEAD_TILES,
-    128: [(128, 64, 8, 2, 128, False), (128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, False)],
-    256: [(64, 64, 4, 2, None, False), (128, 32, 8, 2, None, False), (64, 32, 4, 3, None, False)],
-}
-FP32_TILES: list[Tile] = [(32, 16, 4, 2, None, False), (32, 16, 8, 2, None, False)]
-
-
-def make_config(tile: Tile) -> triton.Config:
-    bm, bn, warps, stages, maxnreg, desc = tile
-    return triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "USE_DESC": desc},
-        num_warps=warps,
-        num_stages=stages,
-        maxnreg=maxnreg,
-    )
-
-
-def make_configs(tile_lists: list[list[Tile]]) -> list[triton.Config]:
-    """Every candidate of every list (`keep_configs` picks a call's); under the interpreter,
-    one small config."""
-    if INTERPRET:
-        return [make_config((32, 16, 4, 1, None, False))]
-    return [make_config(t) for t in sorted({t for ts in tile_lists for t in ts}, key=str)]
-
-
-def keep_configs(
-    configs: list[triton.Config], tiles: list[Tile], desc_ok: bool
-) -> list[triton.Config]:
-    """The configs of `tiles`; where descriptors cannot address the tensors, their TMA
-    candidates run with pointer loads instead."""
-    if INTERPRET:
-        return configs
-    if not desc_ok:
-        tiles = list(dict.fromkeys(t[:5] + (False,) for t in tiles))
-    wanted = set(tiles)
-    kept = []
-    for c in configs:
-        kw = c.kwargs
-        tile = (kw["BLOCK_M"], kw["BLOCK_N"], c.num_warps, c.num_stages, c.maxnreg, kw["USE_DESC"])
-        if tile in wanted:
-            kept.append(c)
-            wanted.discard(tile)
-    return kept + [make_config(t) for t in tiles if t in wanted]
-
-
-def descriptors_usable(*tensors: torch.Tensor) -> bool:
-    """TMA needs a Hopper+ GPU, unit last stride, 16-byte aligned bases and other strides."""
-    if INTERPRET:
-        return True
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
-        return False
-    for t in tensors:
-        size = t.element_size()
-        if t.stride(-1) != 1 or t.data_ptr() % 16:
-            return False
-        if any((s * size) % 16 for s in t.stride()[:-1]):
-            return False
-    return True
-
-
-def prune_configs(configs: list[triton.Config], named_args: dict, **kwargs) -> list[triton.Config]:
-    """Tiles for this dtype and head dim; TMA only where descriptors can address q/k/v, out."""
-    q, out = named_args["q_ptr"], named_args["out_ptr"]
-    if q.element_size() == 4:
-        return keep_configs(configs, FP32_TILES, desc_ok=False)
-    return keep_configs(configs, FP16_TILES[kwargs["HEAD_DIM"]], descriptors_usable(q, out))
-
-
-def quick_bench(kernel_call: Callable[[], None], quantiles: tuple[float, ...]) -> list[float]:
-    """Autotuning benchmark: shorter than do_bench's default, plenty to rank tile shapes."""
-    return triton.testing.do_bench(kernel_call, warmup=10, rep=40, quantiles=quantiles)
-
-
-_attention_fwd_tuned = triton.autotune(
-    configs=make_configs([*FP16_TILES.values(), FP32_TILES]),
-    key=["seq_len", "HEAD_DIM", "CAUSAL"],
-    prune_configs_by={"early_config_prune": prune_configs},
-    do_bench=quick_bench,
-)(_attention_fwd_kernel)
-
-
-def _tma_scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global scratch where device-side tensor descriptors are built."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-_allocator_set = False
-
-
-def ensure_descriptor_allocator() -> None:
-    """Device-side descriptors need a scratch allocator; install ours once."""
-    global _allocator_set
-    if not _allocator_set and not INTERPRET:
-        triton.set_allocator(_tma_scratch)
-        _allocator_set = True
-
-
 def check_head_dim(head_dim: int, dtype: torch.dtype) -> None:
     if head_dim not in SUPPORTED_HEAD_DIMS:
         raise Unsupported(
@@ -379,37 +263,49 @@ def check_head_dim(head_dim: int, dtype: torch.dtype) -> None:
         raise Unsupported(f"attention kernel takes float16/bfloat16/float32, not {dtype}")
 
 
-def attention_forward(
+def as_config(config: Config | dict | None) -> Config | None:
+    """Tests and benchmarks may force a tile as a plain dict of meta-parameters and options."""
+    return Config.of(**config) if isinstance(config, dict) else config
+
+
+def views_key(q: torch.Tensor, out: torch.Tensor, causal: bool) -> str:
+    return f"{q.dtype}|{tuple(q.shape)}|{q.stride()}|{out.stride()}|causal{causal}"
+
+
+def attention_call(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
     *,
     causal: bool,
-    config: dict | None = None,
-) -> torch.Tensor:
-    """Launch the fused kernel on [B, S, H, D] views; q, k and v must share strides.
+    config: Config | dict | None = None,
+) -> tuple[KernelCall, Choice]:
+    """The bound fused kernel on [B, S, H, D] views; q, k and v must share strides.
 
     config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
-    to bypass the autotuner (tests use it to cover each code path).
+    instead of tuning (tests use it to cover each code path).
     """
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
     ensure_descriptor_allocator()
-    kernel = _attention_fwd_tuned if config is None else _attention_fwd_kernel
-    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)  # noqa: E731
-    kernel[grid](
-        q, k, v, out,
-        seq_len, heads,
-        *q.stride(), *out.stride(),
-        LOG2E / math.sqrt(head_dim),
-        HEAD_DIM=head_dim,
-        CAUSAL=causal,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
-        **(config or {}),
+    args = (q, k, v, out, seq_len, heads, *q.stride(), *out.stride(),
+            LOG2E / math.sqrt(head_dim))  # fmt: skip
+    named = dict(HEAD_DIM=head_dim, CAUSAL=causal,
+                 DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+                 UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16)  # fmt: skip
+    candidates = float_candidates(q.dtype, head_dim, descriptors_usable(q, out))
+    return tuned_call(
+        "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates,
+        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
+        q.device, as_config(config),
     )  # fmt: skip
+
+
+def attention_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):
+    """Bind and run the fused kernel once on [B, S, H, D] views (see `attention_call`)."""
+    attention_call(q, k, v, out, causal=causal, config=config)[0].call()
     return out
 
 
@@ -430,34 +326,33 @@ def split_heads(
     return q, q, q
 
 
-def prepare_attention(
-    *, heads: int, causal: bool, packed_qkv: bool, quant: str = "none"
-) -> Callable[..., torch.Tensor]:
-    """Build the attention callable fn(x, out=None) -> [B, S, E] in x's dtype.
+class Attention:
+    """Attention of x [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as
+    [3, H, D], into [B, S, E] in x's dtype: `bind(x)` or `attention(x, out=None)`.
+    Settings no kernel covers raise Unsupported (at build time when they are known then,
+    else at bind, when the head dim and dtype are)."""
 
-    x is [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as [3, H, D].
-    quant="int8" runs the SageAttention-style path of `attention_int8`.
-    Raises Unsupported for settings no kernel covers (at build time when they are known
-    then, else on the first call, when the head dim and dtype are).
-    """
-    if heads < 1:
-        raise Unsupported(f"attention needs heads >= 1, got {heads}")
-    if quant not in ("none", "int8"):
-        raise Unsupported(f"attention quant must be 'none' or 'int8', got {quant!r}")
-    if quant == "int8":
-        from opbench.kernels.attention_int8 import attention_int8_forward as forward
-    else:
-        forward = attention_forward
+    def __init__(self, *, heads: int, causal: bool, packed_qkv: bool) -> None:
+        if heads < 1:
+            raise Unsupported(f"attention needs heads >= 1, got {heads}")
+        self.heads, self.causal, self.packed_qkv = heads, causal, packed_qkv
 
-    def attention(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        q, k, v = split_heads(x, heads, packed_qkv)
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.bind(x, out).launch()
+
+    def output(self, x: torch.Tensor, out: torch.Tensor | None):
+        q, k, v = split_heads(x, self.heads, self.packed_qkv)
         batch, seq_len, _, head_dim = q.shape
-        embed = heads * head_dim
+        embed = self.heads * head_dim
         if out is None:
             out = torch.empty((batch, seq_len, embed), dtype=x.dtype, device=x.device)
         elif out.shape != (batch, seq_len, embed) or out.dtype != x.dtype:
             raise ValueError(f"out must be {(batch, seq_len, embed)} {x.dtype}")
-        forward(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal)
-        return out
+        return q, k, v, out, out.unflatten(-1, (self.heads, head_dim))
 
-    return attention
+    def bind(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+    ) -> BoundKernels:
+        q, k, v, out, out4 = self.output(x, out)
+        call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
+        return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])

@@ -7,8 +7,8 @@ Three steps per call, all Triton kernels:
    Subtracting mu from every key is exact for softmax: q.(k_j - mu) = q.k_j - q.mu shifts
    each query row's logits by one constant. It removes the channel bias that K of real
    models carries, so the int8 grid spends its 255 levels on what varies between keys.
-2. Quantize K - mu per block of KEY_BLOCK keys, symmetric: scale = max|k - mu| / 127,
-   k8 = round((k - mu) / scale), into an [B, H, S_pad, D] int8 buffer (rows past S are 0)
+2. Quantize K - mu per block of KEY_BLOCK keys by the int8 rule of `device.py`:
+   scale = max|k - mu| / 127, k8 = round((k - mu) / scale), into an [B, H, S_pad, D] int8 buffer (rows past S are 0)
    and one fp32 scale per block.
 3. Attention: each program quantizes its own BLOCK_M query rows the same way (the softmax
    scale log2(e)/sqrt(D) folded in first), then for each key block
@@ -40,20 +40,25 @@ import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import (
-    INTERPRET,
     LOG2E,
-    Tile,
+    Attention,
+    as_config,
     check_head_dim,
-    descriptors_usable,
-    ensure_descriptor_allocator,
-    keep_configs,
     key_mask,
     key_ranges,
     load_rows,
-    make_configs,
     online_softmax_update,
-    quick_bench,
+    views_key,
 )
+from opbench.kernels.attention_plans import (
+    descriptors_usable,
+    ensure_descriptor_allocator,
+    int8_candidates,
+)
+from opbench.kernels.device import round_to_int8
+from opbench.kernels.host import INTERPRET, cdiv
+from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.tuning import Choice, Config
 
 # Keys per quantization block (one scale each). The key tiles of the attention kernel
 # (BLOCK_N <= 128) divide it, so each tile has one scale and never reads past the padding.
@@ -102,12 +107,6 @@ def _key_partial_sums_kernel(
         total += tl.load(ptrs, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
     num_chunks = tl.num_programs(0)
     tl.store(partial_ptr + (pid_bh * num_chunks + pid_c) * HEAD_DIM + cols, tl.sum(total, 0))
-
-
-@triton.jit
-def round_to_int8(x):
-    """Round half away from zero, then convert (float->int conversion truncates)."""
-    return (x + tl.where(x >= 0, 0.5, -0.5)).to(tl.int8)
 
 
 @triton.jit
@@ -281,89 +280,78 @@ def _attention_int8_kernel(
     tl.store(o_ptrs, out, mask=offs_m[:, None] < seq_len)
 
 
-# Autotune candidates as in attention.py (the measured winners).
-_SMALL_HEAD_TILES: list[Tile] = [
-    (64, 64, 4, 3, None, False),
-    (64, 64, 4, 4, None, False),
-    (128, 64, 8, 3, 128, False),
-]
-INT8_TILES: dict[int, list[Tile]] = {
-    16: _SMALL_HEAD_TILES,
-    32: _SMALL_HEAD_TILES,
-    64: _SMALL_HEAD_TILES,
-    128: [(128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, True)],
-    256: [(64, 32, 4, 3, None, False), (64, 64, 4, 2, None, False)],
-}
-
-
-def prune_int8_configs(
-    configs: list[triton.Config], named_args: dict, **kwargs
-) -> list[triton.Config]:
-    desc_ok = descriptors_usable(named_args["v_ptr"])
-    return keep_configs(configs, INT8_TILES[kwargs["HEAD_DIM"]], desc_ok)
-
-
-_attention_int8_tuned = triton.autotune(
-    configs=make_configs(list(INT8_TILES.values())),
-    key=["seq_len", "HEAD_DIM", "CAUSAL"],
-    prune_configs_by={"early_config_prune": prune_int8_configs},
-    do_bench=quick_bench,
-)(_attention_int8_kernel)
-
-
-def smooth_and_quantize_keys(k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Steps 1-2 on a [B, S, H, D] key view: int8 keys [B * H, S_pad, D] (S_pad a multiple
-    of KEY_BLOCK, pad rows zero) and their scales [B * H, S_pad / KEY_BLOCK]."""
+def key_quantize_calls(
+    k: torch.Tensor,
+) -> tuple[list[KernelCall], torch.Tensor, torch.Tensor, list]:
+    """Steps 1-2 on a [B, S, H, D] key view, bound: the two launches, the int8 keys
+    [B * H, S_pad, D] (S_pad a multiple of KEY_BLOCK, pad rows zero), their scales
+    [B * H, S_pad / KEY_BLOCK], and the partial-sum workspace."""
     batch, seq_len, heads, head_dim = k.shape
-    padded_len = triton.cdiv(seq_len, KEY_BLOCK) * KEY_BLOCK
-    num_chunks = triton.cdiv(seq_len, SUM_CHUNK_ROWS)
+    padded_len = cdiv(seq_len, KEY_BLOCK) * KEY_BLOCK
+    num_chunks = cdiv(seq_len, SUM_CHUNK_ROWS)
     rows = batch * heads
     partial = torch.empty((rows, num_chunks, head_dim), dtype=torch.float32, device=k.device)
     k8 = torch.empty((rows, padded_len, head_dim), dtype=torch.int8, device=k.device)
     k_scale = torch.empty((rows, padded_len // KEY_BLOCK), dtype=torch.float32, device=k.device)
-    _key_partial_sums_kernel[(num_chunks, rows)](
-        k, partial, seq_len, heads, *k.stride(),
-        HEAD_DIM=head_dim, CHUNK_ROWS=SUM_CHUNK_ROWS, BLOCK_S=SUM_BLOCK_ROWS,
+    options = {"num_warps": 4, "num_stages": 3}
+    sums = KernelCall(
+        _key_partial_sums_kernel, (num_chunks, rows), (k, partial, seq_len, heads, *k.stride()),
+        dict(HEAD_DIM=head_dim, CHUNK_ROWS=SUM_CHUNK_ROWS, BLOCK_S=SUM_BLOCK_ROWS), options,
     )  # fmt: skip
-    _quantize_keys_kernel[(padded_len // KEY_BLOCK, rows)](
-        k, partial, k8, k_scale, seq_len, padded_len, heads, num_chunks, *k.stride(),
-        HEAD_DIM=head_dim, BLOCK_S=KEY_BLOCK,
+    quantize = KernelCall(
+        _quantize_keys_kernel, (padded_len // KEY_BLOCK, rows),
+        (k, partial, k8, k_scale, seq_len, padded_len, heads, num_chunks, *k.stride()),
+        dict(HEAD_DIM=head_dim, BLOCK_S=KEY_BLOCK), options,
     )  # fmt: skip
-    return k8, k_scale
+    return [sums, quantize], k8, k_scale, [partial]
 
 
-def attention_int8_forward(
+def attention_int8_calls(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     out: torch.Tensor,
     *,
     causal: bool,
-    config: dict | None = None,
-) -> torch.Tensor:
-    """Smooth and quantize K, then run the int8 attention kernel; all on [B, S, H, D] views.
-
-    Scratch (partial sums, int8 keys, scales) is allocated per call; torch computes nothing.
-    config: explicit attention-kernel meta-parameters, bypassing the autotuner.
-    """
+    config: Config | dict | None = None,
+) -> tuple[list[KernelCall], Choice, list]:
+    """Smooth and quantize K, then the int8 attention kernel, bound on [B, S, H, D] views.
+    config: explicit attention-kernel meta-parameters instead of tuning."""
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     if q.dtype == torch.float32:
         raise Unsupported("int8 attention keeps PV on 16-bit tensor cores: use float16/bfloat16")
     assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
     ensure_descriptor_allocator()
-    k8, k_scale = smooth_and_quantize_keys(k)
-    kernel = _attention_int8_tuned if config is None else _attention_int8_kernel
-    grid = lambda meta: (triton.cdiv(seq_len, meta["BLOCK_M"]), batch * heads)  # noqa: E731
-    kernel[grid](
-        q, k8, k_scale, v, out,
-        seq_len, k8.shape[1], heads,
-        *q.stride(), *out.stride(),
-        LOG2E / math.sqrt(head_dim),
-        HEAD_DIM=head_dim,
-        CAUSAL=causal,
-        UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16,
-        KEY_BLOCK=KEY_BLOCK,
-        **(config or {}),
+    quantize, k8, k_scale, keep = key_quantize_calls(k)
+    args = (q, k8, k_scale, v, out, seq_len, k8.shape[1], heads, *q.stride(), *out.stride(),
+            LOG2E / math.sqrt(head_dim))  # fmt: skip
+    named = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_BLOCK=KEY_BLOCK,
+                 UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16)  # fmt: skip
+    call, choice = tuned_call(
+        "attention_int8", _attention_int8_kernel, views_key(q, out, causal),
+        int8_candidates(head_dim, descriptors_usable(v)),
+        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
+        q.device, as_config(config),
     )  # fmt: skip
+    return [*quantize, call], choice, [k8, k_scale, *keep]
+
+
+def attention_int8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):
+    """Bind and run the int8 path once on [B, S, H, D] views (see `attention_int8_calls`)."""
+    calls, _, _ = attention_int8_calls(q, k, v, out, causal=causal, config=config)
+    for call in calls:
+        call.call()
     return out
+
+
+class Int8Attention(Attention):
+    """`Attention` through the int8 path (SageAttention-style)."""
+
+    def bind(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+    ) -> BoundKernels:
+        q, k, v, out, out4 = self.output(x, out)
+        calls, choice, keep = attention_int8_calls(q, k, v, out4, causal=self.causal,
+                                                   config=config)  # fmt: skip
+        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])

@@ -5,67 +5,45 @@
 
 Bytes: 2 * numel * element_size (+ 8 bytes per channel), 2 FLOPs per element: memory-bound.
 
-Folding the running statistics into (scale, shift) happens once in `fold_batchnorm`, before
-timing, like any weight preparation. Two ways to walk the tensor, both in one kernel and
-picked by the autotuner:
+Folding the running statistics into (scale, shift) happens once, before timing
+(`host.fold_batchnorm`, the same fold the conv applies to its weights; the kernel takes
+the result as contiguous float32). Two ways to walk the
+tensor, both in one kernel and picked by tuning:
 
 * planes: a matrix of N*C planes by H*W pixels; one program owns BLOCK_P planes x BLOCK_HW
   pixels, so the channel (and its two parameters) is looked up once per row of the tile
-  instead of once per element. Best for large maps (112x112: 4.0 TB/s on the H200).
+  instead of once per element. Best for large maps.
 * flat (contiguous tensors only): one program owns BLOCK_HW consecutive elements of the whole
   tensor and computes each element's channel, (k // H*W) % C, like torch.compile does. For
   small maps a plane is a poor row: 14x14 = 196 elements fill 77% of a 256-wide tile, and
   planes start only 8-byte aligned, so the plane tiles get 8-byte loads at best, where flat
   blocks load 16 bytes per thread everywhere. C and H*W are compile-time constants (the
   kernel is compiled per map size), so the division is a multiply and a shift; the two
-  parameter loads per element hit L1 (C * 8 bytes). On the H200, 32x1024x14x14 fp16 (25.7 MB
-  moved), CUDA-graph replays: flat 2048-element blocks 4.6 us, the best plane tile 5.9 us
-  (torch.compile 8.1 us); with L2 flushed before each single replay, 11.7 vs 12.6 us.
+  parameter loads per element hit L1 (C * 8 bytes).
+Measured figures: docs/perf/memory_bound.md.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.transpose import (
+from opbench.kernels.device import multiple_of
+from opbench.kernels.host import (
+    INTERPRET,
     MAX_INT32_OFFSET,
     alignment,
     cdiv,
     check_float,
-    multiple_of,
     next_power_of_2,
     resolve_out,
 )
-
-# --------------------------------------------------------------------------------------
-# Build-time folding
-# --------------------------------------------------------------------------------------
-
-
-def fold_batchnorm(
-    running_mean: torch.Tensor,
-    running_var: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale, shift), float32 [C], such that batchnorm(x) = x * scale + shift."""
-    inv_std = torch.rsqrt(running_var.double() + eps)
-    scale = inv_std if weight is None else weight.double() * inv_std
-    shift = -running_mean.double() * scale
-    if bias is not None:
-        shift = shift + bias.double()
-    return scale.float().contiguous(), shift.float().contiguous()
-
-
-# --------------------------------------------------------------------------------------
-# Kernel
-# --------------------------------------------------------------------------------------
+from opbench.kernels.launch import BoundKernels, tuned_call
+from opbench.kernels.tuning import Config
 
 
 @triton.jit
@@ -132,33 +110,25 @@ def _batchnorm_kernel(
         )
 
 
-def _configs() -> list[triton.Config]:
-    """Plane tiles of 1K-8K elements (`_fit_tile_to_planes` reshapes them for small images)
-    and flat blocks of 1K-8K elements."""
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return [triton.Config({"BLOCK_P": 2, "BLOCK_HW": 32, "FLAT": False}, num_warps=4)]
+def tile_configs(gpu: bool = not INTERPRET) -> list[Config]:
+    """Plane tiles of 1K-8K elements (`fit_tiles` reshapes them for small images) and flat
+    blocks of 1K-8K elements."""
+    if not gpu:
+        return [Config.of(BLOCK_P=2, BLOCK_HW=32, FLAT=False, num_warps=4)]
     shapes = [(1, 1024, 4), (1, 2048, 4), (1, 4096, 8), (2, 2048, 8), (1, 8192, 8), (4, 1024, 4)]
     flat = [(1024, 4), (2048, 4), (4096, 8), (8192, 8)]
-    return [
-        triton.Config({"BLOCK_P": p, "BLOCK_HW": hw, "FLAT": False}, num_warps=w)
-        for p, hw, w in shapes
-    ] + [triton.Config({"BLOCK_P": 1, "BLOCK_HW": n, "FLAT": True}, num_warps=w) for n, w in flat]
+    return [Config.of(BLOCK_P=p, BLOCK_HW=hw, FLAT=False, num_warps=w) for p, hw, w in shapes] + [
+        Config.of(BLOCK_P=1, BLOCK_HW=n, FLAT=True, num_warps=w) for n, w in flat
+    ]
 
 
-def _fit_tile_to_planes(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
+def fit_tiles(configs: Sequence[Config], planes: int, pixels: int, flat_ok: bool) -> list[Config]:
     """Narrow plane tiles to the plane size, giving the spare elements to more planes; keep
-    flat blocks only for contiguous tensors of fewer than 2**31 elements (int32 offsets)."""
-    fitted: dict[tuple[int, int, bool, int], triton.Config] = {}
-    pixels, planes = kwargs["PIXELS"], named_args["planes"]
-    flat_ok = (
-        named_args["x_ptr"].is_contiguous()
-        and named_args["y_ptr"].is_contiguous()
-        and planes * pixels <= MAX_INT32_OFFSET
-    )
+    flat blocks only when `flat_ok` (contiguous tensors of fewer than 2**31 elements)."""
+    fitted: dict[tuple[int, int, bool, int], Config] = {}
     max_hw, max_p = next_power_of_2(pixels), next_power_of_2(planes)
     for config in configs:
-        block_p, block_hw = config.kwargs["BLOCK_P"], config.kwargs["BLOCK_HW"]
-        flat = config.kwargs["FLAT"]
+        block_p, block_hw, flat = config["BLOCK_P"], config["BLOCK_HW"], config["FLAT"]
         if flat and not flat_ok:
             continue
         if flat:
@@ -167,32 +137,24 @@ def _fit_tile_to_planes(configs: list[triton.Config], named_args: dict, **kwargs
             if block_hw > max_hw:
                 block_p, block_hw = block_p * (block_hw // max_hw), max_hw
             block_p = min(block_p, max_p)
-        meta = {"BLOCK_P": block_p, "BLOCK_HW": block_hw, "FLAT": flat}
-        fitted.setdefault(
-            (block_p, block_hw, flat, config.num_warps),
-            triton.Config(meta, num_warps=config.num_warps),
-        )
+        fitted.setdefault((block_p, block_hw, flat, config.num_warps),
+                          config.with_meta(BLOCK_P=block_p, BLOCK_HW=block_hw))  # fmt: skip
     return list(fitted.values())
 
 
-# Every stride is part of the key: the flat path is only valid for contiguous tensors.
-_STRIDES = ["x_stride_n", "x_stride_c", "x_stride_hw", "y_stride_n", "y_stride_c", "y_stride_hw"]
-_batchnorm = triton.autotune(
-    configs=_configs(),
-    key=["planes", *_STRIDES, "CHANNELS", "PIXELS", "ALIGN"],
-    prune_configs_by={"early_config_prune": _fit_tile_to_planes},
-)(_batchnorm_kernel)
+def flat_allowed(x: torch.Tensor, out: torch.Tensor) -> bool:
+    """The flat path needs contiguous tensors with int32 offsets."""
+    return x.is_contiguous() and out.is_contiguous() and x.numel() <= MAX_INT32_OFFSET
 
 
-# --------------------------------------------------------------------------------------
-# Launcher
-# --------------------------------------------------------------------------------------
-
-
-def batchnorm2d(
-    x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Inference batchnorm of NCHW x with folded per-channel (scale, shift)."""
+def bind_batchnorm2d(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    shift: torch.Tensor,
+    out: torch.Tensor | None = None,
+    config: Config | None = None,
+) -> BoundKernels:
+    """Inference batchnorm of NCHW x with folded per-channel (scale, shift), bound to x."""
     check_float(x, "batchnorm2d")
     if x.dim() != 4:
         raise Unsupported(f"batchnorm2d expects NCHW input, got {x.dim()} dimensions")
@@ -202,37 +164,39 @@ def batchnorm2d(
             raise ValueError(f"batchnorm2d {name} must be contiguous float32 [{channels}]")
     out = resolve_out(out, x.shape, x)
     if x.numel() == 0:
-        return out
+        return BoundKernels.of([], out)
     for tensor in (x, out):
         if height > 1 and width > 1 and tensor.stride(2) != width * tensor.stride(3):
             raise Unsupported("batchnorm2d needs H and W to be walkable as one axis")
-        if (height * width - 1) * tensor.stride(3) > 2**31 - 1:
+        if (height * width - 1) * tensor.stride(3) > MAX_INT32_OFFSET:
             raise Unsupported("batchnorm2d: one plane spans more than 2**31 elements")
-    pixels = height * width
-    planes = batch * channels
-    strides = (x.stride(0), x.stride(1), _pixel_stride(x), out.stride(0), out.stride(1))
-    strides += (_pixel_stride(out),)
+    pixels, planes = height * width, batch * channels
+    strides = (x.stride(0), x.stride(1), _pixel_stride(x), out.stride(0), out.stride(1),
+               _pixel_stride(out))  # fmt: skip
 
-    def grid(meta: dict) -> tuple[int]:
-        if meta["FLAT"]:
-            return (cdiv(planes * pixels, meta["BLOCK_HW"]),)
-        return (cdiv(planes, meta["BLOCK_P"]) * cdiv(pixels, meta["BLOCK_HW"]),)
+    def grid(cfg: Config) -> tuple[int]:
+        if cfg["FLAT"]:
+            return (cdiv(planes * pixels, cfg["BLOCK_HW"]),)
+        return (cdiv(planes, cfg["BLOCK_P"]) * cdiv(pixels, cfg["BLOCK_HW"]),)
 
-    _batchnorm[grid](
-        x,
-        out,
-        scale,
-        shift,
-        planes,
-        *strides,
-        CHANNELS=channels,
-        PIXELS=pixels,
-        ALIGN=_plane_alignment(strides, pixels),
-    )
-    return out
+    align = plane_alignment(strides, pixels)
+    candidates = fit_tiles(tile_configs(), planes, pixels, flat_allowed(x, out))
+    key = f"{x.dtype}|{tuple(x.shape)}|{strides}|align{align}"
+    named = dict(CHANNELS=channels, PIXELS=pixels, ALIGN=align)
+    call, choice = tuned_call("batchnorm2d", _batchnorm_kernel, key, candidates, grid,
+                              (x, out, scale, shift, planes, *strides), named, x.device,
+                              config)  # fmt: skip
+    return BoundKernels.of([call], out, [choice])
 
 
-def _plane_alignment(strides: tuple[int, ...], pixels: int) -> int:
+def batchnorm2d(
+    x: torch.Tensor, scale: torch.Tensor, shift: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Inference batchnorm of NCHW x with folded per-channel (scale, shift)."""
+    return bind_batchnorm2d(x, scale, shift, out).launch()
+
+
+def plane_alignment(strides: tuple[int, ...], pixels: int) -> int:
     """ALIGN for the plane path: the plane strides and the plane size are multiples of it, and
     pixels are contiguous on both sides (else vectors along pixels are impossible anyway)."""
     x_n, x_c, x_hw, y_n, y_c, y_hw = strides

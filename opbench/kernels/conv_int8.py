@@ -1,7 +1,8 @@
 """int8 convolution: per-channel weight scales (build time), per-image activation scales (run time).
 
-Quantization. Weights: w_q[o] = round(w[o] / sw[o]), sw[o] = max|w[o]| / 127, at build time.
-Activations: one scale per image, sx[n] = max over (c, h, w) of |x[n]| / 127, computed on every call:
+Quantization, by the int8 rule of `device.py`. Weights: sw[o] = max|w[o]| / 127, at build
+time. Activations: one scale per image, sx[n] = max over (c, h, w) of |x[n]| / 127, computed on
+every call:
 
     out[n, o, p] = sx[n] * sw[o] * sum_k xq[n, k(p)] * w_q[o, k]  (+ bias, activation)
 
@@ -24,26 +25,28 @@ MMA-bound layers (3x3, C and Cout >= 128), not on memory-bound 1x1 ones.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
 from opbench.kernels.conv import (
-    INT8_TILES,
-    INTERPRET,
-    K_CHANNEL_BLOCKS,
-    K_GATHER,
-    MIN_CHANNELS_FOR_BLOCKS,
-    CompiledLaunch,
-    Tile,
-    check_output,
-    conv_launch,
-    fitting_tiles,
-    output_size,
+    BoundPlan,
+    ConvLayer,
+    conv_call,
+    nhwc_strides,
+    output_for,
     pack_weight,
-    select_plan,
+    prepare_conv,
 )
+from opbench.kernels.conv_plans import int8_candidates
+from opbench.kernels.device import inverse_scale, round_to_int8
+from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
+from opbench.kernels.launch import BoundKernels, KernelCall, sequence
+from opbench.kernels.quantize import quantize_per_row
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # Elements each absmax program reduces (at most MAX_CHUNKS programs per image).
 CHUNK_TARGET = 8192 if not INTERPRET else 256
@@ -100,98 +103,105 @@ def _quantize_nhwc_kernel(
     chunk = tl.arange(0, BLOCK_CHUNKS)
     partials = tl.load(partial_ptr + image * NUM_CHUNKS + chunk, mask=chunk < NUM_CHUNKS, other=0.0)
     amax = tl.max(partials, axis=0)
-    amax = tl.where(amax > 0.0, amax, 1.0)  # an all-zero image quantizes to zeros with any scale
-    inv_scale = 127.0 / amax
+    inv_scale = inverse_scale(amax)
 
     offs_c = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     mask = (offs_c < C)[:, None] & (offs_p < HW)[None, :]
     x_ptrs = x_ptr + image * STRIDE_XN + offs_c[:, None] * STRIDE_XC + offs_p[None, :] * STRIDE_XP
     values = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
-    q = tl.floor(values * inv_scale + 0.5)  # |x| <= amax keeps q in [-127, 127]
-    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int8)
+    q = round_to_int8(values * inv_scale)
     tl.store(q_ptr + image * (HW * C) + offs_p[None, :] * C + offs_c[:, None], q, mask=mask)
     if (pid_p == 0) & (pid_c == 0):
         tl.store(x_scale_ptr + image, amax / 127.0)
 
 
-def quantize_weight_per_channel(master_w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Build time: packed int8 weights [Cout, K_pad] and float32 scales [Cout]."""
-    amax = master_w.abs().amax(dim=(1, 2, 3))
-    scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
-    q = torch.round(master_w / scale[:, None, None, None]).clamp_(-127, 127)
-    return pack_weight(q, torch.int8), scale.float().contiguous()
-
-
-class Int8Plan:
-    """Run-time quantization of x (two kernels) and the int8 conv, for one input signature."""
-
-    def __init__(self, layer: Int8Conv, x: torch.Tensor, out_shape: tuple, tile: Tile):
-        n, c, h, w = x.shape
-        chw, hw = c * h * w, h * w
-        self.name = f"int8 {tile}"
-        block = 256 if INTERPRET else 1024
-        num_chunks = max(1, min(MAX_CHUNKS, triton.cdiv(chw, CHUNK_TARGET)))
-        chunk = triton.cdiv(triton.cdiv(chw, num_chunks), block) * block
-        num_chunks = triton.cdiv(chw, chunk)
-        self.partials_shape, self.xq_shape, self.n = (n, num_chunks), (n, h, w, c), n
-        meta = dict(CHW=chw, CHUNK=chunk, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), BLOCK=block)
-        self.absmax = CompiledLaunch(_absmax_partials_kernel, (num_chunks, n), meta, 4, 1)
-        block_c, block_p = (16, 32) if INTERPRET else (64, 64)
-        meta = dict(C=c, HW=hw, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), STRIDE_XC=x.stride(1))
-        meta.update(STRIDE_XP=x.stride(3), BLOCK_CHUNKS=triton.next_power_of_2(num_chunks))
-        meta.update(BLOCK_C=block_c, BLOCK_P=block_p)
-        grid = (triton.cdiv(hw, block_p), triton.cdiv(c, block_c), n)
-        self.quantize = CompiledLaunch(_quantize_nhwc_kernel, grid, meta, 4, 1)
-        k_mode = K_GATHER if c < MIN_CHANNELS_FOR_BLOCKS else K_CHANNEL_BLOCKS
-        self.conv = conv_launch(
-            x.shape, (hw * c, 1, w * c, c), out_shape, layer.packed, layer.geometry,
-            k_mode=k_mode, activation=layer.activation, has_bias=layer.bias32 is not None,
-            is_int8=True, upcast=False, tile=tile,
-        )  # fmt: skip
-        self.layer = layer
-
-    def __call__(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        partials = torch.empty(self.partials_shape, device=x.device, dtype=torch.float32)
-        xq = torch.empty(self.xq_shape, device=x.device, dtype=torch.int8)
-        x_scale = torch.empty((self.n,), device=x.device, dtype=torch.float32)
-        self.absmax(x, partials)
-        self.quantize(x, partials, xq, x_scale)
-        bias = self.layer.bias32 if self.layer.bias32 is not None else out
-        self.conv(xq, self.layer.packed, bias, x_scale, self.layer.w_scale, out)
+def quantize_calls(
+    x: torch.Tensor, xq: torch.Tensor, x_scale: torch.Tensor
+) -> tuple[list[KernelCall], list[torch.Tensor]]:
+    """The two fixed launches that quantize x per image into xq [N, H, W, C] and x_scale [N]."""
+    n, c, h, w = x.shape
+    chw, hw = c * h * w, h * w
+    block = 256 if INTERPRET else 1024
+    num_chunks = max(1, min(MAX_CHUNKS, cdiv(chw, CHUNK_TARGET)))
+    chunk = cdiv(cdiv(chw, num_chunks), block) * block
+    num_chunks = cdiv(chw, chunk)
+    partials = torch.empty((n, num_chunks), device=x.device, dtype=torch.float32)
+    absmax = KernelCall(
+        _absmax_partials_kernel, (num_chunks, n), (x, partials),
+        dict(CHW=chw, CHUNK=chunk, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), BLOCK=block),
+        {"num_warps": 4, "num_stages": 1},
+    )  # fmt: skip
+    block_c, block_p = (16, 32) if INTERPRET else (64, 64)
+    quantize = KernelCall(
+        _quantize_nhwc_kernel, (cdiv(hw, block_p), cdiv(c, block_c), n),
+        (x, partials, xq, x_scale),
+        dict(C=c, HW=hw, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), STRIDE_XC=x.stride(1),
+             STRIDE_XP=x.stride(3), BLOCK_CHUNKS=next_power_of_2(num_chunks), BLOCK_C=block_c,
+             BLOCK_P=block_p),
+        {"num_warps": 4, "num_stages": 1},
+    )  # fmt: skip
+    return [absmax, quantize], [partials]
 
 
 class Int8Conv:
-    """The callable returned by `prepare_conv2d` for quant="int8" (batchnorm already folded)."""
+    """An int8 conv built once (batchnorm already folded): `bind(x)` or `conv(x, out=None)`."""
 
-    def __init__(self, master_w: torch.Tensor, bias32, geometry: dict, activation: int):
-        self.cout, self.cin, _, _ = master_w.shape
-        self.packed, self.w_scale = quantize_weight_per_channel(master_w)
-        self.bias32, self.geometry, self.activation = bias32, geometry, activation
-        self.plans: dict = {}
-        self.timings: dict = {}  # plan name -> median ms, from the first-call selection
+    def __init__(self, layer: ConvLayer):
+        self.layer = layer
+        self.packed, self.w_scale = layer.packed, layer.w_scale
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.bind(x, out).launch()
+
+    def bind(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+    ) -> BoundKernels:
         if x.dtype == torch.float32:
             raise Unsupported("int8 convolution of float32 input: only float16/bfloat16")
         if x.dtype not in (torch.float16, torch.bfloat16):
             raise TypeError(f"x must be float16 or bfloat16, got {x.dtype}")
-        if x.dim() != 4 or x.shape[1] != self.cin:
-            raise ValueError(f"x must be [N, {self.cin}, H, W], got {tuple(x.shape)}")
-        if not (x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)):
+        if x.dim() == 4 and not (
+            x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last)
+        ):
             raise ValueError("x must be contiguous NCHW or channels_last")
+        out = output_for(self.layer, x, out)
         n, c, h, w = x.shape
-        g = self.geometry
-        oh, ow = output_size(
-            h, w, g["KH"], g["KW"], g["SH"], g["SW"], g["PH"], g["PW"], g["DH"], g["DW"]
-        )
-        out = check_output(out, (n, self.cout, oh, ow), x.dtype, x.device)
-        key = (x.shape, x.stride(), x.dtype, x.device)
-        plan = self.plans.get(key)
-        if plan is None:
-            gather = c < MIN_CHANNELS_FOR_BLOCKS
-            tiles = fitting_tiles(INT8_TILES, self.cout, c, gather)
-            plans = [Int8Plan(self, x, out.shape, tile) for tile in tiles]
-            plan = self.plans[key] = select_plan(plans, x, out, self.timings)
-        plan(x, out)
-        return out
+        xq = torch.empty((n, h, w, c), device=x.device, dtype=torch.int8)
+        x_scale = torch.empty((n,), device=x.device, dtype=torch.float32)
+        quantize, keep = quantize_calls(x, xq, x_scale)
+        key = f"{x.dtype}|{tuple(x.shape)}|Cout{self.layer.cout}|" + ",".join(
+            f"{k}{v}" for k, v in self.layer.geometry.items())  # fmt: skip
+
+        def plan_calls(plan: Config) -> BoundPlan:
+            conv = conv_call(self.layer, xq, x.shape, nhwc_strides(x.shape), out, plan,
+                             x_scale=x_scale)  # fmt: skip
+            return BoundPlan([*quantize, conv], [xq, x_scale, *keep], [])
+
+        if config is not None:
+            choice = Choice("conv2d_int8", key, device_tag(x.device), config, "forced")
+        else:
+            choice = choose("conv2d_int8", key, int8_candidates(c, self.layer.cout), x.device,
+                            lambda cfg: sequence(plan_calls(cfg).calls, out))  # fmt: skip
+        bound = plan_calls(choice.config)
+        return BoundKernels.of(bound.calls, out, [choice], keep=bound.keep)
+
+
+def build_conv2d_int8(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    *,
+    activation: str = "none",
+    batchnorm: dict | None = None,
+    **geometry: Any,
+) -> Int8Conv:
+    """Build-time work for an int8 conv: fold batchnorm, quantize and pack the weights;
+    geometry: stride, padding, dilation, groups as in F.conv2d."""
+    if weight.dtype == torch.float32:
+        raise Unsupported("int8 quantization of a float32 layer: only float16/bfloat16 inputs")
+
+    def pack(master: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        codes, w_scale = quantize_per_row(master.reshape(master.shape[0], -1))
+        return pack_weight(codes.view(master.shape), torch.int8), w_scale
+
+    return Int8Conv(prepare_conv(weight, bias, activation, batchnorm, pack, **geometry))

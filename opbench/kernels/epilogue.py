@@ -7,7 +7,7 @@ GELU is torch's default, exact erf form, computed two ways:
 
 - float32 outputs: libdevice's `erff` (about 1 ulp). It costs 36-38 SASS instructions per
   element (both of its polynomial branches are evaluated), which makes a standalone GELU
-  instruction-bound rather than memory-bound on the H200 (docs/perf/memory_bound.md).
+  instruction-bound rather than memory-bound (docs/perf/memory_bound.md).
 - 16-bit outputs: erfc(|x| / sqrt 2) from the Chebyshev-fitted formula of Numerical
   Recipes (`erfcc`, fractional error below 1.2e-7 for every argument): t * exp(-z^2 + P9(t))
   with t = 1 / (1 + z/2), that is one exp, one approximate reciprocal and nine FMAs. Being
@@ -21,11 +21,12 @@ import torch
 import triton
 import triton.language as tl
 
+from opbench.kernels.host import SIXTEEN_BIT
+
 # Codes passed as the ACTIVATION meta-parameter.
 ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
 # GELU for outputs rounded to 16 bits (see above); chosen by activation_code, never by name.
 GELU_16BIT_OUT = 4
-SIXTEEN_BIT = (torch.float16, torch.bfloat16)
 
 
 def activation_code(name: str | None, out_dtype: torch.dtype | None = None) -> int:

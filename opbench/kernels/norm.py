@@ -8,27 +8,25 @@ when a row fits in one block. Rows longer than one block are read twice (statist
 normalisation): 3 * numel * element_size, the second read mostly from L2. About 8 FLOPs per
 element: memory-bound.
 
-Rows use the layout of softmax.py: outer axes from the program id, BLOCK_R rows per program
-and the hidden axis in BLOCK_N chunks. Long layernorm rows combine per-chunk means and
-squared deviations with Chan's parallel formula, which keeps the variance exact where the
-textbook E[x^2] - E[x]^2 would cancel.
+Rows use the layout of rows.py (shared with softmax): outer axes from the program id,
+BLOCK_R rows per program and the hidden axis in BLOCK_N chunks. Long layernorm rows combine
+per-chunk means and squared deviations with Chan's parallel formula, which keeps the
+variance exact where the textbook E[x^2] - E[x]^2 would cancel.
 """
 
 from __future__ import annotations
 
-import os
+from collections.abc import Sequence
 
 import torch
 import triton
 import triton.language as tl
 
-from opbench.kernels import Unsupported
-from opbench.kernels.softmax import fit_rows_to_shape, row_block, row_configs, row_layout
-from opbench.kernels.transpose import check_float, resolve_out
-
-# --------------------------------------------------------------------------------------
-# Kernel
-# --------------------------------------------------------------------------------------
+from opbench.kernels import Unsupported, rows
+from opbench.kernels.host import check_float, resolve_out
+from opbench.kernels.launch import BoundKernels, tuned_call
+from opbench.kernels.rows import row_tile
+from opbench.kernels.tuning import Config
 
 
 @triton.jit
@@ -62,24 +60,17 @@ def _norm_kernel(
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
 ):
-    pid = tl.program_id(0)
-    blocks_r = tl.cdiv(size_r, BLOCK_R)
-    outer = pid // blocks_r
-    o0 = (outer // size_o1).to(tl.int64)
-    o1 = (outer % size_o1).to(tl.int64)
-    rows = (pid % blocks_r) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_mask = rows < size_r
-    x_rows = x_ptr + o0 * x_stride_o0 + o1 * x_stride_o1 + rows[:, None] * x_stride_r
-    y_rows = y_ptr + o0 * y_stride_o0 + o1 * y_stride_o1 + rows[:, None] * y_stride_r
-    cols = tl.arange(0, BLOCK_L)
+    x_rows, y_rows, row_mask, cols = row_tile(
+        x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
+        y_stride_o1, y_stride_r, BLOCK_R, BLOCK_L,
+    )  # fmt: skip
 
     # Statistics: mean (layernorm only) and 1 / sqrt(variance or mean square + eps).
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < length)[None, :]
         x = tl.load(x_rows + cols[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
         # Load the affine parameters now rather than after the statistics: their latency (L2
-        # hits) then overlaps the row's instead of following the block-wide reductions (the
-        # SASS issues them before the first barrier; the gain was not measured on its own).
+        # hits) then overlaps the row's instead of following the block-wide reductions.
         weight, bias = _load_affine(
             weight_ptr, bias_ptr, cols, length, weight_stride, bias_stride, HAS_WEIGHT, HAS_BIAS
         )
@@ -147,72 +138,39 @@ def _load_affine(
     return weight, bias
 
 
-def _fit_norm_rows(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
-    """`fit_rows_to_shape`, then, for rows of 513-1024 elements, only its 2-warp configs.
-
-    On the H200 (CUDA-graph replays, fp16), BERT-large's 4096 x 1024 and ViT-B/16's 12608 x 768
-    layernorms ran fastest with 2 rows / 2 warps a program: 4.5 and 9.4 us (torch.compile 4.8
-    and 9.7 us). Triton's autotuner, timing single launches after an L2 flush, had picked
-    4 rows / 4 warps for ViT (10.6 us); with L2 flushed before every replay the two tie."""
-    kept = fit_rows_to_shape(configs, named_args, **kwargs)
-    if kwargs["BLOCK_L"] == 1024:
+def fit_norm_rows(configs: Sequence[Config], size_r: int, block_l: int) -> list[Config]:
+    """`rows.fit_rows_to_shape`, then, for rows of 513-1024 elements, only its 2-warp
+    configs: two rows of two warps a program won at these widths (docs/perf/memory_bound.md)
+    where single-launch tuning after an L2 flush could not tell them apart."""
+    kept = rows.fit_rows_to_shape(configs, size_r, block_l)
+    if block_l == 1024:
         kept = [c for c in kept if c.num_warps == 2] or kept
     return kept
 
 
-_norm = triton.autotune(
-    configs=row_configs(),
-    key=["size_r", "length", "x_stride_r", "x_stride_n", "RMS"],
-    prune_configs_by={"early_config_prune": _fit_norm_rows},
-)(_norm_kernel)
-
-# TEST-ONLY switch, for demonstrating the CI regression gate on a GPU (docs/ci.md): with
-# OPBENCH_TEST_SLOW_LAYERNORM=1 in the environment, layernorm skips autotuning and launches a
-# deliberately poor configuration: one row per program, one warp, and the looped two-pass
-# variant over 16-element chunks (each row is read twice, 16 elements at a time). The result is
-# the same computation (Chan's merge keeps the statistics exact), only slower. An environment
-# variable rather than a code change, so that the kernel-code fingerprint (kernel_version) of
-# the slowed run equals the baseline's and the gate judges the timings. Never set it otherwise.
-SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
-SLOW_BLOCK_L = 16
+# A deliberately poor configuration (`deliberately_slow`): one row per program, one warp,
+# and the looped two-pass variant over 16-element chunks (each row read twice, 16 elements
+# at a time). The same computation (Chan's merge keeps the statistics exact), only slower.
+SLOW_CONFIG = Config.of(BLOCK_R=1, BLOCK_L=16, ONE_PASS=False, num_warps=1, num_stages=3)
 
 
-def slow_layernorm_requested() -> bool:
-    """True when the test-only slowdown switch is on (read at every call, so tests can set it)."""
-    return os.environ.get(SLOW_LAYERNORM_ENV) == "1"
-
-
-# --------------------------------------------------------------------------------------
-# Launchers
-# --------------------------------------------------------------------------------------
-
-
-def layernorm(
+def bind_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
     bias: torch.Tensor | None,
     eps: float,
     out: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """LayerNorm over the last dimension; weight and bias are [N] (or None)."""
-    return _normalize(x, weight, bias, eps, out, rms=False)
-
-
-def rmsnorm(
-    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """RMSNorm over the last dimension; weight is [N] (or None)."""
-    return _normalize(x, weight, None, eps, out, rms=True)
-
-
-def _normalize(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    eps: float,
-    out: torch.Tensor | None,
+    *,
     rms: bool,
-) -> torch.Tensor:
+    deliberately_slow: bool = False,
+    config: Config | None = None,
+) -> BoundKernels:
+    """LayerNorm (rms=False) or RMSNorm (rms=True, bias None) over the last dimension of x,
+    bound to x. weight and bias are [N] or None.
+
+    deliberately_slow: run SLOW_CONFIG instead of the tuned one. For demonstrating a
+    regression gate on a GPU with unchanged kernel code (docs/ci.md); never otherwise.
+    """
     op = "rmsnorm" if rms else "layernorm"
     check_float(x, op)
     if x.dim() == 0:
@@ -225,8 +183,8 @@ def _normalize(
                 raise ValueError(f"{op} {name} must be [{hidden}] on {x.device}")
     out = resolve_out(out, x.shape, x)
     if x.numel() == 0:
-        return out
-    layout = row_layout(x, out, x.dim() - 1, op)
+        return BoundKernels.of([], out)
+    layout = rows.row_layout(x, out, x.dim() - 1, op)
     args = (
         x,
         out,
@@ -237,13 +195,31 @@ def _normalize(
         bias.stride(0) if bias is not None else 0,
         float(eps),
     )
-    flags = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None)
-    if not rms and slow_layernorm_requested():
-        # Test-only (see SLOW_LAYERNORM_ENV): the un-tuned kernel in its worst sensible shape.
-        _norm_kernel[layout.grid](
-            *args, **flags, BLOCK_R=1, BLOCK_L=SLOW_BLOCK_L, ONE_PASS=False, num_warps=1
-        )
-        return out
-    block_l, one_pass = row_block(hidden)
-    _norm[layout.grid](*args, **flags, BLOCK_L=block_l, ONE_PASS=one_pass)
-    return out
+    block_l, one_pass = rows.row_block(hidden)
+    named = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
+                 BLOCK_L=block_l, ONE_PASS=one_pass)  # fmt: skip
+    if deliberately_slow:
+        config = SLOW_CONFIG
+    candidates = fit_norm_rows(rows.row_configs(), layout.sizes[2], block_l)
+    key = f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}"
+    call, choice = tuned_call(op, _norm_kernel, key, candidates, layout.grid, args, named,
+                              x.device, config)  # fmt: skip
+    return BoundKernels.of([call], out, [choice])
+
+
+def layernorm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    eps: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """LayerNorm over the last dimension; weight and bias are [N] (or None)."""
+    return bind_norm(x, weight, bias, eps, out, rms=False).launch()
+
+
+def rmsnorm(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """RMSNorm over the last dimension; weight is [N] (or None)."""
+    return bind_norm(x, weight, None, eps, out, rms=True).launch()

@@ -1,36 +1,25 @@
-"""Symmetric int8 quantization for the W8A8 linear: per-token activations, per-channel weights.
+"""Symmetric int8 quantization for W8A8: per-token activations (a kernel, every call) and
+per-channel weights (torch, at build time), both by the one rule of `device.py`:
 
-Math. A row r (a token of x, or an output channel of W) gets one scale
+    s[r] = max_k |v[r, k]| / 127,   q[r, k] = clamp(round_half_away_from_zero(v[r, k] / s[r]))
 
-    s[r] = max_k |v[r, k]| / 127,      q[r, k] = round(v[r, k] / s[r])  in [-127, 127]
+An all-zero row gets s = 0, q = 0.
 
-with round-half-away-from-zero, so v[r, k] ~= s[r] * q[r, k]. An all-zero row gets s = 0, q = 0.
-
-Activations are quantized on every call by `_quantize_rows_kernel`: one program per row, a
-max-reduction pass then a quantize pass over the row (the second pass re-reads the row from
-L1/L2). Bytes for x [M, K] in fp16/bf16: reads 2MK (DRAM) + 2MK (cache), writes MK + 4M.
-
-Weights are quantized once, at prepare time, by `quantize_weight_per_channel` (torch is allowed
-there: it runs before timing).
+`_quantize_rows_kernel`: one program per row, a max-reduction pass then a quantize pass over
+the row (the second pass re-reads the row from L1/L2). Bytes for x [M, K] in fp16/bf16:
+reads 2MK (DRAM) + 2MK (cache), writes MK + 4M.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
 import triton.language as tl
 
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-
-
-@triton.jit
-def round_to_int8(v):
-    """Round an fp32 block already scaled into [-127, 127] half away from zero, to int8.
-    (Float-to-int conversion truncates toward zero, hence the +-0.5.)"""
-    v = tl.minimum(tl.maximum(v, -127.0), 127.0)
-    return tl.where(v >= 0, v + 0.5, v - 0.5).to(tl.int8)
+from opbench.kernels.device import inverse_scale, round_to_int8
+from opbench.kernels.host import INTERPRET, next_power_of_2
+from opbench.kernels.launch import KernelCall, tuned_call
+from opbench.kernels.tuning import Choice, Config
 
 
 @triton.jit
@@ -59,8 +48,7 @@ def _quantize_rows_kernel(
         x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
         absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
     row_max = tl.max(absmax, axis=0)
-    # A zero row would divide by zero: its codes are 0 whatever the multiplier, and s = 0.
-    inv_scale = 127.0 / tl.maximum(row_max, 1e-30)
+    inv_scale = inverse_scale(row_max)
     tl.store(scale_ptr + row, row_max / 127.0)
 
     for start in range(0, K, BLOCK_K):
@@ -69,15 +57,24 @@ def _quantize_rows_kernel(
         tl.store(q_row + start + offs, round_to_int8(x.to(tl.float32) * inv_scale), mask=mask)
 
 
-def quantize_rows_launch(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> tuple:
-    """(grid, args, meta) of `_quantize_rows_kernel` for x [M, K] -> q [M, K], scale [M]."""
-    M, K = x.shape
-    # One step covers rows up to 16K elements (all the LLM widths in our suites): the second pass
-    # then re-reads the row from L1. Longer rows loop.
-    block_k = 64 if INTERPRET else min(1 << (K - 1).bit_length(), 16384)
+def row_config(k: int) -> Config:
+    """One step covers rows up to 16K elements (all the LLM widths in our suites): the second
+    pass then re-reads the row from L1. Longer rows loop."""
+    block_k = 64 if INTERPRET else min(next_power_of_2(k), 16384)
     num_warps = 4 if block_k <= 2048 else (8 if block_k <= 8192 else 16)
-    args = (x, q, scale, K, x.stride(0), x.stride(1), q.stride(0))
-    return (M,), args, dict(BLOCK_K=block_k, num_warps=num_warps)
+    return Config.of(BLOCK_K=block_k, num_warps=num_warps, num_stages=3)
+
+
+def quantize_rows_call(
+    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor
+) -> tuple[KernelCall, Choice]:
+    """The bound `_quantize_rows_kernel` for x [M, K] -> q [M, K] int8, scale [M] fp32."""
+    m, k = x.shape
+    config = row_config(k)
+    return tuned_call(
+        "quantize_rows", _quantize_rows_kernel, f"{x.dtype}|K{k}", [config], lambda _: (m,),
+        (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)), {}, x.device,
+    )  # fmt: skip
 
 
 def quantize_rows(
@@ -92,16 +89,16 @@ def quantize_rows(
     if scale is None:
         scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M > 0:
-        grid, args, meta = quantize_rows_launch(x, q, scale)
-        _quantize_rows_kernel[grid](*args, **meta)
+        quantize_rows_call(x, q, scale)[0].call()
     return q, scale
 
 
-def quantize_weight_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Build-time: W [N, K] -> (Wq int8 [N, K] contiguous, sw fp32 [N]), same rounding as above."""
-    w = weight.detach().to(torch.float32)
+def quantize_per_row(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Build time, torch: the same rule on the rows of a 2-D v (weights [N, K], or a conv's
+    [Cout, K]) in float32 -> (q int8 [N, K] contiguous, s fp32 [N])."""
+    w = v.detach().to(torch.float32)
     absmax = w.abs().amax(dim=1)
     inv_scale = 127.0 / absmax.clamp_min(1e-30)
     scaled = (w * inv_scale[:, None]).clamp(-127.0, 127.0)
-    q = (scaled.sign() * (scaled.abs() + 0.5).floor()).to(torch.int8).contiguous()
+    q = torch.where(scaled >= 0, scaled + 0.5, scaled - 0.5).to(torch.int8).contiguous()
     return q, (absmax / 127.0).contiguous()

@@ -18,7 +18,7 @@ two of them:
   copy-like tile: both sides coalesced along the inner axis).
 
 The two other axes are batch axes indexed by the program id. Both cases run the same
-`@triton.jit` function, autotuned over different tile shapes.
+`@triton.jit` function, tuned over different tile shapes.
 
 Alignment hints. Vector loads and stores need rows the compiler knows to be aligned, and
 Triton only specialises integer arguments that are multiples of 16. ResNet's 14x14 stage moved
@@ -26,18 +26,12 @@ to NHWC is a [32, 196, 1024] map whose 196-element rows start 8-byte aligned, bu
 hint the loads fall back to 2 bytes. The launcher computes how many elements each side's
 strides and extents are multiples of (X_ALIGN, Y_ALIGN) and the kernel rewrites them as
 `v // A * A` (`multiple_of`), which the compiler does understand: 8-byte loads for 196.
-(Folding the batch axis into a tile axis, so that 196- or 197-element axes do not leave a
-partial tile per batch, was measured on the H200 and dropped: within +-3% on the NHWC map, and
-12x slower for ViT's tokens -> channels, whose stores lost their coalescing layout.)
-
-The helpers at the bottom (`collapse_dims`, `resolve_out`, ...) are shared with the other
-memory-bound kernels (softmax, norm, activation, pool, batchnorm).
+Measured alternatives: docs/perf/memory_bound.md.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,15 +40,20 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
+from opbench.kernels.device import multiple_of
 from opbench.kernels.epilogue import apply_activation
-
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-MAX_INT32_OFFSET = 2**31 - 1
-
-
-# --------------------------------------------------------------------------------------
-# Kernel
-# --------------------------------------------------------------------------------------
+from opbench.kernels.host import (
+    INTERPRET,
+    MAX_INT32_OFFSET,
+    alignment,
+    cdiv,
+    check_float,
+    collapse_dims,
+    next_power_of_2,
+    resolve_out,
+)
+from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.tuning import Choice, Config
 
 
 @triton.jit
@@ -123,88 +122,88 @@ def _permute_kernel(
     tl.store(y_base + offs_t[:, None] * y_stride_t + offs_i[None, :] * y_stride_i, tile, mask=mask)
 
 
-@triton.jit
-def multiple_of(value, ALIGN: tl.constexpr):
-    """`value`, written so that the compiler knows it is a multiple of ALIGN (a power of two
-    the caller guarantees divides it): divisibility survives `// ALIGN * ALIGN`, whereas
-    `tl.multiple_of` has no effect on scalar arguments. Used by the memory-bound kernels."""
-    if ALIGN > 1:
-        value = value // ALIGN * ALIGN
-    return value
-
-
 # --------------------------------------------------------------------------------------
-# Autotuning
+# Candidates
 # --------------------------------------------------------------------------------------
 
-
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def _transposing_configs() -> list[triton.Config]:
-    """Square-ish tiles: both the load rows and the store rows must be >= 64 bytes."""
-    if _interpreting():
-        return [triton.Config({"BLOCK_T": 16, "BLOCK_I": 16}, num_warps=4)]
-    shapes = [(32, 32, 4), (64, 64, 4), (64, 64, 8), (128, 64, 8), (64, 128, 8), (128, 128, 8)]
-    return [triton.Config({"BLOCK_T": t, "BLOCK_I": i}, num_warps=w) for t, i, w in shapes]
+TRANSPOSING_TILES = [(32, 32, 4), (64, 64, 4), (64, 64, 8), (128, 64, 8), (64, 128, 8),
+                     (128, 128, 8)]  # fmt: skip
+COPYING_TILES = [(1, 2048, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 4), (8, 1024, 8), (16, 256, 4)]
 
 
-def _copying_configs() -> list[triton.Config]:
-    """Wide tiles: only the inner axis matters for coalescing, so favour long rows."""
-    if _interpreting():
-        return [triton.Config({"BLOCK_T": 4, "BLOCK_I": 32}, num_warps=4)]
-    shapes = [(1, 2048, 4), (2, 1024, 4), (4, 1024, 8), (8, 512, 4), (8, 1024, 8), (16, 256, 4)]
-    return [triton.Config({"BLOCK_T": t, "BLOCK_I": i}, num_warps=w) for t, i, w in shapes]
+def tile_configs(copying: bool, gpu: bool = not INTERPRET) -> list[Config]:
+    """Transposing tiles are square-ish (both the load rows and the store rows must be >= 64
+    bytes); copying tiles are wide (only the inner axis matters for coalescing)."""
+    if not gpu:
+        t, i = (4, 32) if copying else (16, 16)
+        return [Config.of(BLOCK_T=t, BLOCK_I=i, num_warps=4)]
+    tiles = COPYING_TILES if copying else TRANSPOSING_TILES
+    return [Config.of(BLOCK_T=t, BLOCK_I=i, num_warps=w) for t, i, w in tiles]
 
 
-def _fit_tile_to_shape(configs: list[triton.Config], named_args: dict, **kwargs) -> list:
+def fit_tiles(configs: Sequence[Config], size_t: int, size_i: int) -> list[Config]:
     """Shrink tiles to the axes they cover, moving the spare elements to the other axis."""
-    fitted: dict[tuple[int, int, int], triton.Config] = {}
-    max_t = next_power_of_2(named_args["size_t"])
-    max_i = next_power_of_2(named_args["size_i"])
+    fitted: dict[tuple[int, int, int], Config] = {}
+    max_t, max_i = next_power_of_2(size_t), next_power_of_2(size_i)
     for config in configs:
-        block_t, block_i = config.kwargs["BLOCK_T"], config.kwargs["BLOCK_I"]
+        block_t, block_i = config["BLOCK_T"], config["BLOCK_I"]
         if block_i > max_i:
             block_t, block_i = block_t * (block_i // max_i), max_i
         if block_t > max_t:
             block_i, block_t = min(max_i, block_i * (block_t // max_t)), max_t
-        key = (block_t, block_i, config.num_warps)
-        fitted.setdefault(
-            key, triton.Config({"BLOCK_T": block_t, "BLOCK_I": block_i}, **_launch(config))
-        )
+        fitted.setdefault((block_t, block_i, config.num_warps),
+                          config.with_meta(BLOCK_T=block_t, BLOCK_I=block_i))  # fmt: skip
     return list(fitted.values())
 
 
-def _launch(config: triton.Config) -> dict:
-    return {"num_warps": config.num_warps, "num_stages": config.num_stages}
-
-
-_AUTOTUNE_KEY = ["size_b1", "size_t", "size_i", "x_stride_t", "x_stride_i", "X_ALIGN", "Y_ALIGN"]
-_permute_transposing = triton.autotune(
-    configs=_transposing_configs(),
-    key=_AUTOTUNE_KEY,
-    prune_configs_by={"early_config_prune": _fit_tile_to_shape},
-)(_permute_kernel)
-_permute_copying = triton.autotune(
-    configs=_copying_configs(),
-    key=_AUTOTUNE_KEY,
-    prune_configs_by={"early_config_prune": _fit_tile_to_shape},
-)(_permute_kernel)
-
-
 # --------------------------------------------------------------------------------------
-# Launchers
+# Bind and launch
 # --------------------------------------------------------------------------------------
+
+
+def bind_strided_map(
+    x: torch.Tensor, y: torch.Tensor, activation: int, config: Config | None = None
+) -> tuple[KernelCall, Choice]:
+    """y[...] = activation(x[...]) elementwise, x and y of one shape and any strides.
+
+    Used by `permute` (with x a permuted view), by `activation` for strided inputs and by the
+    conv's NHWC path.
+    """
+    plan = _strided_plan(tuple(y.shape), x.stride(), y.stride())
+    size = plan.sizes
+
+    def grid(cfg: Config) -> tuple[int]:
+        tiles = cdiv(size[2], cfg["BLOCK_T"]) * cdiv(size[3], cfg["BLOCK_I"])
+        return (size[0] * size[1] * tiles,)
+
+    key = f"{x.dtype}|{'copy' if plan.copying else 'transpose'}|{size}|{plan.x_strides}|" \
+          f"{plan.y_strides}|{plan.x_align},{plan.y_align}|act{activation}"  # fmt: skip
+    candidates = fit_tiles(tile_configs(plan.copying), size[2], size[3])
+    args = (x, y, *size[1:], *plan.x_strides, *plan.y_strides)
+    named = dict(ACTIVATION=activation, TRANSPOSING=not plan.copying, X_ALIGN=plan.x_align,
+                 Y_ALIGN=plan.y_align)  # fmt: skip
+    return tuned_call("permute", _permute_kernel, key, candidates, grid, args, named, x.device,
+                      config)  # fmt: skip
+
+
+def bind_permute(
+    x: torch.Tensor, dims: Sequence[int], out: torch.Tensor | None = None,
+    config: Config | None = None,
+) -> BoundKernels:  # fmt: skip
+    """Contiguous `x.permute(dims)`, for any input strides, bound to x."""
+    check_float(x, "permute")
+    dims = _normalize_permutation(dims, x.dim())
+    out = resolve_out(out, [x.shape[d] for d in dims], x)
+    if x.numel() == 0:
+        return BoundKernels.of([], out)
+    view = x.permute(dims)
+    call, choice = bind_strided_map(view, out, activation=0, config=config)
+    return BoundKernels.of([call], out, [choice], keep=[view])
 
 
 def permute(x: torch.Tensor, dims: Sequence[int], out: torch.Tensor | None = None) -> torch.Tensor:
     """Contiguous `x.permute(dims)`, for any input strides."""
-    check_float(x, "permute")
-    dims = _normalize_permutation(dims, x.dim())
-    out = resolve_out(out, [x.shape[d] for d in dims], x)
-    launch_strided_map(x.permute(dims), out, activation=0)
-    return out
+    return bind_permute(x, dims, out).launch()
 
 
 def transpose(
@@ -217,34 +216,6 @@ def transpose(
     dim0, dim1 = dim0 % x.dim(), dim1 % x.dim()
     dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
     return permute(x, dims, out)
-
-
-def launch_strided_map(x: torch.Tensor, y: torch.Tensor, activation: int) -> None:
-    """y[...] = activation(x[...]) elementwise, x and y of one shape and any strides.
-
-    Used by `permute` (with x a permuted view) and by `activation` for strided inputs.
-    """
-    if x.numel() == 0:
-        return
-    plan = _strided_plan(tuple(y.shape), x.stride(), y.stride())
-    size = plan.sizes
-    kernel = _permute_copying if plan.copying else _permute_transposing
-
-    def grid(meta: dict) -> tuple[int]:
-        tiles = cdiv(size[2], meta["BLOCK_T"]) * cdiv(size[3], meta["BLOCK_I"])
-        return (size[0] * size[1] * tiles,)
-
-    kernel[grid](
-        x,
-        y,
-        *size[1:],
-        *plan.x_strides,
-        *plan.y_strides,
-        ACTIVATION=activation,
-        TRANSPOSING=not plan.copying,
-        X_ALIGN=plan.x_align,
-        Y_ALIGN=plan.y_align,
-    )
 
 
 @dataclass(frozen=True)
@@ -269,8 +240,7 @@ class StridedPlan:
 def _strided_plan(
     shape: tuple[int, ...], x_strides: tuple[int, ...], y_strides: tuple[int, ...]
 ) -> StridedPlan:
-    """The kernel's four axes and alignments. Cached: layers call it with the same layout
-    every time."""
+    """The kernel's four axes and alignments."""
     sizes, (x_strides, y_strides) = collapse_dims(shape, x_strides, y_strides)
     if len(sizes) > 4:
         raise Unsupported(f"strided copy of {len(sizes)} non-mergeable axes (at most 4)")
@@ -305,77 +275,6 @@ def _strided_plan(
         x_align = alignment(xs[0], xs[1], xs[3], size[2])
     y_align = alignment(ys[0], ys[1], ys[2], size[3])
     return StridedPlan(copying, size, xs, ys, x_align, y_align)
-
-
-# --------------------------------------------------------------------------------------
-# Shared helpers for the memory-bound kernels
-# --------------------------------------------------------------------------------------
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) in plain Python: launch grids call it on every launch, and triton.cdiv
-    (a constexpr function) costs microseconds per call from Python."""
-    return -(-a // b)
-
-
-def alignment(*values: int, limit: int = 16) -> int:
-    """The largest power of two <= limit dividing every value (0 is divisible by anything):
-    the ALIGN hint a kernel may give `multiple_of` for them."""
-    align = limit
-    while align > 1 and any(v % align for v in values):
-        align //= 2
-    return align
-
-
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1), in plain Python like `cdiv`."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def collapse_dims(
-    shape: Sequence[int], *strides: Sequence[int]
-) -> tuple[list[int], list[list[int]]]:
-    """Drop size-1 axes and merge neighbouring axes that every layout walks as one.
-
-    Axes k and k+1 merge when, for every stride list, stride[k] == stride[k+1] * shape[k+1].
-    Returns the new sizes and one stride list per input list (an empty shape becomes [1]).
-    """
-    sizes: list[int] = []
-    merged: list[list[int]] = [[] for _ in strides]
-    for axis, size in enumerate(shape):
-        if size == 1:
-            continue
-        current = [s[axis] for s in strides]
-        if sizes and all(m[-1] == c * size for m, c in zip(merged, current, strict=True)):
-            sizes[-1] *= size
-            for m, c in zip(merged, current, strict=True):
-                m[-1] = c
-            continue
-        sizes.append(size)
-        for m, c in zip(merged, current, strict=True):
-            m.append(c)
-    if not sizes:
-        return [1], [[0] for _ in strides]
-    return sizes, merged
-
-
-def check_float(x: torch.Tensor, op: str) -> None:
-    """Raise Unsupported unless x is a float32/float16/bfloat16 tensor."""
-    if x.dtype not in FLOAT_DTYPES:
-        raise Unsupported(f"{op} supports float32, float16 and bfloat16, not {x.dtype}")
-
-
-def resolve_out(out: torch.Tensor | None, shape: Sequence[int], like: torch.Tensor) -> torch.Tensor:
-    """The output tensor: `out` after checking it, or a new contiguous tensor."""
-    shape = torch.Size(shape)
-    if out is None:
-        return torch.empty(shape, dtype=like.dtype, device=like.device)
-    if out.shape != shape or out.dtype != like.dtype or out.device != like.device:
-        raise ValueError(
-            f"out is {tuple(out.shape)} {out.dtype} on {out.device}, "
-            f"expected {tuple(shape)} {like.dtype} on {like.device}"
-        )
-    return out
 
 
 def _normalize_permutation(dims: Sequence[int], ndim: int) -> list[int]:

@@ -90,7 +90,24 @@ def measure_item(
     options: RunOptions,
     built_cache: dict | None = None,
 ) -> LayerResult:
-    """Build, check and time one work item. Never raises for a layer's own failure."""
+    """Build, check and time one work item. Never raises for a layer's own failure.
+    A plan recorded for this item (`--plans`) is handed to the kernels' tuner."""
+    recorded = options.plans.get((item.model.name, item.layers[0].name, item.backend))
+    if recorded is None:
+        return _measure_item(item, data, backend, options, built_cache)
+    from opbench.kernels.tuning import reuse
+
+    with reuse(recorded):
+        return _measure_item(item, data, backend, options, built_cache)
+
+
+def _measure_item(
+    item: WorkItem,
+    data: ModelData,
+    backend: Backend,
+    options: RunOptions,
+    built_cache: dict | None,
+) -> LayerResult:
     import torch
 
     result = base_result(item, options.device, options.gpu_label)
@@ -151,7 +168,7 @@ def measure_item(
         correctness=correctness,
         note="; ".join(n for n in (built.note, warning) if n) or None,
         tuning_s=tuning,
-        plan=built.plan,
+        plan=dict(built.plan) if built.plan else None,
         host_ms=measurement.host_ms,
         stream_ms=measurement.stream_ms,
         stop_reason=measurement.stop_reason,

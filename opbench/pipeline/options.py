@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -39,6 +39,8 @@ class RunOptions:
     # Entered around every timed loop (warm-up and rounds), never around build or check: lets
     # the ranks of a torchrun run take turns for timing only (--exclusive-timing).
     timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
+    # Recorded plans to reuse (`--plans`), by (model, layer, backend): see pipeline/plans.py.
+    plans: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
 
 
 Progress = Callable[[str, Any], None]

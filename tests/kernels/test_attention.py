@@ -12,8 +12,10 @@ import math
 import pytest
 import torch
 
+from opbench.backends.triton_table import check_quant
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import attention_forward, prepare_attention, split_heads
+from opbench.kernels.attention import Attention as prepare_attention
+from opbench.kernels.attention import attention_forward, split_heads
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
@@ -97,7 +99,7 @@ def test_allocates_output_and_writes_strided_out() -> None:
 
 def test_unsupported_settings() -> None:
     with pytest.raises(Unsupported, match="quant"):
-        prepare_attention(heads=2, causal=False, packed_qkv=False, quant="fp8")
+        check_quant("attention", "fp8")
     fn = prepare_attention(heads=2, causal=False, packed_qkv=False)
     with pytest.raises(Unsupported, match="head dim 48"):
         fn(torch.randn(1, 8, 96, dtype=torch.float16))

@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import prepare_attention, split_heads
+from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_int8 import (
     KEY_BLOCK,
+    Int8Attention,
     _key_partial_sums_kernel,
     _quantize_keys_kernel,
     attention_int8_forward,
@@ -64,7 +65,7 @@ def test_matches_float64_reference(
     batch, seq, heads, head_dim, causal, packed, dtype, key_bias
 ) -> None:
     x = make_input(batch, seq, heads, head_dim, packed, dtype, seed=seq, key_bias=key_bias)
-    fn = prepare_attention(heads=heads, causal=causal, packed_qkv=packed, quant="int8")
+    fn = Int8Attention(heads=heads, causal=causal, packed_qkv=packed)
     out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype)
     assert fn(x, out=out) is out
     check(out, reference(x, heads, causal, packed))
@@ -110,6 +111,6 @@ def test_key_smoothing_and_quantization() -> None:
 
 
 def test_float32_is_unsupported() -> None:
-    fn = prepare_attention(heads=1, causal=False, packed_qkv=False, quant="int8")
+    fn = Int8Attention(heads=1, causal=False, packed_qkv=False)
     with pytest.raises(Unsupported, match="float16/bfloat16"):
         fn(torch.randn(1, 8, 64))

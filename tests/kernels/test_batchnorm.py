@@ -10,13 +10,21 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
 
 from opbench.kernels import Unsupported, batchnorm
-from opbench.kernels.batchnorm import batchnorm2d, fold_batchnorm
+from opbench.kernels.batchnorm import batchnorm2d
+from opbench.kernels.host import fold_batchnorm
+from opbench.kernels.tuning import Config
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 EPS = 1e-5
+
+
+def scale_and_shift(**stats) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's float32 parameters from the shared float64 fold."""
+    scale, shift = fold_batchnorm(**stats)
+    assert scale.dtype == shift.dtype == torch.float64
+    return scale.float().contiguous(), shift.float().contiguous()
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
@@ -42,7 +50,7 @@ def reference(x: torch.Tensor, stats: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def check(x: torch.Tensor, stats: dict[str, torch.Tensor]) -> None:
-    scale, shift = fold_batchnorm(**stats, eps=EPS)
+    scale, shift = scale_and_shift(**stats, eps=EPS)
     out = torch.full(x.shape, float("nan"), dtype=x.dtype)
     assert batchnorm2d(x, scale, shift, out) is out
     assert not torch.isnan(out).any(), "some outputs were never written"
@@ -70,13 +78,13 @@ def test_strided_and_channels_last_inputs() -> None:
 
 def test_fold_without_affine_parameters() -> None:
     stats = statistics(3, seed=7) | {"weight": None, "bias": None}
-    scale, shift = fold_batchnorm(**stats, eps=EPS)
+    scale, shift = scale_and_shift(**stats, eps=EPS)
     assert scale.dtype == shift.dtype == torch.float32
     check(randn(2, 3, 4, 5, seed=8), stats)
 
 
 def test_rejects_bad_arguments() -> None:
-    scale, shift = fold_batchnorm(**statistics(3, seed=9), eps=EPS)
+    scale, shift = scale_and_shift(**statistics(3, seed=9), eps=EPS)
     with pytest.raises(Unsupported):
         batchnorm2d(randn(3, 4, 5), scale, shift)
     with pytest.raises(ValueError):
@@ -91,8 +99,8 @@ def test_rejects_bad_arguments() -> None:
 # Small planes: the flat path and the aligned plane path, each forced
 # --------------------------------------------------------------------------------------
 
-FLAT = triton.Config({"BLOCK_P": 1, "BLOCK_HW": 64, "FLAT": True}, num_warps=4)
-PLANES = triton.Config({"BLOCK_P": 4, "BLOCK_HW": 16, "FLAT": False}, num_warps=4)
+FLAT = Config.of(BLOCK_P=1, BLOCK_HW=64, FLAT=True, num_warps=4)
+PLANES = Config.of(BLOCK_P=4, BLOCK_HW=16, FLAT=False, num_warps=4)
 SMALL_SHAPES = [
     (3, 5, 7, 7),
     (1, 1, 1, 1),
@@ -103,36 +111,38 @@ SMALL_SHAPES = [
 ]
 
 
-def gpu_configs(monkeypatch: pytest.MonkeyPatch) -> list[triton.Config]:
-    """The config list the GPU autotunes over (the interpreter's has a single config)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    configs = batchnorm._configs()
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return configs
+def gpu_configs(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
+    """The config list the GPU tunes over (the interpreter's has a single config)."""
+    return batchnorm.tile_configs(gpu=True)
 
 
-def prune(configs: list[triton.Config], x: torch.Tensor, out: torch.Tensor) -> list:
-    named = {"x_ptr": x, "y_ptr": out, "planes": x.shape[0] * x.shape[1]}
-    return batchnorm._fit_tile_to_planes(configs, named, PIXELS=x.shape[2] * x.shape[3])
+def prune(configs: list[Config], x: torch.Tensor, out: torch.Tensor) -> list:
+    planes, pixels = x.shape[0] * x.shape[1], x.shape[2] * x.shape[3]
+    return batchnorm.fit_tiles(configs, planes, pixels, batchnorm.flat_allowed(x, out))
+
+
+def force(monkeypatch: pytest.MonkeyPatch, config: Config) -> None:
+    """Tune over this one config (the interpreter runs the only candidate)."""
+    monkeypatch.setattr(batchnorm, "tile_configs", lambda gpu=False: [config])
 
 
 @pytest.mark.parametrize("dtype", list(TOLERANCE))
 @pytest.mark.parametrize("shape", SMALL_SHAPES)
 @pytest.mark.parametrize("config", [FLAT, PLANES], ids=["flat", "planes"])
 def test_small_planes(
-    config: triton.Config, shape: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+    config: Config, shape: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Flat blocks cross plane boundaries (channel per element); plane tiles with hints."""
-    monkeypatch.setattr(batchnorm._batchnorm, "configs", [config])
+    force(monkeypatch, config)
     seed = sum(shape) + config.kwargs["FLAT"]
     check(randn(*shape, dtype=dtype, seed=seed), statistics(shape[1], seed=seed + 1))
 
 
 def test_plane_path_on_sliced_aligned_input(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plane strides 392/196 and 14x14 planes: ALIGN=4, with an input that is not contiguous."""
-    monkeypatch.setattr(batchnorm._batchnorm, "configs", [PLANES])
+    force(monkeypatch, PLANES)
     x = randn(2, 6, 14, 14, dtype=torch.float16, seed=10)[:, ::2]
-    assert batchnorm._plane_alignment((1176, 392, 1, 588, 196, 1), 196) == 4
+    assert batchnorm.plane_alignment((1176, 392, 1, 588, 196, 1), 196) == 4
     check(x, statistics(3, seed=11))
 
 
@@ -143,7 +153,7 @@ def test_every_gpu_config(shape: tuple, monkeypatch: pytest.MonkeyPatch) -> None
     configs = prune(gpu_configs(monkeypatch), x, x)
     assert {c.kwargs["FLAT"] for c in configs} == {False, True}
     for config in configs:
-        monkeypatch.setattr(batchnorm._batchnorm, "configs", [config])
+        force(monkeypatch, config)
         check(x, statistics(shape[1], seed=13))
 
 

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.conv import build_conv2d, output_size, prepare_conv2d
+from opbench.kernels.conv import build_conv2d, output_size
+from opbench.kernels.conv import build_conv2d as prepare_conv2d
+from opbench.kernels.conv_int8 import build_conv2d_int8
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -119,7 +121,7 @@ def test_rejections():
     with pytest.raises(Unsupported):
         prepare_conv2d(torch.randn(4, 3, 9, 9, dtype=torch.float16), None, **geometry)
     with pytest.raises(Unsupported):
-        prepare_conv2d(weight.float(), bias.float(), quant="int8", **geometry)
+        build_conv2d_int8(weight.float(), bias.float(), **geometry)
     fn = prepare_conv2d(weight, bias, **geometry)
     with pytest.raises(TypeError):
         fn(torch.randn(1, 8, 5, 5))

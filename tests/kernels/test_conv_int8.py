@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.conv import output_size, prepare_conv2d
+from opbench.kernels.conv import output_size
 from opbench.kernels.conv_int8 import Int8Conv
+from opbench.kernels.conv_int8 import build_conv2d_int8 as prepare_conv2d
 
 INT8_TOLERANCE = 3e-2
 
@@ -47,7 +48,7 @@ def test_int8_conv_matches_float64(case):
     n, c, h, w, cout, kernel, stride, padding, dilation, dtype, activation = case
     x, weight, bias = make_inputs(n, c, h, w, cout, kernel, dtype, seed=hash(case) % 1000)
     fn = prepare_conv2d(weight, bias, stride=stride, padding=padding, dilation=dilation,
-                        activation=activation, quant="int8")  # fmt: skip
+                        activation=activation)  # fmt: skip
     oh, ow = output_size(h, w, *kernel, *stride, *padding, *dilation)
     out = torch.full((n, cout, oh, ow), float("nan"), dtype=dtype)
     fn(x, out)
@@ -63,7 +64,7 @@ def test_int8_batchnorm_fold_channels_last():
     batchnorm = {"running_mean": torch.randn(20), "running_var": torch.rand(20) + 0.5,
                  "weight": torch.randn(20), "bias": torch.randn(20), "eps": 1e-5}  # fmt: skip
     fn = prepare_conv2d(weight, bias, stride=(1, 1), padding=(1, 1), dilation=(1, 1),
-                        activation="relu", quant="int8", batchnorm=batchnorm)  # fmt: skip
+                        activation="relu", batchnorm=batchnorm)  # fmt: skip
     out = fn(x.contiguous(memory_format=torch.channels_last))
     ref = F.conv2d(x.double(), weight.double(), bias.double(), padding=1)
     ref = F.batch_norm(ref, batchnorm["running_mean"].double(), batchnorm["running_var"].double(),
@@ -74,7 +75,7 @@ def test_int8_batchnorm_fold_channels_last():
 def test_scales_are_per_image():
     """Each image is quantized with its own scale: scaling one image leaves the others unchanged."""
     x, weight, bias = make_inputs(3, 16, 6, 7, 17, (3, 3), torch.float16, seed=9)
-    fn = prepare_conv2d(weight, bias, stride=(1, 1), padding=(1, 1), dilation=(1, 1), quant="int8")
+    fn = prepare_conv2d(weight, bias, stride=(1, 1), padding=(1, 1), dilation=(1, 1))
     first = fn(x).clone()
     x_loud = x.clone()
     x_loud[1] *= 64
@@ -86,6 +87,6 @@ def test_scales_are_per_image():
 
 def test_int8_rejects_fp32_input():
     x, weight, bias = make_inputs(1, 16, 5, 5, 8, (3, 3), torch.float16, seed=3)
-    fn = prepare_conv2d(weight, bias, stride=(1, 1), padding=(1, 1), dilation=(1, 1), quant="int8")
+    fn = prepare_conv2d(weight, bias, stride=(1, 1), padding=(1, 1), dilation=(1, 1))
     with pytest.raises(Unsupported):
         fn(x.float())

@@ -10,8 +10,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels import Unsupported, linear
-from opbench.kernels.linear import Plan, prepare_linear
+from opbench.backends.triton_table import check_quant
+from opbench.kernels import Unsupported, tuning
+from opbench.kernels.linear import Linear as prepare_linear
+from opbench.kernels.linear_plans import gemm_plan
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
@@ -55,8 +57,8 @@ def test_every_kernel_kind(dtype: torch.dtype) -> None:
     x, w, b = make_inputs(37, 51, 72, dtype, bias=True, seed=1)
     fn = prepare_linear(w, b, activation="gelu")
     plans = fn.candidates(x, every_kind=True)
-    assert {p.kind for p in plans} == {"split_k", "tiled", "tma"}
-    assert any(p.split_k > 1 for p in plans)
+    assert {p["KIND"] for p in plans} == {"split_k", "tiled", "tma"}
+    assert any(p["SPLIT_K"] > 1 for p in plans)
     ref = reference(x, w, b, "gelu")
     for plan in plans:
         out = torch.full((37, 51), float("nan"), dtype=dtype)
@@ -89,7 +91,7 @@ def test_split_k_is_reusable() -> None:
     """The last split of each tile resets its counter: a second launch must be right too."""
     x, w, b = make_inputs(3, 40, 100, torch.float32, bias=False, seed=4)
     fn = prepare_linear(w, None)
-    plan = Plan("split_k", 16, 16, 32, 4, 1, split_k=3)
+    plan = gemm_plan("split_k", 16, 16, 32, 4, 1, split_k=3)
     for _ in range(2):
         out = torch.full((3, 40), float("nan"))
         fn.launch(plan, x, out)
@@ -101,7 +103,7 @@ def test_rejects_what_it_cannot_run() -> None:
     with pytest.raises(Unsupported):
         prepare_linear(w, b, activation="tanh")
     with pytest.raises(Unsupported):
-        prepare_linear(w, b, quant="int4")
+        check_quant("linear", "int4")
     fn = prepare_linear(w, b)
     with pytest.raises(Unsupported):
         fn(torch.randn(2, 8))  # float32 input, float16 weight
@@ -111,9 +113,9 @@ def test_rejects_what_it_cannot_run() -> None:
 
 def test_plan_cache_round_trip(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("OPBENCH_CACHE_DIR", str(tmp_path))
-    plan = Plan("tma", 128, 256, 64, 8, 3, persistent=True)
-    linear._remember("gpu|key", plan, [(plan, 1.25, "")])
-    linear.clear_memory_cache()
-    assert linear._lookup("gpu|key") == plan
-    assert (tmp_path / "linear_plans.json").exists()
-    linear.clear_memory_cache()
+    plan = gemm_plan("tma", 128, 256, 64, 8, 3, persistent=True)
+    tuning._remember("gpu|linear|key", plan, [{"config": plan.to_json(), "ms": 1.25}])
+    tuning.clear_memory()
+    assert tuning.Config.from_json(tuning._disk()["gpu|linear|key"]["config"]) == plan
+    assert (tmp_path / "plans.json").exists()
+    tuning.clear_memory()

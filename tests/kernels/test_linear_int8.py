@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.linear import prepare_linear
-from opbench.kernels.quantize import quantize_rows, quantize_weight_per_channel
+from opbench.kernels.linear_int8 import Int8Linear
+from opbench.kernels.quantize import quantize_per_row, quantize_rows
 
 TOLERANCE = 3e-2
 ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
@@ -43,7 +43,7 @@ def check(out: torch.Tensor, ref: torch.Tensor, tolerance: float) -> None:
 @pytest.mark.parametrize("bias", [True, False])
 def test_decode_row_activations_and_bias(bias: bool, activation: str) -> None:
     x, w, b = make_inputs(1, 45, 83, torch.float16, bias, seed=5)
-    fn = prepare_linear(w, b, activation=activation, quant="int8")
+    fn = Int8Linear(w, b, activation=activation)
     out = torch.full((1, 45), float("nan"), dtype=torch.float16)
     fn(x, out=out)
     check(out, reference(x, w, b, activation), TOLERANCE)
@@ -52,7 +52,7 @@ def test_decode_row_activations_and_bias(bias: bool, activation: str) -> None:
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_many_rows(activation: str) -> None:
     x, w, b = make_inputs(67, 45, 83, torch.float16, bias=True, seed=6)
-    fn = prepare_linear(w, b, activation=activation, quant="int8")
+    fn = Int8Linear(w, b, activation=activation)
     out = torch.full((67, 45), float("nan"), dtype=torch.float16)
     fn(x, out=out)
     check(out, reference(x, w, b, activation), TOLERANCE)
@@ -62,10 +62,10 @@ def test_many_rows(activation: str) -> None:
 def test_every_kernel_kind(dtype: torch.dtype) -> None:
     """K = 80 (a multiple of 16, as int8 TMA needs) so the TMA kernel is among the plans."""
     x, w, b = make_inputs(37, 51, 80, dtype, bias=True, seed=7)
-    fn = prepare_linear(w, b, activation="silu", quant="int8")
+    fn = Int8Linear(w, b, activation="silu")
     plans = fn.candidates(x, every_kind=True)
-    assert {p.kind for p in plans} == {"split_k", "tiled", "tma"}
-    assert any(p.fused_quant for p in plans) and any(p.split_k > 1 for p in plans)
+    assert {p["KIND"] for p in plans} == {"split_k", "tiled", "tma"}
+    assert any(p["FUSED_QUANT"] for p in plans) and any(p["SPLIT_K"] > 1 for p in plans)
     ref = reference(x, w, b, "silu")
     for plan in plans:
         out = torch.full((37, 51), float("nan"), dtype=dtype)
@@ -88,21 +88,21 @@ def test_quantize_rows() -> None:
     assert scale[3] == 0 and int(q[3].abs().max()) == 0
     assert int(q.abs().max()) == 127
     assert bool(((xf - scale[:, None] * q.float()).abs() <= 0.501 * scale[:, None]).all())
-    q_ref, _ = quantize_weight_per_channel(x)
-    assert int((q.int() - q_ref.int()).abs().max()) <= 1
+    q_ref, s_ref = quantize_per_row(x)
+    assert torch.equal(q, q_ref) and torch.equal(scale, s_ref), "one rule, kernel and host"
 
 
 def test_zero_input_row_gives_bias() -> None:
     x, w, b = make_inputs(2, 21, 33, torch.float16, bias=True, seed=8)
     x[1] = 0
-    out = prepare_linear(w, b, activation="relu", quant="int8")(x)
+    out = Int8Linear(w, b, activation="relu")(x)
     torch.testing.assert_close(out[1], torch.relu(b), rtol=0, atol=0)
 
 
 def test_float32_is_unsupported() -> None:
     _, w, b = make_inputs(1, 16, 16, torch.float32, bias=True)
     with pytest.raises(Unsupported, match="int8"):
-        prepare_linear(w, b, quant="int8")
-    fn = prepare_linear(w.half(), b.half(), quant="int8")
+        Int8Linear(w, b)
+    fn = Int8Linear(w.half(), b.half())
     with pytest.raises(Unsupported, match="float32"):
         fn(torch.randn(2, 16))

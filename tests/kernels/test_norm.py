@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opbench.kernels import softmax as row_module
-from opbench.kernels.norm import layernorm, rmsnorm
+from opbench.kernels import rows as row_module
+from opbench.kernels.norm import bind_norm, layernorm, rmsnorm
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 DTYPES = list(TOLERANCE)
@@ -121,23 +121,20 @@ def test_rejects_mismatched_weight() -> None:
 def test_test_only_slowdown_switch_keeps_layernorm_correct(
     dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """OPBENCH_TEST_SLOW_LAYERNORM=1 (the gate's GPU demonstration) changes only the speed:
-    the looped 16-element kernel must still compute the same layernorm, on odd hidden sizes."""
+    """deliberately_slow (the gate's GPU demonstration) changes only the speed: the looped
+    16-element kernel must still compute the same layernorm, on odd hidden sizes."""
     from opbench.kernels import norm
 
-    monkeypatch.setenv(norm.SLOW_LAYERNORM_ENV, "1")
-    assert norm.slow_layernorm_requested()
     for shape in [(3, 37), (2, 5, 300)]:
         x, w, b = inputs(shape, dtype, seed=shape[-1] + 7)
-        check(layernorm(x, w, b, EPS, poisoned(x)), layernorm_reference(x, w, b), dtype)
+        bound = bind_norm(x, w, b, EPS, poisoned(x), rms=False, deliberately_slow=True)
+        assert bound.choices[0].config == norm.SLOW_CONFIG
+        check(bound.launch(), layernorm_reference(x, w, b), dtype)
 
 
 def gpu_row_configs(monkeypatch: pytest.MonkeyPatch) -> list:
-    """The row configs the GPU autotunes over (the interpreter's has a single config)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    configs = row_module.row_configs()
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return configs
+    """The row configs the GPU tunes over (the interpreter's has a single config)."""
+    return row_module.row_configs(gpu=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -147,30 +144,30 @@ def test_every_gpu_config_on_small_rows(
 ) -> None:
     """Every rows-per-program x warps config the GPU would try (several rows per program,
     partial last program), with the affine parameters loaded before the statistics."""
-    from opbench.kernels import norm
 
     rows = 1
     for size in shape[:-1]:
         rows *= size
     block_l, _ = row_module.row_block(shape[-1])
-    configs = row_module.fit_rows_to_shape(
-        gpu_row_configs(monkeypatch), {"size_r": rows}, BLOCK_L=block_l
-    )
+    configs = row_module.fit_rows_to_shape(gpu_row_configs(monkeypatch), rows, block_l)
     x, w, b = inputs(shape, dtype, seed=sum(shape))
     for config in configs:
-        monkeypatch.setattr(norm._norm, "configs", [config])
-        check(layernorm(x, w, b, EPS, poisoned(x)), layernorm_reference(x, w, b), dtype)
-        check(rmsnorm(x, w, EPS, poisoned(x)), rmsnorm_reference(x, w), dtype)
-        check(layernorm(x, None, b, EPS, poisoned(x)), layernorm_reference(x, None, b), dtype)
+        for weight, bias, rms, ref in [
+            (w, b, False, layernorm_reference(x, w, b)),
+            (w, None, True, rmsnorm_reference(x, w)),
+            (None, b, False, layernorm_reference(x, None, b)),
+        ]:
+            bound = bind_norm(x, weight, bias, EPS, poisoned(x), rms=rms, config=config)
+            check(bound.launch(), ref, dtype)
 
 
 def test_rows_of_up_to_1024_elements_take_two_warp_programs(monkeypatch) -> None:
-    """The H200's winners for 768- and 1024-element rows (norm._fit_norm_rows); longer rows
+    """The H200's winners for 768- and 1024-element rows (norm.fit_norm_rows); longer rows
     keep every config `fit_rows_to_shape` keeps."""
     from opbench.kernels import norm
 
     configs = gpu_row_configs(monkeypatch)
-    short = norm._fit_norm_rows(configs, {"size_r": 12608}, BLOCK_L=1024)
+    short = norm.fit_norm_rows(configs, 12608, 1024)
     assert short and {c.num_warps for c in short} == {2}
-    long = norm._fit_norm_rows(configs, {"size_r": 4096}, BLOCK_L=4096)
-    assert long == row_module.fit_rows_to_shape(configs, {"size_r": 4096}, BLOCK_L=4096)
+    long = norm.fit_norm_rows(configs, 4096, 4096)
+    assert long == row_module.fit_rows_to_shape(configs, 4096, 4096)

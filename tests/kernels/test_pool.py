@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
 
-from opbench.kernels import Unsupported, pool
+from opbench.kernels import Unsupported, pool, pool_global
 from opbench.kernels.pool import avgpool2d, maxpool2d
+from opbench.kernels.tuning import Config
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 OPS = {"max": (maxpool2d, F.max_pool2d), "avg": (avgpool2d, F.avg_pool2d)}
@@ -43,8 +43,8 @@ def check(x: torch.Tensor, op: str, kernel_size, stride, padding) -> None:
 @pytest.fixture
 def plain_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Use strided loads for stride 2 too (the interpreter's default config is paired)."""
-    config = triton.Config({"BLOCK_H": 4, "BLOCK_W": 8, "PAIRED": False}, num_warps=4)
-    monkeypatch.setattr(pool._pool2d, "configs", [config])
+    config = Config.of(BLOCK_H=4, BLOCK_W=8, PAIRED=False, num_warps=4)
+    monkeypatch.setattr(pool, "tile_configs", lambda gpu=False: [config])
 
 
 @pytest.mark.parametrize("op", list(OPS))
@@ -120,16 +120,13 @@ def test_global_pooling(op: str, dtype: torch.dtype) -> None:
 # --------------------------------------------------------------------------------------
 
 
-def global_config(planes: int, block_hw: int, flat: bool) -> triton.Config:
-    return triton.Config({"PLANES": planes, "BLOCK_HW": block_hw, "FLAT": flat}, num_warps=4)
+def global_config(planes: int, block_hw: int, flat: bool) -> Config:
+    return Config.of(PLANES=planes, BLOCK_HW=block_hw, FLAT=flat, num_warps=4)
 
 
-def gpu_global_configs(monkeypatch: pytest.MonkeyPatch) -> list[triton.Config]:
-    """The global-pooling configs the GPU autotunes over (the interpreter's has one)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
-    configs = pool._global_configs()
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return configs
+def force_global(monkeypatch: pytest.MonkeyPatch, config: Config) -> None:
+    """Tune over this one config (the interpreter runs the only candidate)."""
+    monkeypatch.setattr(pool_global, "tile_configs", lambda gpu=False: [config])
 
 
 @pytest.mark.parametrize("dtype", list(TOLERANCE))
@@ -142,9 +139,9 @@ def gpu_global_configs(monkeypatch: pytest.MonkeyPatch) -> list[triton.Config]:
 )
 @pytest.mark.parametrize("shape", [(3, 5, 7, 7), (1, 1, 1, 1), (2, 3, 1, 9), (4, 3, 5, 1)])
 def test_global_pooling_small_maps(
-    shape: tuple, config: triton.Config, op: str, dtype: torch.dtype, monkeypatch
+    shape: tuple, config: Config, op: str, dtype: torch.dtype, monkeypatch
 ) -> None:
-    monkeypatch.setattr(pool._global_pool2d, "configs", [config])
+    force_global(monkeypatch, config)
     x = randn(*shape, dtype=dtype, seed=sum(shape) + config.kwargs["PLANES"])
     check(x, op, shape[2:], 1, 0)
 
@@ -153,22 +150,22 @@ def test_global_pooling_small_maps(
 def test_every_gpu_global_config(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every config the GPU would try for 7x7 maps (flat: 16 planes a program), forced."""
     x = randn(3, 27, 7, 7, dtype=torch.float16, seed=14)
-    named = {"channels": 27, "planes": 81, "x_stride_n": 27 * 49, "x_stride_c": 49}
-    named["x_stride_hw"] = 1
-    configs = pool._fit_global_tile(gpu_global_configs(monkeypatch), named, PIXELS=49)
+    assert pool_global.planes_consecutive(x)
+    configs = pool_global.fit_tiles(pool_global.tile_configs(gpu=True), 49, consecutive=True)
     assert {c.kwargs["PLANES"] for c in configs if c.kwargs["FLAT"]} == {16}
     for config in configs:
-        monkeypatch.setattr(pool._global_pool2d, "configs", [config])
+        force_global(monkeypatch, config)
         check(x, op, 7, 7, 0)
 
 
-def test_flat_global_pooling_only_for_consecutive_planes(monkeypatch) -> None:
-    configs = gpu_global_configs(monkeypatch)
+def test_flat_global_pooling_only_for_consecutive_planes() -> None:
+    configs = pool_global.tile_configs(gpu=True)
+    x = randn(2, 8, 7, 7)
     # channels_last: plane c starts at element c, not c * 49.
-    named = {"channels": 8, "planes": 16, "x_stride_n": 392, "x_stride_c": 1, "x_stride_hw": 8}
-    assert not any(c.kwargs["FLAT"] for c in pool._fit_global_tile(configs, named, PIXELS=49))
-    named |= {"x_stride_c": 49, "x_stride_hw": 1}
-    assert any(c.kwargs["FLAT"] for c in pool._fit_global_tile(configs, named, PIXELS=49))
+    assert not pool_global.planes_consecutive(x.to(memory_format=torch.channels_last))
+    assert pool_global.planes_consecutive(x)
+    assert not any(c["FLAT"] for c in pool_global.fit_tiles(configs, 49, consecutive=False))
+    assert any(c["FLAT"] for c in pool_global.fit_tiles(configs, 49, consecutive=True))
 
 
 @pytest.mark.parametrize("op", list(OPS))

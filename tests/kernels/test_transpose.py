@@ -12,11 +12,12 @@ import itertools
 
 import pytest
 import torch
-import triton
 
 from opbench.kernels import Unsupported
 from opbench.kernels import transpose as transpose_module
-from opbench.kernels.transpose import alignment, collapse_dims, permute, transpose
+from opbench.kernels.host import alignment, collapse_dims
+from opbench.kernels.transpose import permute, transpose
+from opbench.kernels.tuning import Config
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -123,9 +124,8 @@ def test_small_maps_with_partial_tiles(
     shape: tuple, dims: tuple, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """8 x 4 tiles, forced on both kernels: no axis divides into whole tiles."""
-    config = triton.Config({"BLOCK_T": 8, "BLOCK_I": 4}, num_warps=4)
-    for kernel in (transpose_module._permute_transposing, transpose_module._permute_copying):
-        monkeypatch.setattr(kernel, "configs", [config])
+    config = Config.of(BLOCK_T=8, BLOCK_I=4, num_warps=4)
+    monkeypatch.setattr(transpose_module, "tile_configs", lambda copying, gpu=False: [config])
     x = randn(*shape, dtype=dtype, seed=sum(shape))
     ref = x.double().permute(dims).contiguous()
     check_exact(permute(x, dims, poisoned(ref.shape, dtype)), ref)

@@ -1,0 +1,192 @@
+"""The Triton backend's table: for each op, how to build its kernel from a layer and its
+weights. This is where the layer's settings (quant, activation, fusion) pick a kernel; the
+kernel modules themselves know nothing of suites or of each other's variants.
+
+A builder returns a `LayerKernel`: `bind(x)` -> `BoundKernels` (kernels/launch.py), the
+once-per-input step, and `kernel(x)` -> the output. Build-time work (casting, quantizing and
+packing weights, folding batchnorm) happens in the builder, before timing. A builder may also
+return a plain function x -> output (a view, or a test's stand-in): it then has no bind step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from opbench.kernels import Unsupported
+from opbench.spec.model import LayerSpec
+
+Binder = Callable[[Any], Any]  # torch.Tensor -> kernels.launch.BoundKernels
+
+ACTIVATION_OPS = ("relu", "gelu", "silu")
+QUANTS = ("none", "int8")
+# Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
+# (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
+SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
+
+
+class LayerKernel:
+    """A built layer: `bind(x)` fixes everything for input x; `kernel(x)` launches the binding
+    of the last input, kept while that same tensor comes back, so a model forward that feeds
+    each layer the previous layer's (bound) output also launches at the floor. Its result is
+    the bound output buffer, overwritten by the next call."""
+
+    def __init__(self, bind: Binder) -> None:
+        self.bind = bind
+        self.key: tuple | None = None
+        self.input: Any = None
+        self.launch: Callable[[], Any] | None = None
+
+    def __call__(self, x: Any) -> Any:
+        if x is not self.input:
+            key = (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device)
+            if key != self.key or self.launch is None:
+                self.launch = self.bind(x).launch
+                self.key = key
+            self.input = x  # holding x keeps its memory, so no other tensor can take its key
+        return self.launch()
+
+
+Builder = Callable[[LayerSpec, dict[str, Any]], "LayerKernel | Callable[[Any], Any]"]
+
+
+def check_quant(op: str, quant: str) -> None:
+    if quant not in QUANTS:
+        raise Unsupported(f"{op} quant {quant!r} is not supported ({' | '.join(QUANTS)})")
+
+
+def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_int8 import Int8Linear
+
+    p = layer.params
+    check_quant("linear", p["quant"])
+    cls = Int8Linear if p["quant"] == "int8" else Linear
+    return LayerKernel(cls(w["weight"], w.get("bias"), activation=p["activation"]).bind)
+
+
+def conv2d(
+    layer: LayerSpec,
+    w: dict[str, Any],
+    batchnorm: dict[str, Any] | None = None,
+    activation: str | None = None,
+) -> LayerKernel:
+    """The conv, alone or with a folded batchnorm and a fused activation."""
+    from opbench.kernels.conv import build_conv2d
+    from opbench.kernels.conv_int8 import build_conv2d_int8
+
+    p = layer.params
+    check_quant("conv2d", p["quant"])
+    build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
+    conv = build(
+        w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
+        dilation=p["dilation"], groups=p["groups"], activation=activation or p["activation"],
+        batchnorm=batchnorm,
+    )  # fmt: skip
+    return LayerKernel(conv.bind)
+
+
+def _conv2d(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    return conv2d(layer, w)
+
+
+def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.attention import Attention
+    from opbench.kernels.attention_int8 import Int8Attention
+
+    p = layer.params
+    check_quant("attention", p["quant"])
+    cls = Int8Attention if p["quant"] == "int8" else Attention
+    return LayerKernel(cls(heads=p["heads"], causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
+
+
+def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.transpose import bind_permute
+    from opbench.ops.registry import get_op
+
+    dims = get_op(layer.op).permutation(len(layer.input_shape), layer.params)
+    return LayerKernel(lambda x: bind_permute(x, dims))
+
+
+def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.softmax import bind_softmax
+
+    return LayerKernel(lambda x: bind_softmax(x, layer.params["dim"]))
+
+
+def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.norm import bind_norm
+
+    slow = os.environ.get(SLOW_LAYERNORM_ENV) == "1"
+    eps = layer.params["eps"]
+    return LayerKernel(
+        lambda x: bind_norm(x, w["weight"], w["bias"], eps, rms=False, deliberately_slow=slow)
+    )
+
+
+def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.norm import bind_norm
+
+    return LayerKernel(lambda x: bind_norm(x, w["weight"], None, layer.params["eps"], rms=True))
+
+
+def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.activation import bind_activation
+
+    return LayerKernel(lambda x: bind_activation(x, layer.op))
+
+
+def _pool(is_max: bool) -> Builder:
+    def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+        from opbench.kernels.pool import bind_pool2d
+        from opbench.ops.pool import AvgPool2d, MaxPool2d
+
+        p = layer.params
+        stride = (MaxPool2d if is_max else AvgPool2d).stride(p)
+        return LayerKernel(
+            lambda x: bind_pool2d(x, p["kernel_size"], stride, p["padding"], is_max=is_max)
+        )
+
+    return build
+
+
+def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.batchnorm import bind_batchnorm2d
+    from opbench.kernels.host import fold_batchnorm
+
+    folded = fold_batchnorm(
+        w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"]
+    )
+    scale, shift = (t.float().contiguous() for t in folded)
+    return LayerKernel(lambda x: bind_batchnorm2d(x, scale, shift))
+
+
+def _flatten(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
+    start = layer.params["start_dim"]
+    # Contiguous input: flattening re-labels the same memory, no bytes move and no kernel runs.
+    return lambda x: x.view(*x.shape[:start], -1)
+
+
+BUILDERS: dict[str, Builder] = {
+    "linear": _linear,
+    "conv2d": _conv2d,
+    "attention": _attention,
+    "transpose": _permute,
+    "permute": _permute,
+    "softmax": _softmax,
+    "layernorm": _layernorm,
+    "rmsnorm": _rmsnorm,
+    "relu": _activation,
+    "gelu": _activation,
+    "silu": _activation,
+    "maxpool2d": _pool(is_max=True),
+    "avgpool2d": _pool(is_max=False),
+    "batchnorm2d": _batchnorm,
+    "flatten": _flatten,
+}
+
+# Ops that run no kernel (a view of their input).
+VIEWS = {"flatten"}
+# Ops whose builders keep batchnorm statistics in float32 (folded at build time).
+FLOAT32_WEIGHTS = {"batchnorm2d"}

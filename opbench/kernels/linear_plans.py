@@ -1,0 +1,131 @@
+"""Which GEMM kernel and tiles a linear layer runs: its candidate plans and the decode table.
+
+A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k"), the tile
+sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per output tile
+along K), PERSISTENT (tma: one program per SM walking tiles) and FUSED_QUANT (split_k +
+int8: x quantized inside the GEMM, one launch instead of two).
+
+Decode-sized inputs (M <= SMALL_M) take one plan fixed by `decode_plan`, the same on every
+machine (the rule is in docs/perf/gemm.md); larger inputs are tuned over `tile_candidates`.
+Under the CPU interpreter every list collapses to small tiles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
+from opbench.kernels.tuning import Config
+
+# Rows at or below which the split-K kernel runs with the decode table (decode-like batches).
+SMALL_M = 64
+# Programs the decode rule aims for, per SM: enough loads in flight to stream W at full speed.
+PROGRAMS_PER_SM = 2
+# At least this many K steps per split: a shorter loop leaves the software pipeline empty.
+MIN_STEPS_PER_SPLIT = 4
+MAX_SPLIT_K = 4
+# Rows up to which an int8 decode GEMM quantizes x inside the kernel: every program re-reads
+# whole rows of x from L2 for their absmax, M * K * 2 bytes each, which stays small next to
+# its share of W only for a few rows.
+FUSED_QUANT_MAX_M = 16
+
+
+def gemm_plan(
+    kind: str, block_m: int, block_n: int, block_k: int, num_warps: int, num_stages: int, *,
+    group_m: int = 8, split_k: int = 1, persistent: bool = False, fused_quant: bool = False,
+) -> Config:  # fmt: skip
+    return Config.of(
+        KIND=kind, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
+        SPLIT_K=split_k, PERSISTENT=persistent, FUSED_QUANT=fused_quant,
+        num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+
+
+def small_m_block(m: int) -> int:
+    """BLOCK_M of the split-K kernel: M rounded up to a power of two, at least 16 (tl.dot)."""
+    return max(16, next_power_of_2(m))
+
+
+def decode_plan(m: int, n: int, k: int, elem_bytes: int, int8: bool, sm_count: int) -> Config:
+    """The fixed plan for M <= SMALL_M (docs/perf/gemm.md, "decode table").
+
+    One M tile; 256 bytes of K per W row and step (int8 takes twice the elements); 64-column
+    tiles on 4 warps; SPLIT_K the smallest power of two giving PROGRAMS_PER_SM programs per
+    SM while every split keeps MIN_STEPS_PER_SPLIT steps; int8 quantizes x in the kernel for
+    M <= FUSED_QUANT_MAX_M.
+    """
+    block_k = 256 // elem_bytes
+    block_n = 64
+    tiles = cdiv(n, block_n)
+    k_steps = cdiv(k, block_k)
+    split_k = 1
+    while (tiles * split_k < PROGRAMS_PER_SM * sm_count and split_k < MAX_SPLIT_K
+           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
+        split_k *= 2
+    fused = int8 and m <= FUSED_QUANT_MAX_M
+    return gemm_plan("split_k", small_m_block(m), block_n, block_k, 4, 4, split_k=split_k,
+                     fused_quant=fused)  # fmt: skip
+
+
+def split_k_candidates(m: int, elem_bytes: int, fused_quant: bool = False) -> list[Config]:
+    """Few-row plans: narrow N tiles and/or K splits so that ~2 programs per SM stream W.
+    fused_quant adds, for int8, each plan once more with x quantized inside the kernel.
+    (The decode table picks one of these shapes; this list is for benchmarks and tests.)"""
+    bm = small_m_block(m)
+    if INTERPRET:
+        shapes = [(32, 16, 1, 4, 1), (32, 16, 3, 4, 1)]
+    else:
+        k = 256 // elem_bytes  # 256 bytes of K per W row and step: int8 takes twice the K
+        shapes = [  # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages)
+            (32, k, 1, 4, 4), (64, k, 2, 4, 4), (64, k, 4, 4, 4), (128, k, 4, 8, 3),
+            (32, 2 * k, 2, 4, 3), (16, 2 * k, 1, 4, 4), (32, k, 4, 4, 4), (64, 2 * k, 2, 4, 3),
+        ]  # fmt: skip
+    plans = [gemm_plan("split_k", bm, bn, bk, w, s, split_k=sk) for bn, bk, sk, w, s in shapes]
+    if fused_quant:
+        plans += [p.with_meta(FUSED_QUANT=True) for p in plans]
+    return plans
+
+
+def tile_candidates(elem_bytes: int, tma: bool) -> list[Config]:
+    """Many-row plans: large MMA tiles (wgmma wants 64-row multiples; 8 warps at 128x256)."""
+    if INTERPRET:
+        plans = [gemm_plan("tiled", 16, 16, 32, 4, 1, group_m=2)]
+        if tma:
+            plans.append(gemm_plan("tma", 16, 16, 32, 4, 1, group_m=2, persistent=True))
+        return plans
+    bk = 128 // elem_bytes  # 128 bytes of K per row: the full 128-byte shared-memory swizzle
+    tiled = [(128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4),
+             (64, 128, 4, 4), (64, 64, 4, 4)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)  # fmt: skip
+    plans = [gemm_plan("tiled", bm, bn, bk, w, s) for bm, bn, w, s in tiled]
+    if tma:
+        tma_tiles = [(128, 256, 8, 3), (128, 256, 8, 4), (256, 128, 8, 3), (256, 128, 8, 4),
+                     (128, 128, 8, 4), (128, 128, 4, 5), (64, 128, 4, 4)]  # fmt: skip
+        for bm, bn, w, s in tma_tiles:
+            for persistent in (True, False):
+                plans.append(gemm_plan("tma", bm, bn, bk, w, s, persistent=persistent))
+    return plans
+
+
+def tma_ok(*tensors: torch.Tensor) -> bool:
+    """TMA needs Hopper+, unit last stride, 16-byte aligned base and row stride."""
+    ok_device = INTERPRET or all(t.is_cuda and _properties(_index(t.device)).major >= 9
+                                 for t in tensors)  # fmt: skip
+    return ok_device and all(
+        t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+        for t in tensors
+    )
+
+
+def sm_count(device: torch.device) -> int:
+    return 4 if INTERPRET else _properties(_index(device)).multi_processor_count
+
+
+@functools.cache
+def _properties(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()

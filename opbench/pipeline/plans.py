@@ -1,0 +1,70 @@
+"""Plans that reproduce: the tuned choices of one run, reused by another (`opbench run --plans`).
+
+A plan file is JSON: {"opbench_plans": 1, "plans": [{"model", "layer", "backend", "plan"}]},
+one entry per result that recorded a plan (the Triton backend's kernels and configurations).
+`--plans` also takes a run.json, whose results carry the same plans. Plans are looked up by
+(model, layer, backend); a plan that no longer fits (another GPU, another shape) is tuned
+again by the kernel, with a warning, and the new result's plan says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from opbench.errors import InputError, Location
+from opbench.results.io import write_json_atomic
+from opbench.results.model import LayerResult
+
+PLANS_FORMAT = 1
+PlanKey = tuple[str, str, str]  # (model, layer, backend)
+
+
+def plan_key(model: str, layer: str, backend: str) -> PlanKey:
+    return (model, layer, backend)
+
+
+def plans_of(results: Iterable[LayerResult]) -> dict[PlanKey, Mapping[str, Any]]:
+    """The recorded plans of a run's results, by (model, layer, backend)."""
+    return {plan_key(r.model, r.layer, r.backend): r.plan for r in results if r.plan}
+
+
+def write_plans(results: Iterable[LayerResult], path: Path) -> int:
+    """Write the plans of `results` to `path`; returns how many were written."""
+    entries = [{"model": m, "layer": la, "backend": b, "plan": dict(plan)}
+               for (m, la, b), plan in plans_of(results).items()]  # fmt: skip
+    write_json_atomic(path, {"opbench_plans": PLANS_FORMAT, "plans": entries})
+    return len(entries)
+
+
+def read_plans(path: Path) -> dict[PlanKey, Mapping[str, Any]]:
+    """The plans of a plan file or a run.json (or a run folder). Bad input raises InputError."""
+    where = Location(file=str(path), field="--plans")
+    if path.is_dir():
+        path = path / "run.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read the plans: {exc.strerror or exc}", where) from None
+    except ValueError as exc:
+        raise InputError(f"the plans are not valid JSON: {exc}", where) from None
+    if isinstance(data, dict) and "opbench_plans" in data:
+        if data["opbench_plans"] != PLANS_FORMAT or not isinstance(data.get("plans"), list):
+            raise InputError(f"not a plan file of format {PLANS_FORMAT}", where)
+        plans = {}
+        for entry in data["plans"]:
+            try:
+                key = plan_key(entry["model"], entry["layer"], entry["backend"])
+                plans[key] = dict(entry["plan"])
+            except (KeyError, TypeError):
+                raise InputError(
+                    "a plan entry lacks model, layer, backend or plan", where
+                ) from None
+        return plans
+    if isinstance(data, dict) and "layers" in data:
+        from opbench.results.io import read_run
+
+        return plans_of(read_run(path).layers)
+    raise InputError("neither a plan file nor a run.json", where)
