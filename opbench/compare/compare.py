@@ -28,11 +28,11 @@ from opbench.compare.model import (
 )
 from opbench.compare.verdict import backend_timing, reference_interval, sum_intervals
 from opbench.errors import InputError
-from opbench.reference.match import MatchResult, ModelMatch, match_reference
+from opbench.match.links import MatchResult, ModelMatch, match_reference
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus
-from opbench.reference.namemap import NameMap, check_name_map
-from opbench.reference.names import members_of, path_of, qualifier_of
-from opbench.reference.suite_layers import SuiteModel, suite_models
+from opbench.match.namemap import NameMap, check_name_map
+from opbench.match.names import members_of, path_of, qualifier_of
+from opbench.match.suite_layers import SuiteModel, suite_models
 from opbench.results.model import LayerResult, RunResult, Status
 
 # Shown when run.env has no measured peaks: figures measured on the H200 by this project

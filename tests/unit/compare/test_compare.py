@@ -325,7 +325,7 @@ def test_pure_stages_import_neither_torch_nor_triton():
     import subprocess
 
     code = (
-        "import sys; import opbench.compare.compare, opbench.reference.match, opbench.report.files, "
+        "import sys; import opbench.compare.compare, opbench.match.links, opbench.report.files, "
         "opbench.report.table; bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
         "print(*bad); sys.exit(1 if bad else 0)"
     )

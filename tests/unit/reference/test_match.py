@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from opbench.errors import InputError
-from opbench.reference.match import MatchSource, match_model, match_reference
+from opbench.match.links import MatchSource, match_model, match_reference
 from opbench.reference.model import ReferenceTiming, RefStatus
-from opbench.reference.namemap import check_name_map, read_name_map
-from opbench.reference.names import members_of, path_of
-from opbench.reference.suite_layers import SuiteLayer, SuiteModel, suite_models
+from opbench.match.namemap import check_name_map, read_name_map
+from opbench.match.names import members_of, path_of
+from opbench.match.suite_layers import SuiteLayer, SuiteModel, suite_models
 from opbench.results.model import LayerResult
 
 

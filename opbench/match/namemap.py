@@ -18,8 +18,8 @@ import yaml
 
 from opbench.errors import InputError, Location
 from opbench.reference.model import ReferenceTiming
-from opbench.reference.names import names_model, row_keys
-from opbench.reference.suite_layers import SuiteModel
+from opbench.match.names import names_model, row_keys
+from opbench.match.suite_layers import SuiteModel
 
 
 @dataclass(frozen=True)

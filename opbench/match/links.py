@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from opbench.errors import InputError
 from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
-from opbench.reference.namemap import NameMap
-from opbench.reference.names import (
+from opbench.match.namemap import NameMap
+from opbench.match.names import (
     NameIndex,
     families_agree,
     fold,
@@ -45,7 +45,7 @@ from opbench.reference.names import (
     shapes_agree,
     strip_suffix,
 )
-from opbench.reference.suite_layers import SuiteLayer, SuiteModel
+from opbench.match.suite_layers import SuiteLayer, SuiteModel
 
 
 class MatchSource:

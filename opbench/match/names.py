@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from opbench.reference.model import ReferenceTiming
 
 if TYPE_CHECKING:
-    from opbench.reference.suite_layers import SuiteModel
+    from opbench.match.suite_layers import SuiteModel
 
 _SUFFIXES = ("_kernel_time", "_fence_before", "_fence_after")
 
