@@ -70,8 +70,8 @@ class CompareRequest:
 def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Path]:
     """Read run, reference and map; compare. Raises InputError on bad input; writes nothing."""
     from opbench.compare.compare import compare_run
-    from opbench.reference.interface import ReaderOptions
     from opbench.match.namemap import read_name_map
+    from opbench.reference.interface import ReaderOptions
     from opbench.reference.registry import read_reference
 
     run_path = resolve_run_path(request.run)

@@ -1,23 +1,29 @@
-"""Pair the rows of a reference profile with the layers of a suite model.
+"""Link the rows of a reference profile to the layers of one suite model.
 
-A link says "reference row r accounts for (part of) suite layer L". Links come from four
-sources, tried in this order; a row linked by an earlier source is not looked at again:
+A link says "reference row r accounts for (part of) suite layer L". A row is linked to every
+layer it covers, whichever way that is known; the rules apply in this order (docs/compare.md
+has them as a table):
 
-1. ``reference_name``: the suite layer names the row it stands for;
-2. ``map``: a ``--map`` YAML file maps reference names to suite layers;
-3. ``name``: normalised names agree (case, punctuation, ONNX paths such as
-   ``/fc1/MatMul`` → ``fc1``, fused names ``a + b`` → ``a`` and ``b``); then ``fusion``: a
-   row the engine fused from op kinds (ONNX Runtime ``FusedConv`` = Conv + Relu, SAS conv
-   with its activation) also takes the following suite layers of those kinds;
-4. ``signature``: what is left is aligned in execution order where the op type and the
-   output shape agree.
+1. ``reference_name``: every suite layer whose reference_name is the row's name, or the name
+   of one of its members, is covered by the row;
+2. ``map``: a ``--map`` YAML file maps reference names to suite layers (then rule 3 leaves
+   the row alone: the map is explicit);
+3. ``name``: each member of the row (its own name, the parts of a fused name ``a + b``,
+   ``PWN(a, b)``, ``{a,b}``, the leading components of an ONNX path ``/fc1/MatMul``) that
+   names a layer, exactly, then ignoring case, then ignoring case and punctuation. This adds
+   to rule 1: a conv named by the row and a ReLU whose reference_name is the row are both
+   covered. A name that fits several layers links all of them and is ambiguous;
+4. ``fusion``: a row the engine fused from op kinds (ONNX Runtime ``FusedConv`` = Conv +
+   Relu, SAS conv with its activation) also covers the following unlinked layers of those
+   kinds; a node ONNX Runtime renamed after the last tensor it fused covers the layers back
+   to one of its own kind;
+5. ``signature``: what is left on both sides is aligned in execution order where the op
+   type and the output shape agree.
 
-Links may be many-to-one (ONNX ``/fc1/MatMul`` and ``/fc1/Add`` both belong to ``fc1``) and
-one-to-many (a fused ``conv + relu`` row covers two layers); the compare stage groups them.
-Rows whose path starts with a model name (``/mlp[batch=8]/fc1/MatMul``) only match that model.
-
-Module map: names.py (normalising names and op types), namemap.py (the --map file),
-suite_layers.py (the suite side), this file (the matcher and model selection).
+A cover is ambiguous (the verdict is then UNCERTAIN, never PASS) when a name fits several
+layers, when a fused row's kinds skip over layers (conv, batchnorm, relu under a Conv+Relu
+row: one layer or three), when the fused activation was guessed (SAS ``act=AUTO``), or when
+a signature link had no shape to confirm it.
 
 Pure Python: no torch, no triton.
 """
@@ -27,9 +33,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from opbench.errors import InputError
-from opbench.reference.interface import Flag
-from opbench.reference.model import ReferenceTiming, RefStatus
 from opbench.match.namemap import NameMap
 from opbench.match.names import (
     NameIndex,
@@ -46,6 +49,12 @@ from opbench.match.names import (
     strip_suffix,
 )
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
+from opbench.reference.interface import Flag
+from opbench.reference.model import ReferenceTiming, RefStatus
+
+# How many unlinked layers a fused row's kinds may skip (conv → batchnorm → relu under a
+# Conv+Relu row): more than this and the kinds are taken not to line up at all.
+MAX_SKIPPED = 2
 
 
 class MatchSource:
@@ -71,12 +80,14 @@ class ModelMatch:
 
     foreign: rows qualified with another model of the run (never linked to this one).
     ignored: rows the --map file maps to nothing (the user calls them engine overhead).
+    ambiguities: (row, reason) for each row whose cover is not certain.
     """
 
     model: str
     links: tuple[Link, ...]
     foreign: tuple[int, ...] = ()
     ignored: tuple[int, ...] = ()
+    ambiguities: tuple[tuple[int, str], ...] = ()
 
     @property
     def rows(self) -> frozenset[int]:
@@ -90,9 +101,42 @@ class ModelMatch:
         """Matched rows doing real work; how model selection compares candidate models."""
         return sum(1 for r in self.rows if rows[r].status == RefStatus.TIMED)
 
+    def confirmed(self) -> bool:
+        """Some link is more than a guess by position and op type."""
+        guesses = {row for row, reason in self.ambiguities if reason.startswith(_GUESS)}
+        return any(
+            link.source != MatchSource.SIGNATURE or link.row not in guesses for link in self.links
+        )
 
-def _matchable(row: ReferenceTiming) -> bool:
+
+_GUESS = "matched by position and op type only"
+
+
+def matchable(row: ReferenceTiming) -> bool:
     return row.status in (RefStatus.TIMED, RefStatus.OVERHEAD)
+
+
+class _Links:
+    """The links and ambiguities found so far for one model."""
+
+    def __init__(self) -> None:
+        self.links: list[Link] = []
+        self.ambiguities: dict[int, list[str]] = {}
+
+    def add(self, row: int, layer: str, source: str) -> None:
+        if not any(link.row == row and link.layer == layer for link in self.links):
+            self.links.append(Link(row, layer, source))
+
+    def doubt(self, row: int, reason: str) -> None:
+        reasons = self.ambiguities.setdefault(row, [])
+        if reason not in reasons:
+            reasons.append(reason)
+
+    def layers(self) -> set[str]:
+        return {link.layer for link in self.links}
+
+    def rows(self) -> set[int]:
+        return {link.row for link in self.links}
 
 
 def _member_keys(
@@ -127,101 +171,109 @@ def match_model(
     (other than `model`) is foreign to this model and never linked to it.
     """
     others = [m for m in known_models if m.name != model.name]
-    links: list[Link] = []
     foreign: list[int] = []
-    ignored: list[int] = []
-    # per row, the candidate names of each of its members; a member once linked is done
     candidates: dict[int, list[tuple[str, ...]]] = {}
     for pos, row in enumerate(rows):
-        if not _matchable(row):
+        if not matchable(row):
             continue
         member_keys, is_foreign = _member_keys(row, model, others)
         if is_foreign and not member_keys:
             foreign.append(pos)
         elif member_keys:
             candidates[pos] = member_keys
-    done: set[tuple[int, int]] = set()
+    found = _Links()
+    _by_reference_name(model, rows, candidates, found)
+    mapped, ignored = _by_map(model, rows, candidates, name_map, found)
+    _by_name(model, rows, candidates, mapped, found)
+    _absorb_fused(model, rows, found)
+    _absorb_renamed(model, rows, found)
+    _by_signature(model, rows, candidates, set(ignored), found)
+    return ModelMatch(
+        model=model.name,
+        links=tuple(found.links),
+        foreign=tuple(foreign),
+        ignored=tuple(ignored),
+        ambiguities=tuple(
+            (row, "; ".join(reasons)) for row, reasons in sorted(found.ambiguities.items())
+        ),
+    )
 
-    def add(pos: int, layer: str, source: str) -> None:
-        if not any(link.row == pos and link.layer == layer for link in links):
-            links.append(Link(pos, layer, source))
 
-    def open_members(pos: int) -> list[int]:
-        return [i for i in range(len(candidates[pos])) if (pos, i) not in done]
-
-    # 1. reference_name set in the suite: the whole raw name, or one member's name
+def _by_reference_name(
+    model: SuiteModel,
+    rows: Sequence[ReferenceTiming],
+    candidates: dict[int, list[tuple[str, ...]]],
+    found: _Links,
+) -> None:
+    """Rule 1: the whole raw name, or one member's name, is a layer's reference_name."""
     by_reference = [layer for layer in model.layers if layer.reference_name]
     for pos, member_keys in candidates.items():
         raw = fold(strip_suffix(rows[pos].name))
         for layer in by_reference:
             ref = fold(layer.reference_name or "")
-            if raw == ref:
-                add(pos, layer.name, MatchSource.REFERENCE_NAME)
-                done.update((pos, i) for i in range(len(member_keys)))
+            if raw == ref or any(ref in (fold(k) for k in keys) for keys in member_keys):
+                found.add(pos, layer.name, MatchSource.REFERENCE_NAME)
+
+
+def _by_map(
+    model: SuiteModel,
+    rows: Sequence[ReferenceTiming],
+    candidates: dict[int, list[tuple[str, ...]]],
+    name_map: NameMap | None,
+    found: _Links,
+) -> tuple[set[int], list[int]]:
+    """Rule 2: the --map file, on the whole row. Returns the rows it decided, and those it
+    maps to nothing (engine overhead by the user's word)."""
+    mapped: set[int] = set()
+    ignored: list[int] = []
+    if name_map is None:
+        return mapped, ignored
+    for pos in candidates:
+        targets = name_map.lookup(rows[pos])
+        if targets is None:
+            continue
+        mapped.add(pos)
+        if not targets and pos not in found.rows():
+            ignored.append(pos)
+        for target in targets:
+            if target.model is not None and not names_model(target.model, model):
                 continue
-            for i, keys in enumerate(member_keys):
-                if ref in (fold(k) for k in keys):
-                    add(pos, layer.name, MatchSource.REFERENCE_NAME)
-                    done.add((pos, i))
-
-    # 2. --map, on the whole row
-    if name_map is not None:
-        for pos, member_keys in candidates.items():
-            if not open_members(pos):
-                continue
-            targets = name_map.lookup(rows[pos])
-            if targets is None:
-                continue
-            if not targets and not any(link.row == pos for link in links):
-                ignored.append(pos)  # mapped to nothing: the user calls it engine overhead
-            for target in targets:
-                if target.model is not None and not names_model(target.model, model):
-                    continue
-                if target.layer in model.layer_names():
-                    add(pos, target.layer, MatchSource.MAP)
-            done.update((pos, i) for i in range(len(member_keys)))
-
-    # 3. normalised names, member by member (layers named by reference_name are taken)
-    taken = {layer.name for layer in by_reference}
-    index = NameIndex([layer.name for layer in model.layers if layer.name not in taken])
-    for pos, member_keys in candidates.items():
-        for i in open_members(pos):
-            found = index.find(member_keys[i])
-            if found is not None:
-                add(pos, found, MatchSource.NAME)
-                done.add((pos, i))
-
-    # 3b. a row fusing op kinds (Conv + Relu) also covers the unlinked layers that follow its
-    #     layer when their ops are those kinds, in order
-    _absorb_fused(model, rows, links, add)
-    _absorb_renamed(model, rows, links, add)
-
-    # 4. execution order + op type + output shape, over what is left on both sides
-    linked_rows = {link.row for link in links} | set(ignored)
-    used_layers = {link.layer for link in links}
-    left_rows = [
-        pos
-        for pos in candidates
-        if pos not in linked_rows
-        and rows[pos].status == RefStatus.TIMED
-        and op_family(rows[pos].raw_type)
-    ]
-    left_layers = [layer for layer in model.layers if layer.name not in used_layers]
-    for pos, layer in _align(rows, left_rows, left_layers):
-        add(pos, layer.name, MatchSource.SIGNATURE)
-
-    return ModelMatch(
-        model=model.name, links=tuple(links), foreign=tuple(foreign), ignored=tuple(ignored)
-    )
+            if target.layer in model.layer_names():
+                found.add(pos, target.layer, MatchSource.MAP)
+    return mapped, ignored
 
 
-def _absorb_fused(
-    model: SuiteModel, rows: Sequence[ReferenceTiming], links: list[Link], add
+def _by_name(
+    model: SuiteModel,
+    rows: Sequence[ReferenceTiming],
+    candidates: dict[int, list[tuple[str, ...]]],
+    mapped: set[int],
+    found: _Links,
 ) -> None:
-    linked_layers = {link.layer for link in links}
+    """Rule 3: normalised names, member by member. Layers that set a reference_name are
+    called that by the engine, so their own names are not looked up."""
+    index = NameIndex([layer.name for layer in model.layers if not layer.reference_name])
+    for pos, member_keys in candidates.items():
+        if pos in mapped:
+            continue
+        for keys in member_keys:
+            names = index.candidates(keys)
+            for name in names:
+                found.add(pos, name, MatchSource.NAME)
+            if len(names) > 1:
+                found.doubt(
+                    pos, f"reference row {rows[pos].name!r} fits layers {' and '.join(names)}"
+                )
+
+
+def _absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
+    """Rule 4a: a row fusing op kinds (Conv + Relu) also covers the unlinked layers that follow
+    its layer when their ops are those kinds, in order. Layers skipped on the way are covered
+    too, and the cover is ambiguous."""
     position = {layer.name: i for i, layer in enumerate(model.layers)}
-    for link in list(links):
-        kinds = fused_kinds(rows[link.row])
+    for link in list(found.links):
+        row = rows[link.row]
+        kinds = fused_kinds(row)
         start = position.get(link.layer)
         if len(kinds) < 2 or start is None:
             continue
@@ -229,26 +281,56 @@ def _absorb_fused(
             continue
         nxt = start + 1
         for kind in kinds[1:]:
-            if nxt >= len(model.layers):
-                break
-            layer = model.layers[nxt]
-            if layer.name in linked_layers or not families_agree(op_family(kind), layer.op):
+            span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found)
+            if span is None:
                 continue  # e.g. the bias Add of MatMul+Add is no suite layer of its own
-            add(link.row, layer.name, MatchSource.FUSION)
-            linked_layers.add(layer.name)
-            nxt += 1
+            for layer in span:
+                found.add(link.row, layer.name, MatchSource.FUSION)
+            if len(span) > 1:
+                skipped = ", ".join(layer.name for layer in span[:-1])
+                found.doubt(
+                    link.row,
+                    f"reference row {row.name!r} fused {'+'.join(kinds)}; layers {skipped} lie "
+                    f"between: it may cover {link.layer} alone or {link.layer} to {span[-1].name}",
+                )
+            if Flag.ACTIVATION_AUTO in row.flags:
+                found.doubt(
+                    link.row,
+                    f"reference row {row.name!r} has act=AUTO: the fused {kind} is a guess",
+                )
+            nxt = position[span[-1].name] + 1
 
 
-def _absorb_renamed(
-    model: SuiteModel, rows: Sequence[ReferenceTiming], links: list[Link], add
-) -> None:
-    """ONNX Runtime names some fused nodes after the output of their last op: conv → bn → relu
-    becomes one Conv node called ``<relu output>_nchwc``. When such a row (flagged by its
-    reader) matched a layer of another kind, it also covers the unlinked layers before that
-    layer back to the nearest one of the row's own kind."""
-    linked_layers = {link.layer for link in links}
+def _span_to_kind(
+    layers: Sequence[SuiteLayer],
+    start: int,
+    kind: str,
+    linked: set[str],
+    row: int,
+    found: _Links,
+) -> list[SuiteLayer] | None:
+    """The layers from `start` up to the first one of `kind`, skipping at most MAX_SKIPPED
+    unlinked layers; None when there is none within reach."""
+    family = op_family(kind)
+    span: list[SuiteLayer] = []
+    for layer in layers[start : start + MAX_SKIPPED + 1]:
+        own = any(link.row == row and link.layer == layer.name for link in found.links)
+        if layer.name in linked and not own:
+            return None
+        span.append(layer)
+        if families_agree(family, layer.op):
+            return span
+    return None
+
+
+def _absorb_renamed(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
+    """Rule 4b: ONNX Runtime names some fused nodes after the output of their last op: conv →
+    bn → relu becomes one Conv node called ``<relu output>_nchwc``. When such a row (flagged
+    by its reader) matched a layer of another kind, it also covers the unlinked layers before
+    that layer back to the nearest one of the row's own kind."""
+    linked_layers = found.layers()
     position = {layer.name: i for i, layer in enumerate(model.layers)}
-    for link in list(links):
+    for link in list(found.links):
         row = rows[link.row]
         family = op_family(row.raw_type)
         end = position.get(link.layer)
@@ -263,9 +345,35 @@ def _absorb_renamed(
             span.append(layer)
             if families_agree(family, layer.op):
                 for covered in span:
-                    add(link.row, covered.name, MatchSource.FUSION)
+                    found.add(link.row, covered.name, MatchSource.FUSION)
                     linked_layers.add(covered.name)
                 break
+
+
+def _by_signature(
+    model: SuiteModel,
+    rows: Sequence[ReferenceTiming],
+    candidates: dict[int, list[tuple[str, ...]]],
+    ignored: set[int],
+    found: _Links,
+) -> None:
+    """Rule 5: execution order + op type + output shape, over what is left on both sides."""
+    linked_rows = found.rows() | ignored
+    used_layers = found.layers()
+    left_rows = [
+        pos
+        for pos in candidates
+        if pos not in linked_rows
+        and rows[pos].status == RefStatus.TIMED
+        and op_family(rows[pos].raw_type)
+    ]
+    left_layers = [layer for layer in model.layers if layer.name not in used_layers]
+    for pos, layer in _align(rows, left_rows, left_layers):
+        found.add(pos, layer.name, MatchSource.SIGNATURE)
+        if not rows[pos].output_shape or not layer.output_shape:
+            found.doubt(
+                pos, f"{_GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
+            )
 
 
 def _align(
@@ -300,87 +408,3 @@ def _align(
         else:
             j += 1
     return pairs
-
-
-# ---- which models to compare ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MatchResult:
-    """The models compared and how they were chosen.
-
-    how: "--model", "only model", "qualified names" (row names carry model names) or
-        "best match".
-    notes: sentences for the report (which model was picked and why, what was left out).
-    """
-
-    matches: tuple[ModelMatch, ...]
-    how: str
-    notes: tuple[str, ...] = ()
-
-
-def select_model(models: Sequence[SuiteModel], wanted: str) -> SuiteModel:
-    """--model: an instance name, or a base name with a single instance."""
-    for model in models:
-        if model.name == wanted:
-            return model
-    hits = [m for m in models if m.base_name == wanted or fold(m.name) == fold(wanted)]
-    if len(hits) == 1:
-        return hits[0]
-    known = ", ".join(m.name for m in models)
-    if hits:
-        raise InputError(f"--model {wanted!r} names several instances; choose one of: {known}")
-    raise InputError(f"--model {wanted!r} is not in the run (models: {known})")
-
-
-def match_reference(
-    models: Sequence[SuiteModel],
-    rows: Sequence[ReferenceTiming],
-    name_map: NameMap | None = None,
-    model: str | None = None,
-) -> MatchResult:
-    """Match a profile against the run's models: the one asked for, the only one, every model
-    its names are qualified with, or the one whose layers match best (ties are bad input)."""
-    if not models:
-        raise InputError("the run holds no layer results to compare")
-    if model is not None:
-        chosen = select_model(models, model)
-        return MatchResult((match_model(chosen, rows, models, name_map),), "--model")
-    if len(models) == 1:
-        return MatchResult((match_model(models[0], rows, models, name_map),), "only model")
-    all_matches = [match_model(m, rows, models, name_map) for m in models]
-    qualified = _qualified_models(models, rows)
-    if qualified:
-        picked = tuple(mm for mm in all_matches if mm.model in qualified)
-        note = f"reference layer names carry model names: compared {', '.join(qualified)}"
-        left = [m.name for m in models if m.name not in qualified]
-        notes = (note,) + ((f"models with no reference layers: {', '.join(left)}",) if left else ())
-        return MatchResult(picked, "qualified names", notes)
-    scores = sorted(((mm.score(rows), i) for i, mm in enumerate(all_matches)), reverse=True)
-    top, top_index = scores[0]
-    if top == 0:
-        known = ", ".join(m.name for m in models)
-        raise InputError(
-            f"no reference layer matches any model of the run; choose one with --model ({known})"
-        )
-    tied = [all_matches[i].model for s, i in scores if s == top]
-    if len(tied) > 1:
-        raise InputError(
-            f"the reference matches models {', '.join(tied)} equally well ({top} layers); choose one with --model"
-        )
-    best = all_matches[top_index]
-    timed = sum(1 for r in rows if r.status == RefStatus.TIMED)
-    note = f"compared model {best.model}: its layers match best ({top} of {timed} timed reference layers)"
-    return MatchResult((best,), "best match", (note,))
-
-
-def _qualified_models(models: Sequence[SuiteModel], rows: Sequence[ReferenceTiming]) -> list[str]:
-    named: dict[str, None] = {}
-    for row in rows:
-        if not _matchable(row):
-            continue
-        for member in members_of(row):
-            owner = qualifier_of(path_of(member), models)
-            if owner is not None:
-                named.setdefault(owner.name, None)
-    return [m.name for m in models if m.name in named]

@@ -17,9 +17,9 @@ from pathlib import Path
 import yaml
 
 from opbench.errors import InputError, Location
-from opbench.reference.model import ReferenceTiming
 from opbench.match.names import names_model, row_keys
 from opbench.match.suite_layers import SuiteModel
+from opbench.reference.model import ReferenceTiming
 
 
 @dataclass(frozen=True)
