@@ -149,7 +149,7 @@ def run_columns(run: RunResult) -> list[Column]:
             columns.append(Column(header, [_ms(getattr(r, attr)) for r in results], drop, "right"))
     columns += [
         Column("rel. error", [Text(_error(r)) for r in results], 6, "right"),
-        Column("status", [status_text(r) for r in results], max_width=32),
+        Column("status", [status_text(r) for r in results], max_width=48),
     ]
     return columns
 

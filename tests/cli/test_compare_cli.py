@@ -38,6 +38,8 @@ REPORT_FILES = {
     "times.svg",
     "roofline.png",
     "roofline.svg",
+    "models.png",
+    "models.svg",
 }
 
 
