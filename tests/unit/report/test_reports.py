@@ -216,9 +216,7 @@ def test_html_is_self_contained_and_escaped(comparison):
     assert "CUDA <oom> & more" in "".join(parsed.text)
     images = [img["src"].split(",")[0] for img in parsed.imgs]
     assert images == ["data:image/svg+xml;base64"] * len(PLOT_NAMES)
-    assert {"layers", "summary", "end-to-end", "unmatched-reference", "overhead"} <= set(
-        parsed.ids
-    )
+    assert {"layers", "summary", "end-to-end", "unmatched-reference", "overhead"} <= set(parsed.ids)
     assert '<tr class="not-measured" data-verdict="NOT-MEASURED">' in html
     assert '<tr class="missing" data-verdict="MISSING">' in html
     for head in ("shape", "dtype", "FLOPs", "bytes", "% of roof", "× torch-int8", "host ms"):
