@@ -113,7 +113,13 @@ def summarise_model(
         if row.reference is not None and timing.time is not None:
             matched_ref += row.reference.value
             matched_ob += timing.time.value
-        if timing.speedup is not None and timing.verdict in Verdict.JUDGED:
+        # a speed-up whose reference reaches zero (a prefix difference in its noise) says
+        # nothing about the layer: it is left out of the geometric mean
+        if (
+            timing.speedup is not None
+            and timing.verdict in Verdict.JUDGED
+            and timing.speedup.lo > 0
+        ):
             speedups.append(timing.speedup.value)
     results = model_layer_results(run, model, context.backend)
     opbench_total = sum(

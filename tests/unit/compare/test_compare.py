@@ -340,8 +340,9 @@ def test_pure_stages_import_neither_torch_nor_triton():
     import subprocess
 
     code = (
-        "import sys; import opbench.compare.compare, opbench.match.links, opbench.report.files, "
-        "opbench.report.table; bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
+        "import sys; import opbench.compare.compare, opbench.match.links, opbench.match.select, "
+        "opbench.match.groups, opbench.report.files, opbench.report.table, "
+        "opbench.report.run_table, opbench.spec.load; bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
         "print(*bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
