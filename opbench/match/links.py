@@ -45,9 +45,9 @@ from opbench.match.names import (
     op_family,
     path_of,
     qualifier_of,
-    shapes_agree,
     strip_suffix,
 )
+from opbench.match.signature import align_left_over
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
 from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
@@ -103,13 +103,17 @@ class ModelMatch:
 
     def confirmed(self) -> bool:
         """Some link is more than a guess by position and op type."""
-        guesses = {row for row, reason in self.ambiguities if reason.startswith(_GUESS)}
+        guesses = {row for row, reason in self.ambiguities if reason.startswith(GUESS)}
         return any(
             link.source != MatchSource.SIGNATURE or link.row not in guesses for link in self.links
         )
 
 
-_GUESS = "matched by position and op type only"
+GUESS = "matched by position and op type only"
+
+
+def model_layer(model: SuiteModel, name: str) -> SuiteLayer:
+    return next(layer for layer in model.layers if layer.name == name)
 
 
 def matchable(row: ReferenceTiming) -> bool:
@@ -187,7 +191,14 @@ def match_model(
     _by_name(model, rows, candidates, mapped, found)
     _absorb_fused(model, rows, found)
     _absorb_renamed(model, rows, found)
-    _by_signature(model, rows, candidates, set(ignored), found)
+    for pos, layer in align_left_over(
+        model, rows, candidates, found.rows() | set(ignored), found.layers()
+    ):
+        found.add(pos, layer, MatchSource.SIGNATURE)
+        if not rows[pos].output_shape or not model_layer(model, layer).output_shape:
+            found.doubt(
+                pos, f"{GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
+            )
     return ModelMatch(
         model=model.name,
         links=tuple(found.links),
@@ -348,63 +359,3 @@ def _absorb_renamed(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _
                     found.add(link.row, covered.name, MatchSource.FUSION)
                     linked_layers.add(covered.name)
                 break
-
-
-def _by_signature(
-    model: SuiteModel,
-    rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
-    ignored: set[int],
-    found: _Links,
-) -> None:
-    """Rule 5: execution order + op type + output shape, over what is left on both sides."""
-    linked_rows = found.rows() | ignored
-    used_layers = found.layers()
-    left_rows = [
-        pos
-        for pos in candidates
-        if pos not in linked_rows
-        and rows[pos].status == RefStatus.TIMED
-        and op_family(rows[pos].raw_type)
-    ]
-    left_layers = [layer for layer in model.layers if layer.name not in used_layers]
-    for pos, layer in _align(rows, left_rows, left_layers):
-        found.add(pos, layer.name, MatchSource.SIGNATURE)
-        if not rows[pos].output_shape or not layer.output_shape:
-            found.doubt(
-                pos, f"{_GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
-            )
-
-
-def _align(
-    rows: Sequence[ReferenceTiming], left_rows: Sequence[int], left_layers: Sequence[SuiteLayer]
-) -> list[tuple[int, SuiteLayer]]:
-    """Longest in-order alignment of rows with layers whose op family and shape agree."""
-    n, m = len(left_rows), len(left_layers)
-    if not n or not m:
-        return []
-
-    def agree(i: int, j: int) -> bool:
-        row, layer = rows[left_rows[i]], left_layers[j]
-        return families_agree(op_family(row.raw_type), layer.op) and shapes_agree(
-            row.output_shape, layer.output_shape
-        )
-
-    best = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n - 1, -1, -1):
-        for j in range(m - 1, -1, -1):
-            if agree(i, j):
-                best[i][j] = 1 + best[i + 1][j + 1]
-            else:
-                best[i][j] = max(best[i + 1][j], best[i][j + 1])
-    pairs: list[tuple[int, SuiteLayer]] = []
-    i = j = 0
-    while i < n and j < m:
-        if agree(i, j) and best[i][j] == 1 + best[i + 1][j + 1]:
-            pairs.append((left_rows[i], left_layers[j]))
-            i, j = i + 1, j + 1
-        elif best[i + 1][j] >= best[i][j + 1]:
-            i += 1
-        else:
-            j += 1
-    return pairs
