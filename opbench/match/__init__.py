@@ -7,7 +7,7 @@
                             groups.group_model (rows + layers compared together; MISSING)
 
 Module map: names.py (normalising names and op types), namemap.py (the --map file),
-suite_layers.py (the suite side, from a run), links.py (the rules; signature.py the last one),
-select.py (model
-selection and the checks on a match), groups.py (grouping). Pure Python: no torch, no triton.
+suite_layers.py (the suite side, from a run), links.py (the rules; signature.py the last
+one), select.py (model selection and the checks on a match), groups.py (grouping).
+Pure Python: no torch, no triton.
 """
