@@ -203,12 +203,10 @@ def _layer_row(c: Comparison, row: ComparisonRow, several: bool, host: bool, str
     cells.append(_num(f"{row.target:g}×", row.target))
     cells.append(_verdict_td(p.verdict))
     cells.append(f"<td>{_e(', '.join(facts.marks))}</td>")
-    reasons = [p.reason or "", row.ambiguity if row.ambiguity and row.ambiguity != p.reason else ""]
-    reasons += (
-        ["; ".join(p.failures)] if p.failures and p.reason and p.failures[0] not in p.reason else []
-    )
+    # the ambiguity of the cover is worth reading even where another reason decided the verdict
+    doubt = row.ambiguity if row.ambiguity != p.reason else None
     others = "; ".join(f"{t.backend}: {t.verdict}" for t in row.timings[1:])
-    text = "<br>".join(_e(r) for r in [*reasons, others] if r)
+    text = "<br>".join(_e(r) for r in (p.reason, doubt, others) if r)
     cells.append(f'<td class="reason">{text}</td>')
     cls = {Verdict.NOT_MEASURED: "not-measured", Verdict.MISSING: "missing"}.get(p.verdict)
     attrs = f' class="{cls}"' if cls else ""
