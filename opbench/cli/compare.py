@@ -14,6 +14,7 @@ giving an exit code, combined by `combine_exit_codes` (2 > 3 > 4 > 1 > 0):
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,9 @@ from opbench.results.io import find_latest_run, read_run
 from opbench.results.model import RunResult
 
 REPORTS_ROOT = Path("reports")
+# --wide, for the command being run: every column, whatever the width (a display preference,
+# read where the table is printed).
+FULL_TABLES: ContextVar[bool] = ContextVar("full_tables", default=False)
 FORMATS_HELP = "auto|sas|sas-prefix|onnxruntime|tensorrt|openvino|torch-profiler"
 
 
@@ -66,13 +70,15 @@ class CompareRequest:
     model: str | None = None
     out: Path | None = None
     gate: bool = True
+    allow_missing: bool = False
+    allow_cpu_times: bool = False
 
 
 def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Path]:
     """Read run, reference and map; compare. Raises InputError on bad input; writes nothing."""
     from opbench.compare.compare import compare_run
+    from opbench.match.namemap import read_name_map
     from opbench.reference.interface import ReaderOptions
-    from opbench.reference.namemap import read_name_map
     from opbench.reference.registry import read_reference
 
     run_path = resolve_run_path(request.run)
@@ -92,6 +98,8 @@ def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Pa
         target=request.target,
         model=request.model,
         name_map=name_map,
+        allow_missing=request.allow_missing,
+        allow_cpu_times=request.allow_cpu_times,
         run_label=str(run_folder(run_path)),
         detected=request.format.strip().lower() == "auto",
     )
@@ -99,7 +107,8 @@ def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Pa
 
 
 def speedup_gate(comparison: Comparison) -> list[str]:
-    """Every row of the gated backend that FAILs its target."""
+    """Every row of the gated backend that FAILs its target (NOT-MEASURED, MISSING and
+    UNCERTAIN rows never do: they are no measured miss)."""
     return [
         f"{row.model}/{row.label}: {row.primary.reason or 'below target'}"
         for row in comparison.rows
@@ -184,6 +193,19 @@ def compare_command(
         "--no-gate",
         help="No exit 1 for a missed target (the regression gate still applies).",
     ),
+    allow_missing: bool = typer.Option(
+        False,
+        "--allow-missing",
+        help="A model may PASS although some of its timed layers have no reference row.",
+    ),
+    allow_cpu_times: bool = typer.Option(
+        False,
+        "--allow-cpu-times",
+        help="Judge CPU-timed results against a GPU engine's times (else NOT-MEASURED).",
+    ),
+    wide: bool = typer.Option(
+        False, "--wide", help="Print every column of the tables, whatever the terminal width."
+    ),
     baseline: Path | None = typer.Option(
         None,
         "--baseline",
@@ -239,7 +261,10 @@ def compare_command(
         model=model,
         out=out,
         gate=not no_gate,
+        allow_missing=allow_missing,
+        allow_cpu_times=allow_cpu_times,
     )
+    FULL_TABLES.set(wide)
     gate_request = GateRequest(
         baseline=baseline,
         threshold=threshold,
@@ -261,7 +286,7 @@ def show_comparison(comparison: Comparison, out_dir: Path, *, with_json: bool = 
     from opbench.report.table import print_comparison
 
     announce_reference(comparison)
-    print_comparison(console, comparison)
+    print_comparison(console, comparison, full=FULL_TABLES.get())
     written = write_reports(comparison, out_dir, with_json=with_json)
     console.print(
         f"reports: {out_dir}/ ({', '.join(p.name for p in written)})", highlight=False, markup=False

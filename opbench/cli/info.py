@@ -10,22 +10,48 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from opbench.cli.console import console, handles_errors
+from opbench.cli.console import console, err_console, handles_errors
 from opbench.cli.plugins import load_plugins, plugin_option
+from opbench.errors import ExitCode, OpbenchError
 from opbench.spec.load import load_suite
+from opbench.spec.model import SuiteSpec
+from opbench.spec.problems import SuiteErrors
 
 
 @handles_errors
 def validate_command(
-    suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
+    suite_paths: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite YAML file(s)."),
     plugin: list[str] = plugin_option(),
 ) -> None:
-    """Check a suite without running it: structure, ops, parameters and every shape."""
+    """Check suites without running them: structure, ops, parameters and every shape. Every
+    mistake of every file is reported, one line each; exit 2 if there is any."""
     load_plugins(plugin)
-    suite = load_suite(suite_path)
+    problems: list[OpbenchError] = []
+    for suite_path in suite_paths:
+        try:
+            suite = load_suite(suite_path)
+        except SuiteErrors as exc:
+            problems += exc.errors
+            continue
+        except OpbenchError as exc:
+            problems.append(exc)
+            continue
+        _print_suite(suite)
+        console.print(f"[green]{escape(str(suite_path))} is valid[/]")
+    if problems:
+        for problem in problems:
+            err_console.print("error: ", style="bold red", end="")
+            err_console.print(str(problem), markup=False, soft_wrap=True)
+        if len(suite_paths) > 1 or len(problems) > 1:
+            bad = len({p.location.file for p in problems})
+            err_console.print(f"{len(problems)} problem(s) in {bad} of {len(suite_paths)} file(s)")
+        raise typer.Exit(ExitCode.BAD_INPUT)
+
+
+def _print_suite(suite: SuiteSpec) -> None:
     layers = sum(len(m.layers) for m in suite.models)
     table = Table(
-        title=f"{suite.name}: {len(suite.models)} model instance(s), {layers} layers",
+        title=f"{escape(suite.name)}: {len(suite.models)} model instance(s), {layers} layers",
         title_justify="left",
     )
     for column in ("model", "layer", "op", "dtype", "input", "output", "backends"):
@@ -42,7 +68,6 @@ def validate_command(
                 ", ".join(layer.backends),
             )
     console.print(table)
-    console.print(f"[green]{suite_path} is valid[/]")
 
 
 class ListWhat(str, Enum):

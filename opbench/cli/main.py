@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from opbench import __version__
 from opbench.cli.compare import compare_command
 from opbench.cli.export import export_app
 from opbench.cli.info import env_command, list_command, validate_command
@@ -20,6 +21,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"opbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """Prove, layer by layer, that Triton kernels beat a reference engine."""
+
 
 app.command("run")(run_command)
 app.command("validate")(validate_command)

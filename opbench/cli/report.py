@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from opbench.cli.compare import finish, resolve_run_path
+from opbench.cli.compare import FULL_TABLES, finish, resolve_run_path
 from opbench.cli.console import handles_errors
 from opbench.report.csvjson import JSON_FILE, read_comparison
 
@@ -30,8 +30,12 @@ def report_command(
     out: Path | None = typer.Option(
         None, "--out", help="Folder for the reports (default: beside comparison.json)."
     ),
+    wide: bool = typer.Option(
+        False, "--wide", help="Print every column of the tables, whatever the terminal width."
+    ),
 ) -> None:
     """Re-render the table, report.md, report.html, comparison.csv and the plots from comparison.json."""
     path = comparison_path(resolve_run_path(run))
     comparison = read_comparison(path)
+    FULL_TABLES.set(wide)
     finish(comparison, out or path.parent, gate=False, with_json=out is not None)

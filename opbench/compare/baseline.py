@@ -33,7 +33,21 @@ BASELINE_KIND = "opbench-baseline"
 BASELINE_SCHEMA_VERSION = 1
 
 # The fingerprint keys that make two timings comparable: the one list the gate checks.
-ENV_KEYS: tuple[str, ...] = ("gpu_name", "driver", "torch", "triton", "kernel_version")
+# opbench_vars ({OPBENCH_* name: value}) and plugins (list) change what runs as much as a
+# new Triton does.
+ENV_KEYS: tuple[str, ...] = (
+    "gpu_name",
+    "driver",
+    "torch",
+    "triton",
+    "kernel_version",
+    "opbench_vars",
+    "plugins",
+)
+# Keys whose "nothing" is recorded as an empty value: not recorded and empty are the same
+# (no OPBENCH_* variable set, no plugin loaded), so baselines from before they were recorded
+# stay comparable with runs that set none.
+EMPTY_WHEN_ABSENT: dict[str, object] = {"opbench_vars": {}, "plugins": []}
 # Kept in the baseline for readers, never compared.
 INFO_KEYS: tuple[str, ...] = (
     "cuda",
@@ -309,9 +323,14 @@ def env_differences(
     skipped = set(ignore)
     out = []
     for key in keys:
-        if key in skipped or (key not in current and key not in baseline):
+        if key in skipped:
             continue
-        old, new = baseline.get(key, NOT_RECORDED), current.get(key, NOT_RECORDED)
-        if key not in baseline or key not in current or old != new:
+        default = EMPTY_WHEN_ABSENT.get(key, NOT_RECORDED)
+        has_old = key in baseline or key in EMPTY_WHEN_ABSENT
+        has_new = key in current or key in EMPTY_WHEN_ABSENT
+        if not has_old and not has_new:
+            continue
+        old, new = baseline.get(key, default), current.get(key, default)
+        if not has_old or not has_new or old != new:
             out.append(EnvDifference(key, old, new))
     return out

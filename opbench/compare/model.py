@@ -20,10 +20,14 @@ DEFAULT_TARGET = DEFAULT_TARGET_SPEEDUP
 class Verdict:
     PASS = "PASS"  # lower 95% bound of the speedup >= target
     FAIL = "FAIL"  # upper bound < target, or the layer's output was incorrect
-    UNCERTAIN = "UNCERTAIN"  # the interval straddles the target
+    UNCERTAIN = "UNCERTAIN"  # the interval straddles the target, or the match is ambiguous
     ERROR = "ERROR"  # the layer did not run (unsupported, error, no samples)
+    NOT_MEASURED = "NOT-MEASURED"  # interpreter times, or CPU times against a GPU engine
+    MISSING = "MISSING"  # a timed suite layer that no reference row covers
 
-    ALL = ("PASS", "FAIL", "UNCERTAIN", "ERROR")
+    ALL = ("PASS", "FAIL", "UNCERTAIN", "ERROR", "NOT-MEASURED", "MISSING")
+    # Verdicts that judged a speed: the rest say why no speed could be judged.
+    JUDGED = ("PASS", "FAIL", "UNCERTAIN")
 
 
 @dataclass(frozen=True)
@@ -45,8 +49,13 @@ class BackendTiming:
 
     results: how many opbench results were summed (fused results count once).
     speedup: reference / opbench, with lo = ref.lo / ob.hi and hi = ref.hi / ob.lo.
-    reason: why the verdict is FAIL or ERROR, or a caution (e.g. interpreted timings).
+    reason: why the verdict is not PASS (FAIL, UNCERTAIN, ERROR, NOT-MEASURED, MISSING).
     tflops / gbps: achieved rates summed over the row's results (for the roofline).
+    interpreted: timed in Triton's CPU interpreter; device: where it was timed.
+    launch_bound: back-to-back calls take clearly longer than the device time.
+    host_ms / stream_ms: summed host issue time and back-to-back time, where recorded.
+    loose_tolerance: a result's tolerance was set above its dtype's default.
+    failures: the failed correctness checks' reasons, as the checker wrote them.
     """
 
     backend: str
@@ -60,6 +69,12 @@ class BackendTiming:
     tflops: float | None = None
     gbps: float | None = None
     interpreted: bool = False
+    device: str | None = None
+    launch_bound: bool = False
+    host_ms: float | None = None
+    stream_ms: float | None = None
+    loose_tolerance: bool = False
+    failures: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,11 @@ class ComparisonRow:
     reference: summed reference time with its spread (min/max or noise where the file had it).
     target: the speedup the primary backend must reach.
     timings: one entry per backend in the run, the primary backend first.
+    ambiguity: why the rows' cover of the layers is not certain (then never PASS), else None.
+    dtype, quant, input_shape, output_shape, flops, bytes: of the row's layers (first layer's
+        input, last layer's output; FLOPs and bytes summed), for the per-layer tables.
+    vs_torch / vs_torch_int8: the primary backend's speed-up over torch eager (and over the
+        torch-int8 backend on int8 layers) on the same layers, where both were timed.
     """
 
     model: str
@@ -85,6 +105,15 @@ class ComparisonRow:
     reference: Interval | None
     target: float
     timings: tuple[BackendTiming, ...]
+    ambiguity: str | None = None
+    dtype: str = ""
+    quant: str = "none"
+    input_shape: tuple[int, ...] = ()
+    output_shape: tuple[int, ...] = ()
+    flops: int = 0
+    bytes: int = 0
+    vs_torch: float | None = None
+    vs_torch_int8: float | None = None
 
     @property
     def label(self) -> str:
@@ -102,18 +131,41 @@ class ComparisonRow:
 
 
 @dataclass(frozen=True)
+class EndToEndTiming:
+    """One backend's whole-model forward in one mode ("eager" or "cuda_graph").
+
+    vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist.
+    """
+
+    backend: str
+    mode: str
+    status: str
+    time: Interval | None = None
+    vs_torch: float | None = None
+    interpreted: bool = False
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class ModelSummary:
     """Per model, for the primary backend.
 
     matched_reference_ms / matched_opbench_ms: sums over rows where both sides have a time.
     total_speedup: their ratio.
     geomean_speedup: geometric mean of the per-row speedups.
-    at_target: rows with verdict PASS; compared: rows with a verdict other than ERROR.
+    at_target: rows with verdict PASS; compared: rows with a verdict that judged a speed.
     opbench_total_ms: every layer result of the model (matched or not; fused counted once).
     reference_total_ms: everything the reference spent on this model: its own total when the
         profile holds this model alone, else the sum of its rows (timed + overhead).
     overhead_ms: time of reference rows that are engine overhead (reformat, reshape, ...).
     counts: verdict -> number of rows.
+    verdict / speedup / basis / reason: the model's own verdict, on the end-to-end eager time
+        of the primary backend where the run has one, else on the sum of its layers; basis
+        says which ("end-to-end (eager)" or "sum of layers").
+    end_to_end_speedup: reference total / end-to-end eager time, beside whole_speedup
+        (reference total / sum of layers).
+    end_to_end: every backend's end-to-end times, in both modes.
+    missing: timed layers that no reference row covers.
     """
 
     model: str
@@ -130,6 +182,14 @@ class ModelSummary:
     reference_total_source: str
     overhead_ms: float
     counts: Mapping[str, int] = field(default_factory=dict)
+    verdict: str = Verdict.ERROR
+    speedup: Interval | None = None
+    basis: str = ""
+    reason: str | None = None
+    target: float = DEFAULT_TARGET
+    end_to_end_speedup: float | None = None
+    end_to_end: tuple[EndToEndTiming, ...] = ()
+    missing: tuple[str, ...] = ()
 
     @property
     def whole_speedup(self) -> float | None:
@@ -165,7 +225,11 @@ class Overhead:
 
 @dataclass(frozen=True)
 class RooflinePoint:
-    """One opbench result's achieved rates, for the roofline plot."""
+    """One opbench result's achieved rates, for the roofline plot.
+
+    flops / bytes: the op's counts, whose ratio is the arithmetic intensity (FLOP per byte).
+    measured: False for interpreter times (drawn greyed, never as a performance figure).
+    """
 
     model: str
     layer: str
@@ -173,11 +237,19 @@ class RooflinePoint:
     backend: str
     tflops: float | None
     gbps: float | None
+    flops: int = 0
+    bytes: int = 0
+    measured: bool = True
+
+    @property
+    def intensity(self) -> float | None:
+        return self.flops / self.bytes if self.flops and self.bytes else None
 
 
 @dataclass(frozen=True)
 class Peaks:
-    """The device ceilings the roofline is drawn under. measured: from the run's env."""
+    """The device ceilings the roofline is drawn under. measured: from the run's env (else
+    the device's nominal figures, labelled as such)."""
 
     tflops: float
     gbps: float
@@ -194,6 +266,7 @@ class ReferenceInfo:
     total_ms: float | None
     layers: int
     notes: tuple[str, ...] = ()
+    device: str | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +301,8 @@ class Comparison:
     reference_total_source: str = ""
     notes: tuple[str, ...] = ()
     env: Mapping[str, Any] = field(default_factory=dict)
+    allow_missing: bool = False
+    allow_cpu_times: bool = False
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -244,5 +319,6 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        """Any row of the primary backend FAILs: the gate's exit code 1."""
+        """Any row of the primary backend FAILs: the gate's exit code 1. NOT-MEASURED, MISSING
+        and UNCERTAIN rows never do."""
         return any(row.primary.verdict == Verdict.FAIL for row in self.rows)

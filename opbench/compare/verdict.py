@@ -2,14 +2,18 @@
 
     speedup = reference_ms / opbench_ms
     interval = [reference_lo / opbench_hi, reference_hi / opbench_lo]
-    PASS       the lower bound >= target
-    FAIL       the upper bound < target, or the output was incorrect
-    UNCERTAIN  otherwise
-    ERROR      the layer did not run (unsupported, error, missing, no samples)
+    PASS          the lower bound >= target
+    FAIL          the upper bound < target, or the output was incorrect
+    UNCERTAIN     otherwise; also whenever the match is ambiguous, or the reference time is a
+                  prefix difference whose interval reaches zero
+    ERROR         the layer did not run (unsupported, error, missing, no samples)
+    NOT-MEASURED  timed in Triton's CPU interpreter, or on the CPU against a GPU engine
+    MISSING       (rows.py) no reference row covers the layer
 
 opbench's interval is the distribution-free 95% interval of the median (TimingStats.ci95);
-the reference's is its min/max or median ± noise where the file gives one, else a point.
-Sums of several results or reference rows add their bounds (conservative).
+the reference's is its min/max, widened to time ± 1.96 × noise_ms where the reader gives a
+standard deviation (a std column; for prefix differences, that of the difference), else a
+point. Sums of several results or reference rows add their bounds (conservative).
 
 Pure Python: no torch, no triton.
 """
@@ -18,14 +22,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from opbench.compare.model import BackendTiming, Interval, Verdict
-from opbench.reference.model import ReferenceTiming
+from opbench.reference.model import ReferenceTiming, TimeKind
 from opbench.results.model import LayerResult, Status
+
+# A 95% interval of a normally distributed value is its mean ± 1.96 standard deviations.
+Z95 = 1.96
+
+INTERPRETED = "timed in Triton's CPU interpreter: not a performance figure"
 
 
 def reference_interval(row: ReferenceTiming) -> Interval | None:
-    """A reference row's time with its spread: min/max and median ± noise where known."""
+    """A reference row's time with its spread: min/max, and time ± 1.96 noise where known.
+    A measured time is never below zero; a prefix difference (DERIVED) may be."""
     t = row.time_ms
     if t is None:
         return None
@@ -35,9 +47,11 @@ def reference_interval(row: ReferenceTiming) -> Interval | None:
     if row.max_ms is not None:
         hi = max(hi, row.max_ms)
     if row.noise_ms is not None:
-        lo = min(lo, t - abs(row.noise_ms))
-        hi = max(hi, t + abs(row.noise_ms))
-    return Interval(t, max(lo, 0.0), hi)
+        lo = min(lo, t - Z95 * abs(row.noise_ms))
+        hi = max(hi, t + Z95 * abs(row.noise_ms))
+    if row.time_kind != TimeKind.DERIVED:
+        lo = max(lo, 0.0)
+    return Interval(t, lo, hi)
 
 
 def result_interval(result: LayerResult) -> Interval | None:
@@ -49,8 +63,10 @@ def result_interval(result: LayerResult) -> Interval | None:
 
 
 def speedup_interval(reference: Interval, opbench: Interval) -> Interval:
+    """reference / opbench; a reference bound below zero counts as zero (no speed-up)."""
+
     def ratio(a: float, b: float) -> float:
-        return a / b if b > 0 else math.inf
+        return max(a, 0.0) / b if b > 0 else math.inf
 
     return Interval(
         ratio(reference.value, opbench.value),
@@ -74,24 +90,49 @@ def sum_intervals(intervals: Iterable[Interval]) -> Interval | None:
     return total
 
 
+def _sum_optional(values: Iterable[float | None]) -> float | None:
+    values = list(values)
+    return None if not values or any(v is None for v in values) else sum(values)  # type: ignore[arg-type]
+
+
 # ---- one row, one backend ---------------------------------------------------------------------
 
 
-def _incorrect_reason(result: LayerResult) -> str:
+def incorrect_reason(result: LayerResult) -> str:
     corr = result.correctness
     if corr is None:
         return f"incorrect: {result.layer} was not checked against a reference"
+    if corr.failures:
+        return f"incorrect: {result.layer}: {'; '.join(corr.failures)}"
     if corr.nonfinite:
         return f"incorrect: {result.layer} has {corr.nonfinite} NaN/Inf values"
+    if corr.unwritten:
+        return f"incorrect: {result.layer} left {corr.unwritten} output elements unwritten"
+    if corr.max_abs_limit is not None and not corr.max_abs <= corr.max_abs_limit:
+        return f"incorrect: {result.layer} max_abs {corr.max_abs:.2e} > {corr.max_abs_limit:.1e}"
     return f"incorrect: {result.layer} rel_l2 {corr.rel_l2:.2e} > tolerance {corr.tolerance:.1e}"
 
 
+@dataclass(frozen=True)
+class RowContext:
+    """What a row's verdict depends on beyond its results.
+
+    reference: the rows' summed time and interval (None: the reference has no time).
+    target: the speed-up to reach.
+    doubt: why the match is ambiguous (PASS and FAIL become UNCERTAIN), else None.
+    noise: why the reference time is inside its own noise (UNCERTAIN), else None.
+    gpu_reference: the reference engine ran on a GPU and CPU times may not be judged.
+    """
+
+    reference: Interval | None
+    target: float
+    doubt: str | None = None
+    noise: str | None = None
+    gpu_reference: bool = False
+
+
 def backend_timing(
-    backend: str,
-    layers: Sequence[str],
-    results: Sequence[LayerResult],
-    reference: Interval | None,
-    target: float,
+    backend: str, layers: Sequence[str], results: Sequence[LayerResult], context: RowContext
 ) -> BackendTiming:
     """The verdict of one backend on one row, from the results covering the row's layers."""
     covered = {member for r in results for member in r.members}
@@ -116,30 +157,63 @@ def backend_timing(
         )
     time = sum_intervals(i for i in intervals if i is not None)
     assert time is not None
-    interpreted = any(r.interpreted for r in results)
-    incorrect = [r for r in results if not r.correct]
-    rel_l2 = max((r.correctness.rel_l2 for r in results if r.correctness), default=None)
-    flops = sum(r.flops for r in results)
-    nbytes = sum(r.bytes for r in results)
-    rates = {
-        "tflops": flops / time.value / 1e9 if flops and time.value > 0 else None,
-        "gbps": nbytes / time.value / 1e6 if nbytes and time.value > 0 else None,
-    }
-    common = dict(
-        time=time,
-        results=len(results),
-        correct=not incorrect,
-        rel_l2=rel_l2,
-        interpreted=interpreted,
-        **rates,
+    common = _measured(results, time)
+    reference = context.reference
+    speedup = (
+        speedup_interval(reference, time) if reference is not None and reference.value > 0 else None
     )
-    if reference is None or reference.value <= 0:
+    incorrect = [r for r in results if not r.correct]
+    if incorrect:
+        return BackendTiming(
+            backend, Verdict.FAIL, speedup=speedup, reason=incorrect_reason(incorrect[0]), **common
+        )
+    if common["interpreted"]:
+        return BackendTiming(
+            backend, Verdict.NOT_MEASURED, speedup=speedup, reason=INTERPRETED, **common
+        )
+    if context.gpu_reference and any(r.device == "cpu" for r in results):
+        return BackendTiming(
+            backend,
+            Verdict.NOT_MEASURED,
+            speedup=speedup,
+            reason="timed on the CPU against a GPU engine (--allow-cpu-times to judge anyway)",
+            **common,
+        )
+    if context.noise is not None:
+        return BackendTiming(
+            backend, Verdict.UNCERTAIN, speedup=speedup, reason=context.noise, **common
+        )
+    if speedup is None:
         return BackendTiming(
             backend, Verdict.ERROR, reason="the reference has no time for this row", **common
         )
-    speedup = speedup_interval(reference, time)
-    if incorrect:
+    verdict = verdict_of(speedup, context.target)
+    if context.doubt is not None and verdict != Verdict.UNCERTAIN:
         return BackendTiming(
-            backend, Verdict.FAIL, speedup=speedup, reason=_incorrect_reason(incorrect[0]), **common
+            backend, Verdict.UNCERTAIN, speedup=speedup, reason=context.doubt, **common
         )
-    return BackendTiming(backend, verdict_of(speedup, target), speedup=speedup, **common)
+    reason = context.doubt if verdict == Verdict.UNCERTAIN else None
+    return BackendTiming(backend, verdict, speedup=speedup, reason=reason, **common)
+
+
+def _measured(results: Sequence[LayerResult], time: Interval) -> dict[str, Any]:
+    """Everything a timing shows besides its verdict, from the results it sums."""
+    flops = sum(r.flops for r in results)
+    nbytes = sum(r.bytes for r in results)
+    corrs = [r.correctness for r in results if r.correctness is not None]
+    devices = {r.device for r in results}
+    return dict(
+        time=time,
+        results=len(results),
+        correct=all(r.correct for r in results),
+        rel_l2=max((c.rel_l2 for c in corrs), default=None),
+        tflops=flops / time.value / 1e9 if flops and time.value > 0 else None,
+        gbps=nbytes / time.value / 1e6 if nbytes and time.value > 0 else None,
+        interpreted=any(r.interpreted for r in results),
+        device=devices.pop() if len(devices) == 1 else None,
+        launch_bound=any(r.launch_bound for r in results),
+        host_ms=_sum_optional(r.host_ms for r in results),
+        stream_ms=_sum_optional(r.stream_ms for r in results),
+        loose_tolerance=any(c.loose_tolerance for c in corrs),
+        failures=tuple(f for c in corrs for f in c.failures),
+    )

@@ -63,9 +63,17 @@ class ReferenceTiming:
         return self.median_ms if self.median_ms is not None else self.mean_ms
 
 
+class Device:
+    """Where the reference engine ran, where the file tells: compare refuses to judge CPU
+    times against a GPU engine's (NOT-MEASURED) unless asked."""
+
+    GPU = "gpu"
+    CPU = "cpu"
+
+
 @dataclass(frozen=True)
 class ReferenceProfile:
-    """Everything read from one reference file."""
+    """Everything read from one reference file. device: Device.GPU/CPU, or None unknown."""
 
     engine: str
     source: str
@@ -73,3 +81,4 @@ class ReferenceProfile:
     layers: tuple[ReferenceTiming, ...]
     total_ms: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    device: str | None = None

@@ -31,6 +31,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +39,11 @@ from typing import Any
 from opbench.reference.aggregate import sample_stats
 from opbench.reference.interface import Flag, ReaderOptions
 from opbench.reference.jsonstream import JsonEvents
-from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
+from opbench.reference.model import Device, ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
 from opbench.reference.textio import LineCounter, fail, read_json_text
 
 _SUFFIX = "_kernel_time"
-_ASYNC_PROVIDERS = frozenset(
+_GPU_PROVIDERS = frozenset(
     {
         "CUDAExecutionProvider",
         "ROCMExecutionProvider",
@@ -53,6 +54,8 @@ _ASYNC_PROVIDERS = frozenset(
         "JsExecutionProvider",
     }
 )
+# GPU providers launch asynchronously: their node times are host times of the launch.
+_ASYNC_PROVIDERS = _GPU_PROVIDERS
 _OVERHEAD_OPS = frozenset(
     {"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost", "Memcpy"}
 )
@@ -239,6 +242,7 @@ class OnnxRuntimeReader:
             layers=tuple(layers),
             total_ms=total,  # type: ignore[arg-type]
             notes=tuple(notes),
+            device=_device(nodes.values()),
         )
 
     @staticmethod
@@ -358,6 +362,17 @@ class OnnxRuntimeReader:
                 )
             )
         return layers
+
+
+def _device(nodes: Iterable[_Node]) -> str | None:
+    """GPU when any node ran on a GPU provider or launched kernels, CPU when every node ran on
+    the CPU provider, else unknown."""
+    providers = {p for node in nodes for p in node.providers if p}
+    if any(node.device_us for node in nodes) or providers & _GPU_PROVIDERS:
+        return Device.GPU
+    if providers == {"CPUExecutionProvider"}:
+        return Device.CPU
+    return None
 
 
 READER = OnnxRuntimeReader()

@@ -29,6 +29,10 @@ from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus
 from opbench.reference.sas import fused_members, table_notes
 
 NOISE_FRACTION = 0.02  # without a spread: differences below 2% of the prefix are noise-level
+NO_SPREAD = (
+    "no spread column (std or per-run samples): no interval was available for the prefix "
+    "differences, so a difference inside the noise cannot be told apart"
+)
 
 
 class SasPrefixReader:
@@ -96,6 +100,8 @@ class SasPrefixReader:
             )
         notes = table_notes(table)
         notes.append("per-layer times are differences of consecutive cumulative prefix times")
+        if layers and all(layer.noise_ms is None for layer in layers):
+            notes.append(NO_SPREAD)
         if flagged:
             notes.append(f"{flagged} layer(s) flagged negative or within noise")
         return ReferenceProfile(

@@ -26,7 +26,7 @@ from typing import Any
 from opbench.errors import InputError
 from opbench.reference.interface import ReaderOptions
 from opbench.reference.jsonstream import JsonEvents
-from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
+from opbench.reference.model import Device, ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
 from opbench.reference.textio import LineCounter, fail, read_json_text
 
 _OVERHEAD_NAME = re.compile(r"reformat|^(reshape_(before|after)_|shuffle_between_)", re.IGNORECASE)
@@ -204,6 +204,7 @@ class TensorRtReader:
             layers=tuple(layers),
             total_ms=sum(times) if times else None,
             notes=tuple(notes),
+            device=Device.GPU,  # TensorRT runs on NVIDIA GPUs only
         )
 
     @staticmethod

@@ -30,7 +30,7 @@ from pathlib import Path
 from opbench.reference.aggregate import sample_stats
 from opbench.reference.interface import Flag, ReaderOptions
 from opbench.reference.jsonstream import JsonEvents
-from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
+from opbench.reference.model import Device, ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
 from opbench.reference.textio import LineCounter, fail, read_json_text
 
 HOST = "user_annotation"
@@ -205,6 +205,7 @@ class TorchProfilerReader:
             format=self.name,
             layers=tuple(timings),
             notes=tuple(notes),
+            device=Device.GPU if used[DEVICE] else None,
         )
 
 

@@ -2,9 +2,10 @@
 
 BMF is JSON: {benchmark_name: {measure_slug: {"value": v, "lower_value": lo, "upper_value": hi}}}
 (https://bencher.dev/docs/reference/bencher-metric-format). One benchmark per
-(suite, model, layer, backend) and per model's end-to-end forward, named
-"suite/model/layer/backend"; value = median of all samples, lower/upper = the
-distribution-free 95% interval of that median (TimingStats.ci95).
+(suite, model, layer, backend) and per model's end-to-end forward and mode, named
+"suite/model/layer/backend" ("…/end-to-end/…" eager, "…/end-to-end-cuda_graph/…");
+value = median of all samples, lower/upper = the distribution-free 95% interval of that
+median (TimingStats.ci95). Interpreter times are no performance figures: left out.
 
 Bencher's built-in "latency" measure is in nanoseconds, so milliseconds go under a measure of
 their own, "latency-ms" (Bencher creates a measure on first use); unit="ns" writes the
@@ -41,15 +42,15 @@ def bmf_from_run(run: RunResult, unit: Literal["ms", "ns"] = "ms") -> dict[str, 
     out: dict[str, dict[str, Any]] = {}
     for result in run.layers:
         stats = result.stats
-        if result.correct and stats is not None:
+        if result.correct and stats is not None and not result.interpreted:
             name = f"{run.suite}/{result.model}/{result.layer}/{result.backend}"
             out[name] = {measure: _metric(stats, scale)}
     for e2e in run.end_to_end:
         stats = e2e.stats
-        if e2e.status == "ok" and stats is not None:
-            out[f"{run.suite}/{e2e.model}/end-to-end/{e2e.backend}"] = {
-                measure: _metric(stats, scale)
-            }
+        if e2e.status == "ok" and stats is not None and not e2e.interpreted:
+            # the eager forward keeps the name it always had; other modes are named apart
+            what = "end-to-end" if e2e.mode == "eager" else f"end-to-end-{e2e.mode}"
+            out[f"{run.suite}/{e2e.model}/{what}/{e2e.backend}"] = {measure: _metric(stats, scale)}
     return out
 
 

@@ -19,6 +19,7 @@ from opbench.compare.model import (
     BackendTiming,
     Comparison,
     ComparisonRow,
+    EndToEndTiming,
     Interval,
     ModelSummary,
     Overhead,
@@ -27,6 +28,7 @@ from opbench.compare.model import (
     RooflinePoint,
     Unmatched,
 )
+from opbench.compare.peaks import roof_fraction
 from opbench.errors import InputError, Location
 
 JSON_FILE = "comparison.json"
@@ -91,6 +93,26 @@ def _timing(data: dict[str, Any]) -> BackendTiming:
         rel_l2=_f(data.get("rel_l2")),
         tflops=_f(data.get("tflops")),
         gbps=_f(data.get("gbps")),
+        host_ms=_f(data.get("host_ms")),
+        stream_ms=_f(data.get("stream_ms")),
+        failures=tuple(data.get("failures") or ()),
+    )
+
+
+def _summary(data: dict[str, Any]) -> ModelSummary:
+    return _build(
+        ModelSummary,
+        data,
+        total_speedup=_f(data.get("total_speedup")),
+        geomean_speedup=_f(data.get("geomean_speedup")),
+        reference_total_ms=_f(data.get("reference_total_ms")),
+        speedup=_interval(data.get("speedup")),
+        end_to_end_speedup=_f(data.get("end_to_end_speedup")),
+        end_to_end=tuple(
+            _build(EndToEndTiming, e, time=_interval(e.get("time")), vs_torch=_f(e.get("vs_torch")))
+            for e in data.get("end_to_end") or ()
+        ),
+        missing=tuple(data.get("missing") or ()),
     )
 
 
@@ -106,6 +128,10 @@ def _row(data: dict[str, Any]) -> ComparisonRow:
         reference=_interval(data.get("reference")),
         target=float(data["target"]),
         timings=tuple(_timing(t) for t in data["timings"]),
+        input_shape=tuple(data.get("input_shape") or ()),
+        output_shape=tuple(data.get("output_shape") or ()),
+        vs_torch=_f(data.get("vs_torch")),
+        vs_torch_int8=_f(data.get("vs_torch_int8")),
     )
 
 
@@ -129,16 +155,7 @@ def comparison_from_dict(data: dict[str, Any]) -> Comparison:
             notes=tuple(ref.get("notes") or ()),
         ),
         rows=tuple(_row(r) for r in data["rows"]),
-        models=tuple(
-            _build(
-                ModelSummary,
-                m,
-                total_speedup=_f(m.get("total_speedup")),
-                geomean_speedup=_f(m.get("geomean_speedup")),
-                reference_total_ms=_f(m.get("reference_total_ms")),
-            )
-            for m in data["models"]
-        ),
+        models=tuple(_summary(m) for m in data["models"]),
         unmatched=tuple(
             _build(Unmatched, u, time_ms=_f(u.get("time_ms"))) for u in data.get("unmatched") or ()
         ),
@@ -206,16 +223,36 @@ CSV_COLUMNS = (
     "target",
     "verdict",
     "reason",
+    "ambiguity",
     "correct",
     "rel_l2",
+    "failures",
+    "loose_tolerance",
+    "interpreted",
+    "device",
+    "launch_bound",
+    "host_ms",
+    "stream_ms",
+    "dtype",
+    "input_shape",
+    "output_shape",
+    "flops",
+    "bytes",
     "tflops",
     "gbps",
+    "roof_fraction",
+    "vs_torch",
+    "vs_torch_int8",
 )
 
 
 def _text(value: str) -> str:
     """Spreadsheets run cells that start with = + - @ as formulas: quote those."""
     return "'" + value if value[:1] in ("=", "+", "-", "@") else value
+
+
+def _yes(value: bool | None) -> str:
+    return "" if value is None else ("yes" if value else "no")
 
 
 def _num(value: float | None) -> str:
@@ -231,6 +268,7 @@ def comparison_csv(comparison: Comparison) -> str:
         ref = row.reference
         for timing in row.timings:
             t, s = timing.time, timing.speedup
+            primary = timing.backend == comparison.backend
             writer.writerow(
                 [
                     _text(row.model),
@@ -242,7 +280,7 @@ def comparison_csv(comparison: Comparison) -> str:
                     _num(ref.lo if ref else None),
                     _num(ref.hi if ref else None),
                     timing.backend,
-                    "yes" if timing.backend == comparison.backend else "no",
+                    "yes" if primary else "no",
                     _num(t.value if t else None),
                     _num(t.lo if t else None),
                     _num(t.hi if t else None),
@@ -252,10 +290,32 @@ def comparison_csv(comparison: Comparison) -> str:
                     _num(row.target),
                     timing.verdict,
                     _text(timing.reason or ""),
-                    "" if timing.correct is None else ("yes" if timing.correct else "no"),
+                    _text(row.ambiguity or ""),
+                    _yes(timing.correct),
                     _num(timing.rel_l2),
+                    _text("; ".join(timing.failures)),
+                    _yes(timing.loose_tolerance),
+                    _yes(timing.interpreted),
+                    timing.device or "",
+                    _yes(timing.launch_bound),
+                    _num(timing.host_ms),
+                    _num(timing.stream_ms),
+                    row.dtype,
+                    "x".join(map(str, row.input_shape)),
+                    "x".join(map(str, row.output_shape)),
+                    str(row.flops),
+                    str(row.bytes),
                     _num(timing.tflops),
                     _num(timing.gbps),
+                    _num(
+                        roof_fraction(
+                            comparison.peaks, row.flops, row.bytes, timing.tflops, timing.gbps
+                        )
+                        if not timing.interpreted
+                        else None
+                    ),
+                    _num(row.vs_torch if primary else None),
+                    _num(row.vs_torch_int8 if primary else None),
                 ]
             )
     return out.getvalue()

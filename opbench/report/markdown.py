@@ -9,7 +9,19 @@ from __future__ import annotations
 import re
 
 from opbench.compare.model import Comparison, ComparisonRow, Verdict
-from opbench.report.style import VERDICT_SYMBOLS, fmt_ms, fmt_x, row_label, whole_run_sentence
+from opbench.report.facts import layer_facts, with_host_stream, with_int8
+from opbench.report.style import (
+    MARKS,
+    VERDICT_SYMBOLS,
+    fmt_interval,
+    fmt_ms,
+    fmt_x,
+    mark_symbols,
+    marks_of,
+    peaks_note,
+    row_label,
+    whole_run_sentence,
+)
 
 # GitHub refuses comments over 65,536 characters; stay well below with the layer table.
 MAX_ROWS = 150
@@ -44,23 +56,116 @@ def _speedup_cell(row: ComparisonRow) -> str:
 def _verdict_cell(row: ComparisonRow) -> str:
     verdict = row.primary.verdict
     text = f"{VERDICT_SYMBOLS.get(verdict, '')} {verdict}"
-    if row.primary.reason and verdict in (Verdict.FAIL, Verdict.ERROR):
+    if row.primary.reason and verdict != Verdict.PASS:
         text += f": {md(row.primary.reason)}"
     return text
 
 
+def _time_cell(timing) -> str:
+    if timing is None or timing.time is None:
+        return "–"
+    text = fmt_ms(timing.time.value) + mark_symbols(timing)
+    # an interpreter time is shown, never as a plain number
+    return f"_{text}_ (interpreted)" if timing.interpreted else text
+
+
+def _counts_line(c: Comparison) -> str:
+    counts = c.counts()
+    shown = [
+        f"{counts[v]} {v}"
+        for v in Verdict.ALL
+        if counts[v] or v in (Verdict.PASS, Verdict.FAIL, Verdict.UNCERTAIN, Verdict.ERROR)
+    ]
+    return "**" + " · ".join(shown) + "**"
+
+
+def _models(c: Comparison) -> list[str]:
+    lines = [
+        "| model | verdict | judged on | speedup [95%] | target | end to end (eager) "
+        "| sum of layers | rows | at target | MISSING | geomean | all layers: opbench ms "
+        "| reference total ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for m in c.models:
+        verdict = f"{VERDICT_SYMBOLS.get(m.verdict, '')} {m.verdict}"
+        if m.reason:
+            verdict += f": {md(m.reason)}"
+        lines.append(
+            f"| {md(m.model)} | {verdict} | {md(m.basis)} | {fmt_interval(m.speedup, fmt_x)} "
+            f"| {m.target:g}× | {fmt_x(m.end_to_end_speedup)} | {fmt_x(m.whole_speedup)} "
+            f"| {m.rows} | {m.at_target}/{m.compared} | {len(m.missing)} "
+            f"| {fmt_x(m.geomean_speedup)} | {fmt_ms(m.opbench_total_ms)} "
+            f"| {fmt_ms(m.reference_total_ms)} |"
+        )
+    return lines
+
+
+def _end_to_end(c: Comparison) -> list[str]:
+    entries = [(m.model, e) for m in c.models for e in m.end_to_end]
+    if not entries:
+        return []
+    lines = [
+        "End to end (the whole forward; × torch = torch eager's time in the same mode / this):",
+        "",
+        "| model | backend | mode | ms [95%] | × torch | status |",
+        "|---|---|---|---:|---:|---|",
+    ]
+    for model, e in entries:
+        status = "⏸️ NOT-MEASURED (interpreted)" if e.interpreted else md(e.status)
+        lines.append(
+            f"| {md(model)} | {md(e.backend)} | {md(e.mode)} | {fmt_interval(e.time)} "
+            f"| {fmt_x(e.vs_torch)} | {status} |"
+        )
+    return lines + [""]
+
+
+def _layers(c: Comparison) -> list[str]:
+    several = len(c.models) > 1
+    others = [b for b in c.backends if b != c.backend]
+    host, stream = with_host_stream(c)
+    int8 = with_int8(c)
+    header = ["layer", "op", "shape", "dtype", "FLOPs", "bytes", "reference", "ref ms"]
+    header += [f"{md(c.backend)} ms", *(f"{md(b)} ms" for b in others)]
+    header += ["host ms"] * host + ["stream ms"] * stream
+    header += ["speedup [95%]", "% of roof", "× torch"] + ["× torch-int8"] * int8
+    header += ["target", "verdict", "marks"]
+    align = ["---"] * 4 + ["---:"] * 2 + ["---"] + ["---:"] * (len(header) - 10) + ["---"] * 3
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    for row in c.rows[:MAX_ROWS]:
+        facts = layer_facts(c, row)
+        p = row.primary
+        cells = [
+            md(row_label(row.model, row.layers, several)),
+            md(" + ".join(row.ops)),
+            facts.shape,
+            md(facts.dtype),
+            facts.flops,
+            facts.bytes,
+            md(_first_names(row.reference_names)),
+            fmt_ms(row.reference.value if row.reference else None),
+            *(_time_cell(t) for t in row.timings),
+        ]
+        cells += [fmt_ms(p.host_ms)] * host + [fmt_ms(p.stream_ms)] * stream
+        cells += [_speedup_cell(row), facts.roof, facts.vs_torch]
+        cells += [facts.vs_torch_int8] * int8
+        cells += [f"{row.target:g}×", _verdict_cell(row), md(", ".join(facts.marks))]
+        lines.append("| " + " | ".join(cells) + " |")
+    if len(c.rows) > MAX_ROWS:
+        lines.append("")
+        lines.append(f"… {len(c.rows) - MAX_ROWS} more rows in report.html and comparison.csv.")
+    return lines
+
+
 def render_markdown(comparison: Comparison) -> str:
     c = comparison
-    several = len(c.models) > 1
-    counts = c.counts()
     lines: list[str] = []
     lines.append(f"## opbench: {md(c.suite)}, {md(c.backend)} vs {md(c.reference.engine)}")
     lines.append("")
     target = f"{c.target:g}×" if c.target is not None else "per layer (suite)"
     lines.append(
-        f"**{counts[Verdict.PASS]} PASS · {counts[Verdict.FAIL]} FAIL · {counts[Verdict.UNCERTAIN]} UNCERTAIN · "
-        f"{counts[Verdict.ERROR]} ERROR** — target {target}; PASS needs the lower 95% bound of the speedup "
-        "at or above the target."
+        f"{_counts_line(c)} — target {target}; PASS needs the lower 95% bound of the speedup "
+        "at or above the target; NOT-MEASURED (interpreter or CPU times against a GPU engine) "
+        "and MISSING (no reference row) are never judged."
     )
     lines.append("")
     detected = ", detected" if c.reference.detected else ""
@@ -69,49 +174,19 @@ def render_markdown(comparison: Comparison) -> str:
         f"(format {md(c.reference.format)}{detected}) · matched by {md(c.how_matched)}"
     )
     lines.append("")
-    lines.append(
-        "| model | rows | at target | geomean speedup | matched: reference ms | matched: opbench ms "
-        "| total speedup | all layers: opbench ms | reference total ms |"
-    )
-    lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for m in c.models:
-        lines.append(
-            f"| {md(m.model)} | {m.rows} | {m.at_target}/{m.compared} | {fmt_x(m.geomean_speedup)} "
-            f"| {fmt_ms(m.matched_reference_ms)} | {fmt_ms(m.matched_opbench_ms)} | {fmt_x(m.total_speedup)} "
-            f"| {fmt_ms(m.opbench_total_ms)} | {fmt_ms(m.reference_total_ms)} |"
-        )
+    lines += _models(c)
     lines.append("")
     lines.append(md(whole_run_sentence(c)) + ".")
     lines.append("")
-    others = [b for b in c.backends if b != c.backend]
-    header = [
-        "layer",
-        "op",
-        "reference",
-        "ref ms",
-        f"{md(c.backend)} ms",
-        *(f"{md(b)} ms" for b in others),
-    ]
-    header += ["speedup [95%]", "target", "verdict"]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * 3 + "---:|" * (2 + len(others)) + "---:|---:|---|")
-    for row in c.rows[:MAX_ROWS]:
-        times = [fmt_ms(t.time.value if t.time else None) for t in row.timings]
-        cells = [
-            md(row_label(row.model, row.layers, several)),
-            md(" + ".join(row.ops)),
-            md(_first_names(row.reference_names)),
-            fmt_ms(row.reference.value if row.reference else None),
-            *times,
-            _speedup_cell(row),
-            f"{row.target:g}×",
-            _verdict_cell(row),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    if len(c.rows) > MAX_ROWS:
-        lines.append("")
-        lines.append(f"… {len(c.rows) - MAX_ROWS} more rows in report.html and comparison.csv.")
+    lines += _end_to_end(c)
+    lines += _layers(c)
     lines.append("")
+    used = {word for row in c.rows for word in marks_of(row.primary)}
+    lines += [
+        f"- {symbol} {word}: {md(meaning)}" for symbol, word, meaning in MARKS if word in used
+    ]
+    if used:
+        lines.append("")
     lines.extend(_details(c))
     return "\n".join(lines).rstrip() + "\n"
 
@@ -136,7 +211,7 @@ def _details(c: Comparison) -> list[str]:
         [f"{md(u.name)} ({md(u.op or '?')}, {fmt_ms(u.time_ms)} ms)" for u in ref_side],
     )
     out += _listing(
-        "Unmatched suite layers",
+        "Suite layers exempt from matching (they move no data)",
         [
             f"{md(u.model or '')} / {md(u.name)} ({md(u.op or '?')}, {fmt_ms(u.time_ms)} ms)"
             for u in suite_side
@@ -148,8 +223,7 @@ def _details(c: Comparison) -> list[str]:
         [f"{md(o.name)} ({md(o.status)}, {fmt_ms(o.time_ms)} ms)" for o in c.overhead],
     )
     notes = list(c.notes) + list(c.reference.notes)
-    if c.peaks is not None and not c.peaks.measured:
-        notes.append(f"roofline peaks: {c.peaks.label}")
+    notes.append(peaks_note(c))
     if notes:
         out.append("Notes:")
         out += [f"- {md(n)}" for n in notes]

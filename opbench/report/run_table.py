@@ -1,5 +1,5 @@
 """The table `opbench run` ends with: one row per layer and backend. Renders; computes nothing
-that is not a plain function of the results."""
+that is not a plain function of the results. Optional columns give way at narrow widths."""
 
 from __future__ import annotations
 
@@ -7,24 +7,28 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from opbench.results.model import LayerResult, RunResult, Status
+from opbench.report.columns import Column, FittedTable
+from opbench.report.style import MARKS, short_backend
+from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
+
+TORCH, TORCH_INT8 = "torch", "torch-int8"
 
 
-def torch_time(run: RunResult, result: LayerResult) -> float | None:
-    """Sum of torch eager medians over the layers this result covers (fusion aware)."""
+def baseline_time(run: RunResult, result: LayerResult, backend: str = TORCH) -> float | None:
+    """Sum of `backend`'s medians over the layers this result covers (fusion aware)."""
     total = 0.0
     for name in result.members:
-        ref = run.find(result.model, name, "torch")
-        if ref is None or ref.median_ms is None or ref.status != Status.OK:
+        ref = run.find(result.model, name, backend)
+        if ref is None or ref.median_ms is None or ref.status != Status.OK or ref.interpreted:
             return None
         total += ref.median_ms
     return total
 
 
-def speedup_vs_torch(run: RunResult, result: LayerResult) -> float | None:
-    if result.backend == "torch" or result.median_ms is None or result.interpreted:
+def speedup_vs(run: RunResult, result: LayerResult, backend: str = TORCH) -> float | None:
+    if result.backend == backend or result.median_ms is None or result.interpreted:
         return None
-    base = torch_time(run, result)
+    base = baseline_time(run, result, backend)
     return base / result.median_ms if base else None
 
 
@@ -34,11 +38,12 @@ def _fmt_ms(result: LayerResult) -> str:
         return "—"
     lo, hi = stats.ci95
     half = max(stats.median - lo, hi - stats.median)
-    return (
+    text = (
         f"{stats.median:.4f} ± {half:.4f}"
         if stats.median < 10
         else f"{stats.median:.2f} ± {half:.2f}"
     )
+    return f"({text})" if result.interpreted else text
 
 
 def _throughput(result: LayerResult) -> str:
@@ -53,78 +58,148 @@ def _throughput(result: LayerResult) -> str:
     return "—"
 
 
+def marks(result: LayerResult) -> str:
+    """The MARKS symbols of a result: interpreted, launch-bound, loose tolerance."""
+    corr = result.correctness
+    flags = (
+        result.interpreted and result.median_ms is not None,
+        result.launch_bound,
+        corr is not None and corr.loose_tolerance,
+    )
+    return "".join(symbol for (symbol, _, _), on in zip(MARKS, flags, strict=True) if on)
+
+
+def _time_cell(result: LayerResult) -> Text:
+    return Text(_fmt_ms(result) + marks(result), style="dim" if result.interpreted else "")
+
+
+def legend(results: list[LayerResult]) -> str:
+    used = "".join(marks(r) for r in results)
+    words = {"interpreted": "NOT-MEASURED, interpreted"}
+    return "\n".join(
+        f"{symbol} {words.get(word, word)}: {meaning}"
+        for symbol, word, meaning in MARKS
+        if symbol in used
+    )
+
+
 def status_text(result: LayerResult) -> Text:
+    """ok / unsupported / error / wrong (with the failed checks' reasons)."""
+    corr = result.correctness
     if result.status == Status.UNSUPPORTED:
-        return Text("unsupported", style="yellow")
-    if result.status == Status.ERROR:
-        return Text("error", style="bold red")
-    if result.correctness is not None and not result.correctness.passed:
-        return Text("wrong", style="bold red")
-    return Text("ok", style="green")
+        text = Text("unsupported", style="yellow")
+    elif result.status == Status.ERROR:
+        text = Text("error", style="bold red")
+    elif corr is not None and not corr.passed:
+        text = Text("wrong", style="bold red")
+        if corr.failures:
+            text.append(": " + "; ".join(corr.failures), style="red")
+    else:
+        text = Text("ok", style="green")
+    if result.message and result.status != Status.OK:
+        text.append(f" {result.message}", style="dim")
+    return text
 
 
-def run_table(run: RunResult) -> Table:
-    table = Table(title=f"opbench run · {run.suite} · {run.device}", title_justify="left")
-    for column, justify in (
-        ("model", "left"),
-        ("layer", "left"),
-        ("backend", "left"),
-        ("median ms ± CI95", "right"),
-        ("throughput", "right"),
-        ("× torch", "right"),
-        ("rel. error", "right"),
-        ("status", "left"),
-    ):
-        table.add_column(column, justify=justify, overflow="fold")
-    previous_model = None
-    for result in run.layers:
-        speedup = speedup_vs_torch(run, result)
-        corr = result.correctness
-        error = (
-            "—"
-            if corr is None
-            else (f"{corr.rel_l2:.1e}" if corr.nonfinite == 0 else f"{corr.nonfinite} NaN/Inf")
+def _error(result: LayerResult) -> str:
+    corr = result.correctness
+    if corr is None:
+        return "—"
+    return f"{corr.rel_l2:.1e}" if corr.nonfinite == 0 else f"{corr.nonfinite} NaN/Inf"
+
+
+def _x(value: float | None) -> Text:
+    return Text("—" if value is None else f"{value:.2f}×")
+
+
+def _ms(value: float | None) -> Text:
+    return Text("—" if value is None else f"{value:.4f}")
+
+
+def run_columns(run: RunResult) -> list[Column]:
+    results = list(run.layers)
+    shown_models = []
+    previous = None
+    for r in results:
+        shown_models.append(Text(r.model if r.model != previous else ""))
+        previous = r.model
+    int8 = any(r.backend == TORCH_INT8 for r in results)
+    columns = [
+        Column("model", shown_models, max_width=18),
+        Column("layer", [Text("+".join(r.members)) for r in results], max_width=20),
+        Column("backend", [Text(short_backend(r.backend)) for r in results]),
+        Column("median ms ± CI95", [_time_cell(r) for r in results], justify="right"),
+        Column("throughput", [Text(_throughput(r)) for r in results], 3, "right"),
+        Column("× torch", [_x(speedup_vs(run, r)) for r in results], 1, "right"),
+    ]
+    if int8:
+        columns.append(
+            Column(
+                "× torch-int8",
+                [
+                    _x(speedup_vs(run, r, TORCH_INT8) if r.quant == "int8" else None)
+                    for r in results
+                ],
+                2,
+                "right",
+            )
         )
-        layer = "+".join(result.members)
-        ms = _fmt_ms(result)
-        if result.interpreted and result.median_ms is not None:
-            ms = f"({ms})"
-        status = status_text(result)
-        if result.message and result.status != Status.OK:
-            status.append(f" {result.message}", style="dim")
-        table.add_row(
-            escape(result.model) if result.model != previous_model else "",
-            escape(layer),
-            result.backend,
-            ms,
-            _throughput(result),
-            "—" if speedup is None else f"{speedup:.2f}×",
-            error,
-            status,
-        )
-        previous_model = result.model
-    return table
+    for header, attr, drop in (("host ms", "host_ms", 5), ("stream ms", "stream_ms", 4)):
+        if any(getattr(r, attr) is not None for r in results):
+            columns.append(Column(header, [_ms(getattr(r, attr)) for r in results], drop, "right"))
+    columns += [
+        Column("rel. error", [Text(_error(r)) for r in results], 6, "right"),
+        Column("status", [status_text(r) for r in results], max_width=48),
+    ]
+    return columns
+
+
+def run_table(run: RunResult, full: bool = False) -> FittedTable:
+    """The run's table, fitted to the console's width when printed (`full`: every column)."""
+    return FittedTable(
+        run_columns(run),
+        full,
+        title=f"opbench run · {escape(run.suite)} · {run.device}",
+        title_justify="left",
+        caption=escape(legend(list(run.layers))) or None,
+        caption_justify="left",
+    )
+
+
+def _e2e_time(e2e: EndToEnd) -> float | None:
+    stats = e2e.stats
+    return stats.median if stats and e2e.status == Status.OK else None
 
 
 def end_to_end_table(run: RunResult) -> Table | None:
+    """Each model's whole forward per backend and mode (eager, cuda_graph), with the sum of
+    its layers and the speed-up over torch eager in the same mode."""
     if not run.end_to_end:
         return None
     table = Table(title="whole model: end to end vs the sum of its layers", title_justify="left")
-    for column in ("model", "backend", "end-to-end ms", "sum of layers ms", "status"):
-        table.add_column(column)
+    for column in ("model", "backend", "mode", "end-to-end ms", "× torch", "sum of layers ms"):
+        table.add_column(
+            column, justify="left" if column in ("model", "backend", "mode") else "right"
+        )
+    table.add_column("status")
+    torch = {(e.model, e.mode): _e2e_time(e) for e in run.end_to_end if e.backend == TORCH}
     for e2e in run.end_to_end:
         layer_sum = sum(
             r.median_ms
             for r in run.layers
             if r.model == e2e.model and r.backend == e2e.backend and r.median_ms
         )
-        stats = e2e.stats
+        ms, base = _e2e_time(e2e), torch.get((e2e.model, e2e.mode))
+        vs = base / ms if base and ms and e2e.backend != TORCH and not e2e.interpreted else None
+        status = e2e.status + (" · NOT-MEASURED (interpreted)" if e2e.interpreted else "")
         table.add_row(
             escape(e2e.model),
             e2e.backend,
-            f"{stats.median:.4f}" if stats else "—",
+            e2e.mode,
+            f"{ms:.4f}" if ms is not None else "—",
+            "—" if vs is None else f"{vs:.2f}×",
             f"{layer_sum:.4f}" if layer_sum else "—",
-            e2e.status + (f" {e2e.message}" if e2e.message else ""),
+            status + (f" {e2e.message}" if e2e.message else ""),
         )
     return table
 

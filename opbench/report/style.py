@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import zlib
 
-from opbench.compare.model import Comparison, Interval, Verdict
+from opbench.compare.model import BackendTiming, Comparison, Interval, ModelSummary, Verdict
 
 REFERENCE = "reference"
 
@@ -25,6 +25,8 @@ VERDICT_COLOURS: dict[str, str] = {
     Verdict.FAIL: "#d62728",
     Verdict.UNCERTAIN: "#d9a400",
     Verdict.ERROR: "#8c564b",
+    Verdict.NOT_MEASURED: "#9e9e9e",
+    Verdict.MISSING: "#6a3d9a",
 }
 
 VERDICT_SYMBOLS: dict[str, str] = {
@@ -32,7 +34,58 @@ VERDICT_SYMBOLS: dict[str, str] = {
     Verdict.FAIL: "❌",
     Verdict.UNCERTAIN: "❔",
     Verdict.ERROR: "⚠️",
+    Verdict.NOT_MEASURED: "⏸️",
+    Verdict.MISSING: "🕳️",
 }
+
+# Short backend names for narrow terminal headers; the full names are in the files.
+BACKEND_ABBREVIATIONS: dict[str, str] = {
+    "torch-compile": "compile",
+    "torch-compile-max-autotune": "compile-max",
+    "torch-int8": "torch-i8",
+}
+
+# Marks on a time, the same in every output: (symbol, word, meaning).
+MARKS: tuple[tuple[str, str, str], ...] = (
+    ("*", "interpreted", "timed in Triton's CPU interpreter: not a performance figure"),
+    ("†", "launch-bound", "back-to-back calls take >1.2× the device time: the host can't keep up"),
+    ("‡", "loose tolerance", "its tolerance is set above its dtype's default"),
+)
+
+
+def short_backend(backend: str) -> str:
+    return BACKEND_ABBREVIATIONS.get(backend, backend)
+
+
+def marks_of(timing: BackendTiming | None) -> list[str]:
+    """The words of the marks a timing carries (see MARKS)."""
+    if timing is None:
+        return []
+    flags = (timing.interpreted, timing.launch_bound, timing.loose_tolerance)
+    return [word for (_, word, _), on in zip(MARKS, flags, strict=True) if on]
+
+
+def mark_symbols(timing: BackendTiming | None) -> str:
+    words = set(marks_of(timing))
+    return "".join(symbol for symbol, word, _ in MARKS if word in words)
+
+
+def fmt_count(value: int | float | None) -> str:
+    """FLOPs and bytes: 3 significant digits with an SI prefix (4.19 G)."""
+    if not value:
+        return "–"
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:#.3g}".rstrip(".") + f" {prefix}"
+    return str(int(value))
+
+
+def fmt_shape(shape: tuple[int, ...] | list[int]) -> str:
+    return "×".join(str(d) for d in shape) if shape else "–"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.0f}%"
 
 
 def backend_colour(backend: str) -> str:
@@ -78,6 +131,13 @@ def row_label(model: str, layers: tuple[str, ...], several_models: bool) -> str:
     return f"{model} / {label}" if several_models else label
 
 
+def model_verdict_sentence(m: ModelSummary) -> str:
+    """The model's own verdict and what it was judged on, in one sentence."""
+    speedup = fmt_interval(m.speedup, fmt_x)
+    text = f"model verdict {m.verdict}: {speedup} on the {m.basis} time, target {m.target:g}×"
+    return text + (f" ({m.reason})" if m.reason else "")
+
+
 def whole_run_sentence(c: Comparison) -> str:
     """The run's summed layer time against the reference's total, in one sentence."""
     models = ", ".join(m.model for m in c.models)
@@ -86,3 +146,13 @@ def whole_run_sentence(c: Comparison) -> str:
         f"vs {c.reference.engine} {fmt_ms(c.reference_total_ms)} ms ({c.reference_total_source})"
         f" = {fmt_x(c.whole_speedup)}"
     )
+
+
+def peaks_note(c: Comparison) -> str:
+    """Which ceilings the roofline and the % of roof use, or why there are none."""
+    if c.peaks is None:
+        return (
+            "no device ceilings: the roofline has no roofs and % of roof is not given "
+            "(a CPU run, or a GPU without measured or nominal peaks)"
+        )
+    return f"roofline peaks: {c.peaks.label}"

@@ -1,5 +1,7 @@
-"""The comparison in the terminal: a rich table coloured by verdict, then the per-model totals
-and what was left unmatched. Names are rich Text, never markup, so `[x]` prints as written."""
+"""The comparison in the terminal: a rich table coloured by verdict, then the per-model verdicts
+and totals, the end-to-end times, and what was left unmatched. Names are rich Text, never
+markup, so `[x]` prints as written. At narrow widths optional columns give way (report/
+columns.py); `--wide` shows them all."""
 
 from __future__ import annotations
 
@@ -7,12 +9,17 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from opbench.compare.model import Comparison, ComparisonRow, Interval, Verdict
+from opbench.compare.model import BackendTiming, Comparison, Interval, Verdict
+from opbench.report.columns import Column, dropped, fit, table_of
 from opbench.report.style import (
+    MARKS,
     backend_colour,
     fmt_ms,
     fmt_x,
+    mark_symbols,
+    model_verdict_sentence,
     row_label,
+    short_backend,
     verdict_colour,
     whole_run_sentence,
 )
@@ -32,49 +39,80 @@ def _names(names: tuple[str, ...]) -> str:
     return names[0] + (f" (+{len(names) - 1} more)" if len(names) > 1 else "") if names else ""
 
 
-def _row(row: ComparisonRow, several: bool) -> list[Text]:
-    p = row.primary
-    style = verdict_colour(p.verdict)
-    cells = [
-        Text(row_label(row.model, row.layers, several), overflow="fold"),
-        Text(" + ".join(row.ops)),
-        Text(_names(row.reference_names), overflow="fold"),
-        Text(fmt_ms(row.reference.value if row.reference else None)),
-        *(
-            Text(fmt_ms(t.time.value if t.time else None) + ("*" if t.interpreted else ""))
-            for t in row.timings
-        ),
-        _interval(p.speedup, fmt_x),
-        Text(f"{row.target:g}×"),
-        Text(p.verdict, style=f"bold {style}"),
-        Text(p.reason or "", style="dim"),
-    ]
-    return cells
+def _time(timing: BackendTiming | None) -> Text:
+    if timing is None or timing.time is None:
+        return Text("–")
+    style = "dim" if timing.verdict == Verdict.NOT_MEASURED else ""
+    return Text(fmt_ms(timing.time.value) + mark_symbols(timing), style=style)
 
 
-def comparison_table(c: Comparison) -> Table:
+def _optional_ms(value: float | None) -> Text:
+    return Text(fmt_ms(value))
+
+
+def comparison_columns(c: Comparison) -> list[Column]:
+    """Every column of the layer table; optional ones say how soon they give way."""
     several = len(c.models) > 1
-    table = Table(
+    rows = c.rows
+    columns = [
+        Column("layer", [Text(row_label(r.model, r.layers, several)) for r in rows], max_width=28),
+        Column("op", [Text(" + ".join(r.ops)) for r in rows], drop=5, max_width=16),
+        Column("reference", [Text(_names(r.reference_names)) for r in rows], drop=6, max_width=24),
+        Column(
+            Text("ref ms", style=backend_colour("reference")),
+            [Text(fmt_ms(r.reference.value if r.reference else None)) for r in rows],
+            justify="right",
+        ),
+    ]
+    for k, backend in enumerate(c.backends):
+        columns.append(
+            Column(
+                Text(f"{short_backend(backend)} ms", style=backend_colour(backend)),
+                [_time(r.timing(backend)) for r in rows],
+                drop=0 if k == 0 else 4,
+                justify="right",
+            )
+        )
+    for header, attr, drop in (("host ms", "host_ms", 8), ("stream ms", "stream_ms", 7)):
+        values = [getattr(r.primary, attr) for r in rows]
+        if any(v is not None for v in values):
+            columns.append(Column(header, [_optional_ms(v) for v in values], drop, "right"))
+    columns += [
+        Column(
+            "speedup [95%]", [_interval(r.primary.speedup, fmt_x) for r in rows], justify="right"
+        ),
+        Column("target", [Text(f"{r.target:g}×") for r in rows], drop=3, justify="right"),
+        Column(
+            "verdict",
+            [
+                Text(r.primary.verdict, style=f"bold {verdict_colour(r.primary.verdict)}")
+                for r in rows
+            ],
+        ),
+    ]
+    if any(r.primary.reason for r in rows):
+        columns.append(
+            Column(
+                "reason",
+                [Text(r.primary.reason or "", style="dim") for r in rows],
+                drop=2,
+                max_width=40,
+            )
+        )
+    return columns
+
+
+def comparison_table(c: Comparison, width: int = 160, full: bool = False) -> tuple[Table, bool]:
+    """The layer table fitted to `width`, and whether the reason column had to go."""
+    columns = comparison_columns(c)
+    kept = fit(columns, width, full)
+    table = table_of(
+        kept,
         title=f"{c.suite}: {c.backend} vs {c.reference.engine}",
         title_justify="left",
         header_style="bold",
     )
-    table.add_column("layer")
-    table.add_column("op")
-    table.add_column("reference", max_width=40)
-    table.add_column(Text("ref ms", style=backend_colour("reference")), justify="right")
-    for backend in c.backends:
-        table.add_column(Text(f"{backend} ms", style=backend_colour(backend)), justify="right")
-    table.add_column("speedup [95%]", justify="right")
-    table.add_column("target", justify="right")
-    table.add_column("verdict")
-    with_reason = any(row.primary.reason for row in c.rows)
-    if with_reason:
-        table.add_column("reason", max_width=40)
-    for row in c.rows:
-        cells = _row(row, several)
-        table.add_row(*(cells if with_reason else cells[:-1]))
-    return table
+    return table, any(col.header == "reason" for col in dropped(columns, kept))
 
 
 def _summary_lines(c: Comparison) -> list[Text]:
@@ -82,15 +120,56 @@ def _summary_lines(c: Comparison) -> list[Text]:
     for m in c.models:
         line = Text(f"{m.model}: ", style="bold")
         for verdict in Verdict.ALL:
-            line.append(f"{m.counts.get(verdict, 0)} {verdict}  ", style=verdict_colour(verdict))
+            n = m.counts.get(verdict, 0)
+            if n or verdict in (Verdict.PASS, Verdict.FAIL):
+                line.append(f"{n} {verdict}  ", style=verdict_colour(verdict))
         line.append(
             f"· at target {m.at_target}/{m.compared} · geomean {fmt_x(m.geomean_speedup)} · matched "
             f"{fmt_ms(m.matched_reference_ms)} ms vs {fmt_ms(m.matched_opbench_ms)} ms = {fmt_x(m.total_speedup)}"
-            f" · all layers {fmt_ms(m.opbench_total_ms)} ms vs reference total {fmt_ms(m.reference_total_ms)} ms"
         )
         lines.append(line)
+        lines.append(
+            Text("  ").append(model_verdict_sentence(m), style=f"bold {verdict_colour(m.verdict)}")
+        )
+        lines.append(
+            Text(
+                f"  end to end (eager) {fmt_x(m.end_to_end_speedup)} · sum of layers "
+                f"{fmt_x(m.whole_speedup)} ({fmt_ms(m.opbench_total_ms)} ms vs reference "
+                f"{fmt_ms(m.reference_total_ms)} ms, {m.reference_total_source})",
+                style="dim",
+            )
+        )
     lines.append(Text(whole_run_sentence(c), style="bold"))
     return lines
+
+
+def end_to_end_table(c: Comparison) -> Table | None:
+    """Each model's whole forward per backend and mode, with the speed-up over torch eager in
+    the same mode."""
+    entries = [(m.model, e) for m in c.models for e in m.end_to_end]
+    if not entries:
+        return None
+    table = Table(title="end to end: the whole forward", title_justify="left", header_style="bold")
+    for name, justify in (
+        ("model", "left"),
+        ("backend", "left"),
+        ("mode", "left"),
+        ("ms [95%]", "right"),
+        ("× torch (same mode)", "right"),
+        ("status", "left"),
+    ):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for model, e in entries:
+        status = "NOT-MEASURED (interpreted)" if e.interpreted else e.status
+        table.add_row(
+            Text(model),
+            Text(e.backend),
+            Text(e.mode),
+            _interval(e.time),
+            Text(fmt_x(e.vs_torch)),
+            Text(status + (f": {e.message}" if e.message else ""), style="dim"),
+        )
+    return table
 
 
 def _listing(title: str, names: list[str]) -> list[Text]:
@@ -102,27 +181,55 @@ def _listing(title: str, names: list[str]) -> list[Text]:
     return [Text(f"{title} ({len(names)}): ", style="yellow").append(shown, style="default")]
 
 
-def comparison_renderable(c: Comparison) -> Group:
-    parts: list = [comparison_table(c), *_summary_lines(c)]
+def _legend(c: Comparison) -> list[Text]:
+    used = "".join(mark_symbols(t) for row in c.rows for t in row.timings)
+    return [
+        Text(f"{symbol} {word}: {meaning}", style="dim")
+        for symbol, word, meaning in MARKS
+        if symbol in used
+    ]
+
+
+def comparison_renderable(c: Comparison, width: int = 160, full: bool = False) -> Group:
+    table, reasons_dropped = comparison_table(c, width, full)
+    parts: list = [table, *_summary_lines(c)]
+    e2e = end_to_end_table(c)
+    if e2e is not None:
+        parts.append(e2e)
+    if reasons_dropped:
+        parts += [
+            Text(f"{row.label}: ", style="bold").append(row.primary.reason or "", style="dim")
+            for row in c.rows
+            if row.primary.reason
+        ]
     parts += _listing(
         "unmatched reference layers", [u.name for u in c.unmatched if u.side == "reference"]
     )
     parts += _listing(
-        "unmatched suite layers", [f"{u.model}/{u.name}" for u in c.unmatched if u.side == "suite"]
+        "exempt suite layers (move no data)",
+        [f"{u.model}/{u.name}" for u in c.unmatched if u.side == "suite"],
     )
     if c.overhead:
         ms = sum(o.time_ms or 0.0 for o in c.overhead)
         parts.append(
             Text(f"engine overhead: {len(c.overhead)} reference rows, {fmt_ms(ms)} ms", style="dim")
         )
-    if any(t.interpreted for row in c.rows for t in row.timings):
-        parts.append(
-            Text("* ran in the Triton CPU interpreter: not a performance figure", style="dim")
-        )
+    parts += _legend(c)
     for note in c.notes:
         parts.append(Text(f"note: {note}", style="dim"))
     return Group(*parts)
 
 
-def print_comparison(console: Console, c: Comparison) -> None:
-    console.print(comparison_renderable(c))
+def print_comparison(console: Console, c: Comparison, full: bool = False) -> None:
+    """The comparison within the console's width; `full`: every column at its natural width,
+    however wide that is (for a pager or a log)."""
+    width = console.width
+    if not full:
+        console.print(comparison_renderable(c, width))
+        return
+    needed = 1 + sum(col.natural_width() for col in comparison_columns(c))
+    console.width = max(width, needed)  # rich never prints wider than its console
+    try:
+        console.print(comparison_renderable(c, console.width, full=True))
+    finally:
+        console.width = width

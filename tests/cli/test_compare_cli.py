@@ -5,6 +5,7 @@ end to end (ONNX Runtime reference → opbench run → compare)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from opbench.cli.compare import compare_command
 from opbench.cli.reference import reference_app
 from opbench.cli.report import report_command
+from opbench.errors import ExitCode
 from opbench.results.io import new_run_dir, point_latest, write_run
 from opbench.results.model import Correctness, LayerResult, RunResult
 
@@ -38,6 +40,8 @@ REPORT_FILES = {
     "times.svg",
     "roofline.png",
     "roofline.svg",
+    "models.png",
+    "models.svg",
 }
 
 
@@ -367,3 +371,42 @@ def test_reference_onnxruntime_lists_layers_it_cannot_export(tmp_path: Path, mon
     assert any(n.startswith("/mlp/fc1/") for n in names)
     assert any(n.startswith("/mlp/fc2/") for n in names)  # after the gap, from a fresh input
     assert not any(n.startswith("/mlp/act/") for n in names)
+
+
+@pytest.mark.parametrize(
+    ("key", "before", "after"),
+    [
+        ("opbench_vars", {}, {"OPBENCH_CONV_PLAN": "fast"}),
+        ("plugins", [], [{"name": "opbench-extra", "version": "0.2"}]),
+    ],
+)
+def test_changed_opbench_vars_or_plugins_make_the_baseline_incomparable(
+    tmp_path: Path, key: str, before, after
+):
+    def run_with(value) -> Path:
+        run = RunResult(
+            suite="demo",
+            started_at="2026-11-22T00:00:00Z",
+            device="cuda",
+            complete=True,
+            env={"gpu_name": "NVIDIA H200", "triton": "3.6.0", key: value},
+            layers=(
+                replace(
+                    _result("fc1", 1.0),
+                    samples_ms=tuple((1.0 + 0.001 * r,) * 5 for r in range(5)),
+                ),
+            ),
+        )
+        folder = tmp_path / f"run-{len(str(value))}"
+        folder.mkdir()
+        write_run(run, folder / "run.json")
+        return folder
+
+    base, current = run_with(before), run_with(after)
+    refused = runner.invoke(app, ["compare", str(current), "--baseline", str(base)])
+    assert refused.exit_code == ExitCode.BASELINE, refused.output
+    assert key in refused.output
+    allowed = runner.invoke(
+        app, ["compare", str(current), "--baseline", str(base), "--allow-env-change"]
+    )
+    assert allowed.exit_code == ExitCode.OK, allowed.output

@@ -1,5 +1,6 @@
 """report.html opened in headless Chromium: it loads with no console error and shows the
-layer table and every plot, decoded (not a broken image).
+layer table and every plot (the roofline and the model chart among them), decoded (not a
+broken image); NOT-MEASURED rows are marked; clicking a header sorts the table.
 
 Talks to Chromium over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON
 messages of the DevTools protocol). Skipped only when no Chromium is installed.
@@ -20,6 +21,7 @@ import pytest
 from opbench.compare.compare import compare_run
 from opbench.reference.model import ReferenceProfile, ReferenceTiming
 from opbench.report.files import write_reports
+from opbench.report.plots import PLOT_NAMES
 from opbench.results.model import Correctness, LayerResult, RunResult
 
 CHROMIUM = next(
@@ -147,6 +149,7 @@ def _comparison():
 
     def result(layer: str, ms: float, backend: str) -> LayerResult:
         return LayerResult(
+            interpreted=layer == "slow_interp",
             model="mlp",
             layer=layer,
             op="linear",
@@ -161,7 +164,7 @@ def _comparison():
             bytes=10**7,
         )
 
-    names = ["<script>alert('x')</script>", "fc1", "fc2"]
+    names = ["<script>alert('x')</script>", "fc1", "fc2", "slow_interp"]
     run = RunResult(
         suite="browser",
         started_at="2026-11-22T00:00:00Z",
@@ -200,15 +203,35 @@ def test_report_html_loads_cleanly_in_chromium(tmp_path: Path):
             "JSON.stringify({"
             "rows: document.querySelectorAll('#layers tr').length,"
             "images: Array.from(document.images).map(i => [i.complete, i.naturalWidth, i.naturalHeight]),"
-            "scripts: document.scripts.length,"
+            "figures: Array.from(document.querySelectorAll('figure')).map(f => f.id),"
+            "scripts: Array.from(document.scripts).map(s => s.textContent.includes('alert')),"
             "title: document.title,"
-            "cell: document.querySelector('#layers tr:nth-child(2) td').textContent"
+            "cell: document.querySelector('#layers tbody tr td').textContent,"
+            "greyed: Array.from(document.querySelectorAll('#layers tr.not-measured')).map("
+            " r => [r.cells[0].textContent, r.querySelector('td.verdict').textContent,"
+            " getComputedStyle(r.cells[0]).color])"
             "})"
         )
-        value = browser.send(
-            "Runtime.evaluate", {"expression": probe, "returnByValue": True}, session=session
+
+        def evaluate(expression: str):
+            value = browser.send(
+                "Runtime.evaluate",
+                {"expression": expression, "returnByValue": True},
+                session=session,
+            )
+            return value["result"]["value"]
+
+        seen = json.loads(evaluate(probe))
+        # sort by the triton time column: click once (ascending), again (descending)
+        order = (
+            "(() => { const heads = Array.from(document.querySelectorAll('#layers th'));"
+            " heads.find(h => h.textContent.trim() === 'triton ms').click();"
+            " const up = Array.from(document.querySelectorAll('#layers tbody tr')).map(r => r.cells[0].textContent);"
+            " heads.find(h => h.textContent.trim() === 'triton ms').click();"
+            " const down = Array.from(document.querySelectorAll('#layers tbody tr')).map(r => r.cells[0].textContent);"
+            " return JSON.stringify([up, down]); })()"
         )
-        seen = json.loads(value["result"]["value"])
+        ascending, descending = json.loads(evaluate(order))
     finally:
         browser.close()
 
@@ -223,10 +246,16 @@ def test_report_html_loads_cleanly_in_chromium(tmp_path: Path):
         or (e.get("method") == "Log.entryAdded" and e["params"]["entry"].get("level") == "error")
     ]
     assert not errors, errors
-    assert seen["rows"] == 1 + 3  # header + one row per layer
-    assert len(seen["images"]) == 3  # speedup, times, roofline
+    assert seen["rows"] == 1 + 4  # header + one row per layer
+    assert seen["figures"] == [f"plot-{name}" for name in PLOT_NAMES]
+    assert "plot-roofline" in seen["figures"] and "plot-models" in seen["figures"]
+    assert len(seen["images"]) == len(PLOT_NAMES)
     assert all(complete and w > 100 and h > 100 for complete, w, h in seen["images"]), seen[
         "images"
     ]
-    assert seen["scripts"] == 0  # the layer named <script> stayed text
+    assert seen["scripts"] == [False]  # only the sorter: the layer named <script> stayed text
     assert seen["cell"] == "<script>alert('x')</script>"
+    assert seen["greyed"] == [["slow_interp", "NOT-MEASURED", "rgb(136, 136, 136)"]]
+    # the layers' times grow with their position: 0.1, 0.2, 0.3, 0.4 ms
+    names = ["<script>alert('x')</script>", "fc1", "fc2", "slow_interp"]
+    assert ascending == names and descending == names[::-1]

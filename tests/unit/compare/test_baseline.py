@@ -29,6 +29,8 @@ ENV = {
     "torch": "2.11",
     "triton": "3.6",
     "kernel_version": "abc",
+    "opbench_vars": {"OPBENCH_CONV_PLAN": "auto"},
+    "plugins": [{"name": "opbench-extra", "version": "0.1"}],
     "hostname": "runner-7",
     "argv": ["run", "suite.yaml"],
     "git_commit": "deadbeef",

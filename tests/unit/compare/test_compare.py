@@ -7,8 +7,9 @@ import sys
 
 import pytest
 
-from opbench.compare.compare import NOMINAL_H200, compare_run, peaks_from_env
+from opbench.compare.compare import compare_run
 from opbench.compare.model import Interval, Verdict
+from opbench.compare.peaks import peaks_from_env
 from opbench.compare.verdict import reference_interval, speedup_interval, verdict_of
 from opbench.errors import InputError
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus
@@ -121,8 +122,10 @@ def test_speedup_interval_is_conservative():
 
 def test_reference_interval_from_min_max_and_noise():
     assert reference_interval(ref("a", 2.0, lo=1.5, hi=3.0)) == Interval(2.0, 1.5, 3.0)
-    assert reference_interval(ref("a", 2.0, noise=0.5)) == Interval(2.0, 1.5, 2.5)
-    assert reference_interval(ref("a", 0.2, noise=0.5)) == Interval(0.2, 0.0, 0.7)
+    # noise is a standard deviation: the 95% interval is time +- 1.96 noise, and a measured
+    # time is never below zero
+    assert reference_interval(ref("a", 2.0, noise=0.5)) == Interval(2.0, 2.0 - 0.98, 2.0 + 0.98)
+    assert reference_interval(ref("a", 0.2, noise=0.5)) == Interval(0.2, 0.0, 0.2 + 0.98)
     assert reference_interval(ref("a", 2.0)) == Interval(2.0, 2.0, 2.0)
     assert reference_interval(ref("a", None)) is None
 
@@ -239,7 +242,11 @@ def test_unmatched_on_both_sides_and_overhead_are_listed():
         ref("input", None, 4, status=RefStatus.INPUT),
     )
     c = compare_run(r, p)
-    assert [(u.side, u.name) for u in c.unmatched] == [("suite", "fc2"), ("reference", "mystery")]
+    assert [(row.layers, row.primary.verdict) for row in c.rows] == [
+        (("fc1",), Verdict.PASS),
+        (("fc2",), Verdict.MISSING),
+    ]
+    assert [(u.side, u.name) for u in c.unmatched] == [("reference", "mystery")]
     assert [(o.name, o.status) for o in c.overhead] == [
         ("reformat", RefStatus.OVERHEAD),
         ("folded", RefStatus.NOT_RUN),
@@ -314,19 +321,28 @@ def test_empty_inputs_are_bad_input():
 
 
 def test_peaks_from_env_or_nominal():
-    assert peaks_from_env({}) == NOMINAL_H200
-    assert not NOMINAL_H200.measured
-    measured = peaks_from_env({"peaks": {"tflops": 700, "gbps": 4000}, "gpu": "H200"})
+    nominal = peaks_from_env({"gpu_name": "NVIDIA H200"})
+    assert (nominal.tflops, nominal.gbps, nominal.measured) == (790.0, 4270.0, False)
+    assert nominal.label.startswith("nominal H200, not measured")
+    a100 = peaks_from_env({"gpu_name": "NVIDIA A100-SXM4-80GB"})
+    assert (a100.tflops, a100.measured) == (312.0, False)
+    measured = peaks_from_env({"peaks": {"tflops": 700, "gbps": 4000}, "gpu_name": "H200"})
     assert (measured.tflops, measured.gbps, measured.measured) == (700.0, 4000.0, True)
-    assert peaks_from_env({"peaks": {"tflops": "x"}}) == NOMINAL_H200
+    assert peaks_from_env({"peaks": {"tflops": "x"}, "gpu_name": "NVIDIA H200"}) == nominal
+    # no GPU roofs on a CPU run, nor for a GPU whose figures are unknown
+    assert peaks_from_env({}, "cpu") is None
+    assert peaks_from_env({"gpu_name": "Some Future GPU"}) is None
+    cpu_measured = peaks_from_env({"peaks": {"tflops": 2, "gbps": 90, "label": "cpu"}}, "cpu")
+    assert cpu_measured is not None and cpu_measured.label == "cpu"
 
 
 def test_pure_stages_import_neither_torch_nor_triton():
     import subprocess
 
     code = (
-        "import sys; import opbench.compare.compare, opbench.reference.match, opbench.report.files, "
-        "opbench.report.table; bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
+        "import sys; import opbench.compare.compare, opbench.match.links, opbench.match.select, "
+        "opbench.match.groups, opbench.report.files, opbench.report.table, "
+        "opbench.report.run_table, opbench.spec.load; bad = [m for m in ('torch', 'triton') if m in sys.modules]; "
         "print(*bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

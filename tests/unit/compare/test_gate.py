@@ -325,6 +325,50 @@ def test_missing_env_keys():
     assert not ignored.incomparable
 
 
+@pytest.mark.parametrize(
+    ("key", "base_value", "cur_value"),
+    [
+        ("opbench_vars", {"OPBENCH_CONV_PLAN": "a"}, {"OPBENCH_CONV_PLAN": "b"}),
+        ("opbench_vars", {}, {"OPBENCH_LINEAR_FAST": "1"}),
+        ("plugins", [], [{"name": "opbench-extra", "version": "0.2"}]),
+        (
+            "plugins",
+            [{"path": "p.py", "sha256": "aa"}],
+            [{"path": "p.py", "sha256": "bb"}],
+        ),
+    ],
+)
+def test_opbench_vars_and_plugins_are_part_of_the_environment(key, base_value, cur_value):
+    report = judge(
+        [layer()],
+        [layer()],
+        base_env=dict(ENV, **{key: base_value}),
+        cur_env=dict(ENV, **{key: cur_value}),
+    )
+    assert report.incomparable and report.exit_code == ExitCode.BASELINE
+    assert [(d.key, d.baseline, d.current) for d in report.env_differences] == [
+        (key, base_value, cur_value)
+    ]
+    allowed = judge(
+        [layer()],
+        [layer()],
+        GateOptions(allow_env_change=True),
+        base_env=dict(ENV, **{key: base_value}),
+        cur_env=dict(ENV, **{key: cur_value}),
+    )
+    assert not allowed.incomparable and allowed.exit_code == ExitCode.OK
+
+
+def test_no_vars_and_no_plugins_equal_not_recorded():
+    # a baseline from before these keys were recorded stays comparable with a run setting none
+    recorded = dict(ENV, opbench_vars={}, plugins=[])
+    assert not judge([layer()], [layer()], cur_env=recorded).env_differences
+    set_one = dict(ENV, opbench_vars={"OPBENCH_X": "1"})
+    assert [d.key for d in judge([layer()], [layer()], cur_env=set_one).env_differences] == [
+        "opbench_vars"
+    ]
+
+
 def test_a_baseline_of_another_suite_is_incomparable():
     baseline = baseline_from_run(run(layer(), suite="other"))
     report = gate(run(layer()), baseline)

@@ -77,3 +77,22 @@ def test_write_bmf_is_plain_json(tmp_path):
     path = tmp_path / "bmf.json"
     written = write_bmf(path, make_run())
     assert json.loads(path.read_text()) == written
+
+
+def test_both_end_to_end_modes_are_kept_and_interpreter_times_left_out():
+    run = RunResult(
+        suite="s",
+        started_at="t",
+        device="cuda",
+        layers=(layer("fc1"), layer("fc2", interpreted=True)),
+        end_to_end=(
+            EndToEnd("mlp", "triton", "ok", samples_ms=SAMPLES, mode="eager"),
+            EndToEnd("mlp", "triton", "ok", samples_ms=SAMPLES, mode="cuda_graph"),
+            EndToEnd("mlp", "torch", "ok", samples_ms=SAMPLES, interpreted=True),
+        ),
+    )
+    assert sorted(bmf_from_run(run)) == [
+        "s/mlp/end-to-end-cuda_graph/triton",
+        "s/mlp/end-to-end/triton",
+        "s/mlp/fc1/triton",
+    ]

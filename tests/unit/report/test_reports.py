@@ -23,7 +23,7 @@ from opbench.report.html import render_html
 from opbench.report.markdown import render_markdown
 from opbench.report.plots import PLOT_NAMES, render_plots
 from opbench.report.table import print_comparison
-from opbench.results.model import Correctness, LayerResult, RunResult
+from opbench.results.model import Correctness, EndToEnd, LayerResult, RunResult
 
 EVIL = "<script>alert('x')</script>"
 GOOD = Correctness(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
@@ -64,6 +64,14 @@ def ref(
     )
 
 
+LOOSE = Correctness(rel_l2=1e-3, max_abs=1e-3, nonfinite=0, tolerance=5e-2, loose_tolerance=True)
+
+
+def e2e(backend: str, mode: str, ms: float, **kw) -> EndToEnd:
+    samples = (tuple(ms * (1 + 0.01 * (i % 3)) for i in range(12)),)
+    return EndToEnd("m[batch=2]", backend, "ok", samples, "cuda-events", mode=mode, **kw)
+
+
 @pytest.fixture(scope="module")
 def comparison():
     run = RunResult(
@@ -73,7 +81,7 @@ def comparison():
         complete=True,
         env={"gpu": "NVIDIA H200", "peaks": {"tflops": 700.0, "gbps": 4000.0}},
         layers=(
-            result(EVIL, 0.1),
+            result(EVIL, 0.1, host_ms=0.02, stream_ms=0.3),  # launch-bound
             result(EVIL, 0.2, backend="torch"),
             result("fc|2", 0.5),
             result("fc|2", 0.4, backend="torch"),
@@ -81,6 +89,18 @@ def comparison():
             result("bad", 0.1, backend="torch"),
             result("err", 0.1, status="error", samples_ms=(), message="CUDA <oom> & more"),
             result("lonely", 0.1),
+            result("interp", 0.1, interpreted=True),
+            result("q8", 0.1, quant="int8", correctness=LOOSE),
+            result("q8", 0.3, backend="torch"),
+            result("q8", 0.2, backend="torch-int8"),
+            result("twin_a", 0.1),
+            result("twin-a", 0.1),
+        ),
+        end_to_end=(
+            e2e("triton", "eager", 1.0),
+            e2e("torch", "eager", 2.0),
+            e2e("triton", "cuda_graph", 0.5),
+            e2e("torch", "cuda_graph", 0.8),
         ),
     )
     profile = ReferenceProfile(
@@ -95,16 +115,29 @@ def comparison():
             ref("err", 0.2, 3),
             ref("<img src=x onerror=alert(1)>", 0.1, 4, raw_type="Custom"),
             ref("reorder", 0.01, 5, RefStatus.OVERHEAD),
+            ref("interp", 1.0, 6),
+            ref("q8", 1.0, 7),
+            ref("TWIN A", 1.0, 8),  # fits twin_a and twin-a: ambiguous
         ),
     )
     return compare_run(run, profile, run_label="reports/suite/<run>")
 
 
 def test_the_fixture_covers_every_verdict(comparison):
-    assert {row.primary.verdict for row in comparison.rows} == {
-        Verdict.PASS,
-        Verdict.FAIL,
-        Verdict.ERROR,
+    verdicts = {row.label: row.primary.verdict for row in comparison.rows}
+    assert set(verdicts.values()) == set(Verdict.ALL)
+    assert verdicts["interp"] == Verdict.NOT_MEASURED
+    assert verdicts["lonely"] == Verdict.MISSING
+    assert verdicts["twin_a + twin-a"] == Verdict.UNCERTAIN
+    # the model is not judged PASS or FAIL while a timed layer is MISSING... it is judged on
+    # the end-to-end eager time, and says so
+    model = comparison.models[0]
+    assert model.basis == "end-to-end (eager)" and model.missing == ("lonely",)
+    assert {(e.backend, e.mode): e.vs_torch for e in model.end_to_end} == {
+        ("triton", "eager"): pytest.approx(2.0),
+        ("torch", "eager"): None,
+        ("triton", "cuda_graph"): pytest.approx(1.6),
+        ("torch", "cuda_graph"): None,
     }
 
 
@@ -177,14 +210,18 @@ def test_html_is_self_contained_and_escaped(comparison):
     html = render_html(comparison, render_plots(comparison))
     parsed = _Collector()
     parsed.feed(html)
-    assert "script" not in parsed.tags
-    assert "<script>" not in html and "<img src=x" not in html
+    assert parsed.tags.count("script") == 1  # the table sorter, inline, at the end
+    assert EVIL not in html and "<img src=x" not in html
     assert EVIL in "".join(parsed.text)  # shown, as text
     assert "CUDA <oom> & more" in "".join(parsed.text)
-    assert [img["src"].split(",")[0] for img in parsed.imgs] == ["data:image/svg+xml;base64"] * 3
-    assert {"layers", "summary", "unmatched-reference", "unmatched-suite", "overhead"} <= set(
-        parsed.ids
-    )
+    images = [img["src"].split(",")[0] for img in parsed.imgs]
+    assert images == ["data:image/svg+xml;base64"] * len(PLOT_NAMES)
+    assert {"layers", "summary", "end-to-end", "unmatched-reference", "overhead"} <= set(parsed.ids)
+    assert '<tr class="not-measured" data-verdict="NOT-MEASURED">' in html
+    assert '<tr class="missing" data-verdict="MISSING">' in html
+    for head in ("shape", "dtype", "FLOPs", "bytes", "% of roof", "× torch-int8", "host ms"):
+        assert f"<th>{head}</th>" in html
+    assert "launch-bound" in html and "loose tolerance" in html
     assert "http://" not in html.replace("http://www.w3.org", "")  # nothing fetched
 
 
@@ -194,10 +231,20 @@ def test_markdown_escapes_names_and_stays_small(comparison):
     assert "&lt;script&gt;" in md
     assert "fc\\|2" in md  # a pipe in a name cannot break the table
     table = [line for line in md.splitlines() if line.startswith("| ")]
-    widths = {line.replace("\\|", "").count("|") for line in table[2:]}
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| layer | op |"))
+    layers = lines[start : lines.index("", start)]
+    widths = {line.replace("\\|", "").count("|") for line in layers}
     assert len(widths) == 1  # every layer line has the header's cell count
     assert len(md) < 65536
-    assert "Unmatched reference layers (1)" in md and "Unmatched suite layers (1)" in md
+    assert "Unmatched reference layers (1)" in md
+    interp = next(line for line in table if line.startswith("| interp |"))
+    assert "NOT-MEASURED" in interp and "(interpreted)" in interp
+    assert "MISSING" in next(line for line in table if line.startswith("| lonely |"))
+    q8 = next(line for line in table if line.startswith("| q8 |"))
+    assert "3.00×" in q8 and "2.00×" in q8 and "loose tolerance" in q8  # × torch, × torch-int8
+    assert "launch-bound" in md
+    assert "| triton | cuda\\_graph |" in md  # both end-to-end modes are listed
 
 
 def test_markdown_truncates_long_tables():
@@ -226,7 +273,22 @@ def test_terminal_table_prints_names_literally(comparison):
     text = out.getvalue()
     assert "alert('x')" in text
     assert "unmatched reference layers (1)" in text
-    assert "PASS" in text and "FAIL" in text and "ERROR" in text
+    for verdict in Verdict.ALL:
+        assert verdict in text
+    assert "model verdict" in text and "end-to-end (eager)" in text
+
+
+def test_terminal_table_fits_100_columns_and_wide_shows_all(comparison):
+    narrow, wide = io.StringIO(), io.StringIO()
+    print_comparison(Console(file=narrow, width=100, color_system=None), comparison)
+    print_comparison(Console(file=wide, width=100, color_system=None), comparison, full=True)
+    lines = narrow.getvalue().splitlines()
+    table = "\n".join(lines[: next(i for i, line in enumerate(lines) if line.startswith("└")) + 1])
+    assert max(len(line) for line in table.splitlines()) <= 100
+    header = next(line for line in wide.getvalue().splitlines() if "layer" in line)
+    assert "host" not in table and "host" in header and "stream" in header
+    # the reasons dropped from the table are listed under it
+    assert "interp: timed in Triton's CPU interpreter" in narrow.getvalue()
 
 
 def test_nothing_half_written_when_rendering_fails(comparison, tmp_path: Path, monkeypatch):

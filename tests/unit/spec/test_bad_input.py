@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from opbench.cli.main import app
 from opbench.errors import ExitCode, InputError
 from opbench.spec.load import load_suite, load_suite_text
+from opbench.spec.problems import SuiteErrors
 
 
 def suite(input_shape: str, *layers: str, model_extra: str = "") -> str:
@@ -21,14 +22,26 @@ def suite(input_shape: str, *layers: str, model_extra: str = "") -> str:
 
 
 @dataclass(frozen=True)
-class Case:
-    id: str
-    text: str
-    message: tuple[str, ...]  # substrings the message must contain
+class Where:
+    """Where the one line must point: file line, model, layer and field (None: not named)."""
+
     line: int | None = None
     model: str | None = None
     layer: str | None = None
     field: str | None = None
+
+
+at = Where
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the table: a bad suite, the message's parts, and where it points."""
+
+    id: str
+    text: str
+    message: tuple[str, ...]  # substrings the message must contain
+    where: Where
 
 
 L = 7  # the first layer's line in suite()
@@ -39,549 +52,396 @@ CASES = [
         "yaml-syntax",
         "name: bad\nmodels:\n  - name: m\n    input: [8\n    layers: []\n",
         ("YAML syntax error",),
-        line=5,
+        at(5),
     ),
     Case(
         "yaml-bad-indent",
         "name: bad\nmodels:\n  - name: m\n   input: [8]\n",
         ("YAML syntax error",),
-        line=4,
+        at(4),
     ),
-    Case("yaml-tab", "name: bad\n\tmodels: []\n", ("YAML syntax error",), line=2),
-    Case("empty-file", "", ("empty",)),
-    Case("only-comments", "# nothing here\n\n", ("empty",)),
-    Case("a-list", "- name: m\n- name: n\n", ("mapping", "list"), line=1),
-    Case("a-scalar", "just some words\n", ("mapping", "str"), line=1),
-    Case("duplicate-yaml-key", "name: a\nname: b\nmodels: []\n", ("duplicate key 'name'",), line=2),
+    Case("yaml-tab", "name: bad\n\tmodels: []\n", ("YAML syntax error",), at(2)),
+    Case("empty-file", "", ("empty",), at()),
+    Case("only-comments", "# nothing here\n\n", ("empty",), at()),
+    Case("a-list", "- name: m\n- name: n\n", ("mapping", "list"), at(1)),
+    Case("a-scalar", "just some words\n", ("mapping", "str"), at(1)),
+    Case("duplicate-yaml-key", "name: a\nname: b\nmodels: []\n", ("duplicate key 'name'",), at(2)),
     Case(
         "unknown-top-level-field",
         "name: bad\nmodle: 1\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("unknown field 'modle'", "did you mean 'models'"),
-        line=2,
-        field="modle",
+        at(2, field="modle"),
     ),
     Case(
         "missing-models",
         "name: bad\n",
         ("missing required field 'models'",),
-        line=1,
-        field="models",
+        at(1, field="models"),
     ),
-    Case("no-models", "name: bad\nmodels: []\n", ("at least 1",), line=2, field="models"),
+    Case("no-models", "name: bad\nmodels: []\n", ("at least 1",), at(2, field="models")),
     Case(
         "bad-suite-name",
         "name: my suite\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("my suite",),
-        line=1,
-        field="name",
+        at(1, field="name"),
     ),
     # ---- defaults and models ---------------------------------------------------------------
     Case(
         "unknown-defaults-field",
         "name: bad\ndefaults: {dtyp: float16}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("unknown field 'dtyp'", "did you mean 'dtype'"),
-        line=2,
-        field="dtyp",
+        at(2, field="dtyp"),
     ),
     Case(
         "unknown-dtype-defaults",
         "name: bad\ndefaults: {dtype: float8}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("float8", "float16"),
-        line=2,
-        field="dtype",
+        at(2, field="dtype"),
     ),
     Case(
         "unknown-backend-defaults",
         "name: bad\ndefaults: {backends: [cuda]}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("unknown backend 'cuda'", "torch, torch-compile, torch-compile-max-autotune, torch-int8, triton"),
-        line=2,
-        field="backends",
+        at(2, field="backends"),
     ),
     Case(
         "unknown-timing-field",
         "name: bad\ndefaults: {timing: {round: 3}}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("unknown field 'round'", "did you mean 'rounds'"),
-        line=2,
-        field="round",
+        at(2, field="round"),
     ),
     Case(
         "bad-timing-rounds",
         suite("[8]", "{name: a, op: relu, timing: {rounds: 0}}"),
         ("greater than or equal to 1",),
-        line=L,
-        model="m",
-        layer="a",
-        field="rounds",
+        at(L, "m", "a", "rounds"),
     ),
     Case(
         "unknown-model-field",
         suite("[8]", "{name: a, op: relu}", model_extra="    layrs: 3\n"),
         ("unknown field 'layrs'", "did you mean 'layers'"),
-        line=6,
-        model="m",
-        field="layrs",
+        at(6, "m", None, "layrs"),
     ),
     Case(
         "unknown-dtype-model",
         suite("[8]", "{name: a, op: relu}", model_extra="    dtype: fp16\n"),
         ("'fp16'",),
-        line=6,
-        model="m",
-        field="dtype",
+        at(6, "m", None, "dtype"),
     ),
     Case(
         "unknown-backend-model",
         suite("[8]", "{name: a, op: relu}", model_extra="    backends: [torch, tirton]\n"),
         ("unknown backend 'tirton'", "did you mean 'triton'"),
-        line=6,
-        model="m",
-        field="backends",
+        at(6, "m", None, "backends"),
     ),
     Case(
         "missing-input",
         "name: bad\nmodels:\n  - name: m\n    layers: [{name: a, op: relu}]\n",
         ("missing required field 'input'",),
-        line=3,
-        model="m",
-        field="input",
+        at(3, "m", None, "input"),
     ),
     Case(
         "zero-input-dim",
         suite("[0, 8]", "{name: a, op: relu}"),
         ("at least 1",),
-        line=5,
-        model="m",
-        field="input",
+        at(5, "m", None, "input"),
     ),
     Case(
         "batch-zero",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: 0"),
         ("batch must be at least 1", "got 0"),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-negative",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: -3"),
         ("batch must be at least 1",),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-sweep-negative",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: [1, -1]"),
         ("batch must be at least 1",),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-sweep-empty",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: []"),
         ("at least one value",),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-sweep-repeated",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: [2, 2]"),
         ("distinct",),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-bool",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: true"),
         ("integer", "True"),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "batch-string",
         suite("[8]", "{name: a, op: relu}").replace("batch: 2", "batch: eight"),
         ("integer", "'eight'"),
-        line=4,
-        model="m",
-        field="batch",
+        at(4, "m", None, "batch"),
     ),
     Case(
         "duplicate-model",
         "name: bad\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n"
         "  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("duplicate model name 'm'",),
-        line=4,
-        model="m",
-        field="name",
+        at(4, "m", None, "name"),
     ),
     Case(
         "no-layers",
         suite("[8]").replace("    layers:\n", "    layers: []\n"),
         ("at least 1",),
-        line=6,
-        model="m",
-        field="layers",
+        at(6, "m", None, "layers"),
     ),
     # ---- layers ----------------------------------------------------------------------------
     Case(
         "layer-not-a-mapping",
         suite("[8]", "relu"),
         ("mapping", "'relu'"),
-        line=L,
-        model="m",
-        field="layers",
+        at(L, "m", None, "layers"),
     ),
     Case(
         "missing-op",
         suite("[8]", "{name: a}"),
         ("missing required field 'op'",),
-        line=L,
-        model="m",
-        layer="a",
-        field="op",
+        at(L, "m", "a", "op"),
     ),
     Case(
         "duplicate-layer",
         suite("[8]", "{name: a, op: relu}", "{name: a, op: gelu}"),
         ("duplicate layer name 'a'",),
-        line=L + 1,
-        model="m",
-        layer="a",
-        field="name",
+        at(L + 1, "m", "a", "name"),
     ),
     Case(
         "unknown-op",
         suite("[8]", "{name: a, op: lineer, out_features: 4}"),
         ("unknown op 'lineer'", "did you mean 'linear'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="op",
+        at(L, "m", "a", "op"),
     ),
     Case(
         "unknown-backend-layer",
         suite("[8]", "{name: a, op: relu, backends: [trition]}"),
         ("unknown backend 'trition'", "did you mean 'triton'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="backends",
+        at(L, "m", "a", "backends"),
     ),
     Case(
         "unknown-dtype-layer",
         suite("[8]", "{name: a, op: relu, dtype: half}"),
         ("'half'", "float32"),
-        line=L,
-        model="m",
-        layer="a",
-        field="dtype",
+        at(L, "m", "a", "dtype"),
     ),
     Case(
         "missing-parameter",
         suite("[8]", "{name: a, op: linear}"),
         ("needs parameter 'out_features'",),
-        line=L,
-        model="m",
-        layer="a",
-        field="out_features",
+        at(L, "m", "a", "out_features"),
     ),
     Case(
         "missing-conv-kernel",
         suite("[3, 8, 8]", "{name: a, op: conv2d, out_channels: 4}"),
         ("needs parameter 'kernel_size'",),
-        line=L,
-        model="m",
-        layer="a",
-        field="kernel_size",
+        at(L, "m", "a", "kernel_size"),
     ),
     Case(
         "ill-typed-int",
         suite("[8]", "{name: a, op: linear, out_features: four}"),
         ("out_features must be an integer", "'four'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="out_features",
+        at(L, "m", "a", "out_features"),
     ),
     Case(
         "ill-typed-float-for-int",
         suite("[8]", "{name: a, op: linear, out_features: 4.0}"),
         ("must be an integer",),
-        line=L,
-        model="m",
-        layer="a",
-        field="out_features",
+        at(L, "m", "a", "out_features"),
     ),
     Case(
         "ill-typed-bool",
         suite("[8]", "{name: a, op: linear, out_features: 4, bias: 3}"),
         ("bias must be true or false",),
-        line=L,
-        model="m",
-        layer="a",
-        field="bias",
+        at(L, "m", "a", "bias"),
     ),
     Case(
         "ill-typed-choice",
         suite("[8]", "{name: a, op: linear, out_features: 4, activation: tanh}"),
         ("activation must be one of", "'tanh'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="activation",
+        at(L, "m", "a", "activation"),
     ),
     Case(
         "ill-typed-pair",
         suite("[3, 8, 8]", "{name: a, op: conv2d, out_channels: 4, kernel_size: [3, 3, 3]}"),
         ("kernel_size must be an integer or a pair",),
-        line=L,
-        model="m",
-        layer="a",
-        field="kernel_size",
+        at(L, "m", "a", "kernel_size"),
     ),
     Case(
         "negative-padding",
         suite("[3, 8, 8]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 3, padding: -1}"),
         ("padding must not be negative",),
-        line=L,
-        model="m",
-        layer="a",
-        field="padding",
+        at(L, "m", "a", "padding"),
     ),
     Case(
         "zero-heads",
         suite("[4, 8]", "{name: a, op: attention, heads: 0}"),
         ("heads must be at least 1",),
-        line=L,
-        model="m",
-        layer="a",
-        field="heads",
+        at(L, "m", "a", "heads"),
     ),
     Case(
         "unknown-parameter",
         suite("[8]", "{name: a, op: linear, out_featurs: 4}"),
         ("unknown parameter 'out_featurs'", "did you mean 'out_features'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="out_featurs",
+        at(L, "m", "a", "out_featurs"),
     ),
     Case(
         "misspelt-layer-setting",
         suite("[8]", "{name: a, op: relu, tolerence: 0.1}"),
         ("unknown parameter 'tolerence'", "did you mean 'tolerance'"),
-        line=L,
-        model="m",
-        layer="a",
-        field="tolerence",
+        at(L, "m", "a", "tolerence"),
     ),
     Case(
         "unknown-parameter-lists-choices",
         suite("[8]", "{name: a, op: softmax, axis: 1}"),
         ("unknown parameter 'axis'", "softmax takes: dim"),
-        line=L,
-        model="m",
-        layer="a",
-        field="axis",
+        at(L, "m", "a", "axis"),
     ),
     Case(
         "zero-layer-input-dim",
         suite("[8]", "{name: a, op: relu, input: [3, 0]}"),
         ("at least 1",),
-        line=L,
-        model="m",
-        layer="a",
-        field="input",
+        at(L, "m", "a", "input"),
     ),
     # ---- impossible shapes -----------------------------------------------------------------
     Case(
         "conv-on-2d-input",
         suite("[8]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 3}"),
         ("conv2d needs input [C, H, W]", "[2, 8]"),
-        line=L,
-        model="m",
-        layer="a",
+        at(L, "m", "a"),
     ),
     Case(
         "kernel-larger-than-padded-input",
         suite("[3, 4, 4]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 7, padding: 1}"),
         ("larger than the padded input 6x6",),
-        line=L,
-        model="m",
-        layer="a",
-        field="kernel_size",
+        at(L, "m", "a", "kernel_size"),
     ),
     Case(
         "dilated-kernel-larger-than-input",
         suite("[3, 5, 5]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 3, dilation: 3}"),
         ("larger than the padded input",),
-        line=L,
-        model="m",
-        layer="a",
-        field="kernel_size",
+        at(L, "m", "a", "kernel_size"),
     ),
     Case(
         "groups-not-dividing-channels",
         suite("[6, 4, 4]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 1, groups: 4}"),
         ("groups=4 must divide in_channels=6",),
-        line=L,
-        model="m",
-        layer="a",
-        field="groups",
+        at(L, "m", "a", "groups"),
     ),
     Case(
         "zero-stride",
         suite("[3, 8, 8]", "{name: a, op: conv2d, out_channels: 4, kernel_size: 3, stride: 0}"),
         ("stride must be at least 1",),
-        line=L,
-        model="m",
-        layer="a",
-        field="stride",
+        at(L, "m", "a", "stride"),
     ),
     Case(
         "pool-on-2d-input",
         suite("[8]", "{name: a, op: maxpool2d, kernel_size: 2}"),
         ("maxpool2d needs input [C, H, W]",),
-        line=L,
-        model="m",
-        layer="a",
+        at(L, "m", "a"),
     ),
     Case(
         "pool-kernel-too-large",
         suite("[3, 4, 4]", "{name: a, op: avgpool2d, kernel_size: 5}"),
         ("larger than the padded input 4x4",),
-        line=L,
-        model="m",
-        layer="a",
-        field="kernel_size",
+        at(L, "m", "a", "kernel_size"),
     ),
     Case(
         "pool-padding-over-half",
         suite("[3, 4, 4]", "{name: a, op: maxpool2d, kernel_size: 2, padding: 2}"),
         ("at most half the kernel",),
-        line=L,
-        model="m",
-        layer="a",
-        field="padding",
+        at(L, "m", "a", "padding"),
     ),
     Case(
         "pool-zero-stride",
         suite("[3, 4, 4]", "{name: a, op: maxpool2d, kernel_size: 2, stride: 0}"),
         ("stride must be at least 1",),
-        line=L,
-        model="m",
-        layer="a",
-        field="stride",
+        at(L, "m", "a", "stride"),
     ),
     Case(
         "batchnorm-on-2d-input",
         suite("[8]", "{name: a, op: batchnorm2d}"),
         ("batchnorm2d needs input [C, H, W]",),
-        line=L,
-        model="m",
-        layer="a",
+        at(L, "m", "a"),
     ),
     Case(
         "heads-not-dividing-e",
         suite("[5, 10]", "{name: a, op: attention, heads: 3}"),
         ("heads=3 does not divide the embedding size 10",),
-        line=L,
-        model="m",
-        layer="a",
-        field="heads",
+        at(L, "m", "a", "heads"),
     ),
     Case(
         "packed-heads-not-dividing-e",
         suite("[5, 12]", "{name: a, op: attention, heads: 3, packed_qkv: true}"),
         ("heads=3 does not divide the embedding size 4",),
-        line=L,
-        model="m",
-        layer="a",
-        field="heads",
+        at(L, "m", "a", "heads"),
     ),
     Case(
         "packed-not-divisible-by-3",
         suite("[5, 8]", "{name: a, op: attention, heads: 2, packed_qkv: true}"),
         ("divisible by 3",),
-        line=L,
-        model="m",
-        layer="a",
-        field="packed_qkv",
+        at(L, "m", "a", "packed_qkv"),
     ),
     Case(
         "attention-on-1d-input",
         suite("[8]", "{name: a, op: attention, heads: 2}"),
         ("attention needs input [S, E]",),
-        line=L,
-        model="m",
-        layer="a",
+        at(L, "m", "a"),
     ),
     Case(
         "not-a-permutation",
         suite("[3, 4]", "{name: a, op: permute, dims: [0, 1, 1]}"),
         ("not a permutation",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dims",
+        at(L, "m", "a", "dims"),
     ),
     Case(
         "permutation-too-short",
         suite("[3, 4]", "{name: a, op: permute, dims: [0, 2]}"),
         ("not a permutation",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dims",
+        at(L, "m", "a", "dims"),
     ),
     Case(
         "transpose-three-dims",
         suite("[3, 4]", "{name: a, op: transpose, dims: [0, 1, 2]}"),
         ("transpose takes two dims",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dims",
+        at(L, "m", "a", "dims"),
     ),
     Case(
         "transpose-dim-out-of-range",
         suite("[3, 4]", "{name: a, op: transpose, dims: [1, 3]}"),
         ("dim 3 is out of range for a 3-d tensor",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dims",
+        at(L, "m", "a", "dims"),
     ),
     Case(
         "softmax-dim-out-of-range",
         suite("[3, 4]", "{name: a, op: softmax, dim: 3}"),
         ("dim 3 is out of range for a 3-d tensor",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dim",
+        at(L, "m", "a", "dim"),
     ),
     Case(
         "softmax-negative-dim-out-of-range",
         suite("[3, 4]", "{name: a, op: softmax, dim: -4}"),
         ("dim -4 is out of range",),
-        line=L,
-        model="m",
-        layer="a",
-        field="dim",
+        at(L, "m", "a", "dim"),
     ),
     Case(
         "flatten-start-dim-out-of-range",
         suite("[3, 4]", "{name: a, op: flatten, start_dim: 3}"),
         ("out of range",),
-        line=L,
-        model="m",
-        layer="a",
-        field="start_dim",
+        at(L, "m", "a", "start_dim"),
     ),
     Case(
         "shape-error-deep-in-a-chain",
@@ -592,9 +452,7 @@ CASES = [
             "{name: bad_conv, op: conv2d, out_channels: 2, kernel_size: 1}",
         ),
         ("conv2d needs input [C, H, W]", "[2, 144]"),
-        line=L + 2,
-        model="m",
-        layer="bad_conv",
+        at(L + 2, "m", "bad_conv"),
     ),
 ]
 
@@ -619,17 +477,18 @@ def test_load_suite_reports_where(case: Case, tmp_path: Path) -> None:
     text = str(err)
     for part in case.message:
         assert part in err.message, f"{part!r} not in {err.message!r}"
-    loc = err.location
+    loc, where = err.location, case.where
     assert loc.file == str(path)
-    assert loc.line == case.line
-    assert loc.model == case.model
-    assert loc.layer == case.layer
-    assert loc.field == case.field
+    assert (loc.line, loc.model, loc.layer, loc.field) == (
+        where.line,
+        where.model,
+        where.layer,
+        where.field,
+    )
     # The one line a user sees carries all of it.
     assert "\n" not in text
-    where = f"{path}:{case.line}" if case.line else str(path)
-    assert text.startswith(where)
-    for label, value in (("model", case.model), ("layer", case.layer), ("field", case.field)):
+    assert text.startswith(f"{path}:{where.line}" if where.line else str(path))
+    for label, value in (("model", where.model), ("layer", where.layer), ("field", where.field)):
         if value:
             assert f"{label} {value!r}" in text
 
@@ -699,3 +558,98 @@ def test_error_in_a_merged_layer_points_at_the_layer() -> None:
         load_suite_text(text, "f.yaml")
     loc = info.value.location
     assert (loc.line, loc.layer, loc.field) == (L + 1, "b", "out_features")
+
+
+# ---- every mistake at once -----------------------------------------------------------------
+
+FOUR_MISTAKES = """name: four
+defaults: {backends: [torch, cuda]}
+models:
+  - name: a
+    input: [16]
+    dtype: float8
+    layers:
+      - {name: fc, op: linear, out_features: 8}
+  - name: b
+    input: [16]
+    layers:
+      - {name: fc, op: lineer, out_features: 8}
+      - {name: act, op: relu, slope: 2}
+      - {name: fc2, op: linear, input: [3, 4], out_features: 0}
+"""
+
+FOUR_WHERE = [
+    (2, None, None, "backends", "unknown backend 'cuda'"),
+    (6, "a", None, "dtype", "float8"),
+    (12, "b", "fc", "op", "unknown op 'lineer'"),
+    (13, "b", "act", "slope", "unknown parameter 'slope'"),
+    (14, "b", "fc2", "out_features", "out_features"),
+]
+
+
+def test_every_mistake_is_reported_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "four.yaml"
+    path.write_text(FOUR_MISTAKES)
+    with pytest.raises(SuiteErrors) as info:
+        load_suite(path)
+    found = [
+        (e.location.line, e.location.model, e.location.layer, e.location.field, e.message)
+        for e in info.value.errors
+    ]
+    assert [f[:4] for f in found] == [w[:4] for w in FOUR_WHERE]
+    for (*_, message), (*_, part) in zip(found, FOUR_WHERE, strict=True):
+        assert part in message
+    for command in ("validate", "run"):
+        args = [command, str(path)] + (
+            ["--device", "cpu", "--out", str(tmp_path)] if command == "run" else []
+        )
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == ExitCode.BAD_INPUT, result.output
+        lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+        assert len(lines) == len(FOUR_WHERE), result.stderr
+        for line, (number, model, layer, field, part) in zip(lines, FOUR_WHERE, strict=True):
+            assert line.startswith(f"error: {path}:{number}:")
+            assert f"field {field!r}" in line and part in line
+            assert (model is None) or f"model {model!r}" in line
+            assert (layer is None) or f"layer {layer!r}" in line
+        assert "Traceback" not in result.output
+
+
+def test_shapes_are_checked_again_after_a_broken_layer() -> None:
+    # the conv's unknown parameter hides its output shape; the layer with its own input after
+    # it is checked again, and its own mistake is reported too
+    text = suite(
+        "[3, 8, 8]",
+        "{name: c, op: conv2d, out_channels: 4, kernel_size: 3, strid: 2}",
+        "{name: r, op: relu}",
+        "{name: f, op: linear, input: [5], out_features: 0}",
+    )
+    with pytest.raises(SuiteErrors) as info:
+        load_suite_text(text, "f.yaml")
+    assert [(e.location.layer, e.location.field) for e in info.value.errors] == [
+        ("c", "strid"),
+        ("f", "out_features"),
+    ]
+
+
+def test_validate_accepts_several_files(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text(suite("[8]", "{name: a, op: relu}"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(suite("[8]", "{name: a, op: relu, slope: 1}"))
+    result = CliRunner().invoke(app, ["validate", str(good), str(bad), str(tmp_path / "nope.yaml")])
+    assert result.exit_code == ExitCode.BAD_INPUT
+    assert f"{good} is valid" in result.stdout
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors[0].startswith(f"error: {bad}:{L}:") and "slope" in errors[0]
+    assert errors[1] == f"error: {tmp_path / 'nope.yaml'}: no such suite file"
+    assert "2 problem(s) in 2 of 3 file(s)" in result.stderr
+    both_good = CliRunner().invoke(app, ["validate", str(good), str(good)])
+    assert both_good.exit_code == 0 and both_good.stdout.count("is valid") == 2
+
+
+def test_version() -> None:
+    from opbench import __version__
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout.strip() == f"opbench {__version__}"

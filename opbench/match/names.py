@@ -1,8 +1,8 @@
 """Names and op types of reference rows, normalised for matching.
 
 - names: engine suffixes dropped (``_kernel_time``), ONNX paths split (``/fc1/MatMul`` →
-  ``fc1``), fused names split into members (``a + b``, ``PWN(a, b)``), compared exactly,
-  then ignoring case, then ignoring case and punctuation;
+  ``fc1``), fused names split into members (``a + b``, ``PWN(a, b)``, ``{a,b}``), compared
+  exactly, then ignoring case, then ignoring case and punctuation;
 - op types: each engine's op or layer type mapped to an opbench op family, for the
   execution-order + signature fallback.
 
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from opbench.reference.model import ReferenceTiming
 
 if TYPE_CHECKING:
-    from opbench.reference.suite_layers import SuiteModel
+    from opbench.match.suite_layers import SuiteModel
 
 _SUFFIXES = ("_kernel_time", "_fence_before", "_fence_after")
 
@@ -31,19 +31,37 @@ def strip_suffix(name: str) -> str:
 
 
 def _joined(name: str) -> bool:
-    """TensorRT-style fused names join node names: ``a + b``, ``PWN(a, b)``."""
-    return " + " in name or name.startswith("PWN(")
+    """Fused names that join node names: ``a + b`` (TensorRT), ``PWN(a, b)`` (TensorRT
+    pointwise), ``{a,b}`` (a set of fused nodes)."""
+    return " + " in name or name.startswith("PWN(") or _braced(name)
+
+
+def _braced(name: str) -> bool:
+    # "{ForeignNode[...]}" is a TensorRT range of nodes, not a list of names
+    return name.startswith("{") and name.endswith("}") and "[" not in name
+
+
+def _split_fused(name: str) -> list[str]:
+    parts: list[str] = []
+    for part in name.split(" + "):
+        part = part.strip()
+        if part.startswith("PWN(") and part.endswith(")"):
+            parts += [p.strip() for p in part[4:-1].split(",")]
+        elif _braced(part):
+            parts += [p.strip() for p in part[1:-1].split(",")]
+        else:
+            parts.append(part)
+    return [p for p in parts if p]
 
 
 def members_of(row: ReferenceTiming) -> tuple[str, ...]:
-    """The engine node names a row stands for: the parts of a joined name (``a + b``), else
-    the row's own name. (ONNX Runtime and SAS readers list op kinds in `members`, not names:
-    those are `fused_kinds`.)"""
+    """The engine node names a row stands for: the parts of a joined name (``a + b``,
+    ``PWN(a, b)``, ``{a,b}``), else the row's own name. (ONNX Runtime and SAS readers list op
+    kinds in `members`, not names: those are `fused_kinds`.)"""
     if _joined(row.name):
         if row.members:
             return row.members
-        parts = [p.strip() for p in row.name.split(" + ")]
-        return tuple(p for p in parts if p) or (row.name,)
+        return tuple(_split_fused(row.name)) or (row.name,)
     return (row.name,)
 
 
@@ -55,8 +73,6 @@ def fused_kinds(row: ReferenceTiming) -> tuple[str, ...]:
 def path_of(name: str) -> tuple[str, ...]:
     """``/fc1/MatMul/MatMulAddFusion_kernel_time`` → ("fc1", "MatMul", "MatMulAddFusion")."""
     name = strip_suffix(name.strip())
-    if name.startswith("PWN(") and name.endswith(")"):
-        name = name[4:-1]
     if name.lower().startswith("fused "):  # ONNX Runtime's FusedGemm: "fused /head/Gemm"
         name = name[6:]
     parts = tuple(p for p in name.split("/") if p)
@@ -103,24 +119,32 @@ def qualifier_of(path: Sequence[str], models: Iterable[SuiteModel]) -> SuiteMode
 
 
 class NameIndex:
-    """Looks suite layer names up at increasing looseness; ambiguous keys find nothing."""
+    """Looks suite layer names up at increasing looseness. A key that fits several layers at
+    the first level where it fits any is ambiguous: `candidates` returns them all."""
 
     def __init__(self, names: Iterable[str]) -> None:
-        self.tables: list[dict[str, str | None]] = []
+        self.tables: list[dict[str, tuple[str, ...]]] = []
         for level in _LEVELS:
-            table: dict[str, str | None] = {}
+            table: dict[str, tuple[str, ...]] = {}
             for name in names:
                 key = level(name)
-                table[key] = None if key in table and table[key] != name else name
+                if name not in table.get(key, ()):
+                    table[key] = (*table.get(key, ()), name)
             self.tables.append(table)
 
-    def find(self, keys: Sequence[str]) -> str | None:
+    def candidates(self, keys: Sequence[str]) -> tuple[str, ...]:
+        """The layers the most specific key names at the strictest level that finds any."""
         for level, table in zip(_LEVELS, self.tables, strict=True):
             for key in keys:
                 found = table.get(level(key))
-                if found is not None:
+                if found:
                     return found
-        return None
+        return ()
+
+    def find(self, keys: Sequence[str]) -> str | None:
+        """The one layer the keys name, or None when they name none or several."""
+        found = self.candidates(keys)
+        return found[0] if len(found) == 1 else None
 
 
 # ---- op types for the signature fallback ----------------------------------------------------

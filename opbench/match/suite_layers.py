@@ -10,6 +10,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# Ops that move no data (a view of their input): no engine times them, so no reference row
+# needs to cover them.
+NO_DATA_OPS = frozenset({"flatten"})
+
 
 @dataclass(frozen=True)
 class SuiteLayer:
@@ -20,6 +24,10 @@ class SuiteLayer:
     op: str | None = None
     output_shape: tuple[int, ...] | None = None
     reference_name: str | None = None
+
+    @property
+    def moves_data(self) -> bool:
+        return self.op not in NO_DATA_OPS
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from pathlib import Path
 import yaml
 
 from opbench.errors import InputError, Location
+from opbench.match.names import names_model, row_keys
+from opbench.match.suite_layers import SuiteModel
 from opbench.reference.model import ReferenceTiming
-from opbench.reference.names import names_model, row_keys
-from opbench.reference.suite_layers import SuiteModel
+from opbench.spec.yaml_lines import syntax_error
 
 
 @dataclass(frozen=True)
@@ -68,15 +69,7 @@ def read_name_map(path: Path | str) -> NameMap:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise InputError(
-            f"YAML syntax error: {exc.problem or exc.context or 'invalid YAML'}",
-            Location(
-                file=file,
-                line=mark.line + 1 if mark else None,
-                column=mark.column + 1 if mark else None,
-            ),
-        ) from None
+        raise syntax_error(exc, file) from None
     if root is None:
         return NameMap(source=file)
     if not isinstance(root, yaml.MappingNode):

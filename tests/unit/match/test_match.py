@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from opbench.errors import InputError
-from opbench.reference.match import MatchSource, match_model, match_reference
+from opbench.match.links import MatchSource, match_model
+from opbench.match.namemap import check_name_map, read_name_map
+from opbench.match.names import members_of, path_of
+from opbench.match.select import match_reference
+from opbench.match.suite_layers import SuiteLayer, SuiteModel, suite_models
 from opbench.reference.model import ReferenceTiming, RefStatus
-from opbench.reference.namemap import check_name_map, read_name_map
-from opbench.reference.names import members_of, path_of
-from opbench.reference.suite_layers import SuiteLayer, SuiteModel, suite_models
 from opbench.results.model import LayerResult
 
 
@@ -103,12 +104,18 @@ def test_onnxruntime_names_match_by_path_and_case():
     }
 
 
-def test_punctuation_is_ignored_only_when_unambiguous():
+def test_a_name_that_fits_two_layers_covers_both_and_is_ambiguous():
     m = model("m", ("ffn_up", "linear", None), ("fc_1", "linear", None), ("fc1", "linear", None))
     rows = [row("FFN-Up", 0), row("FC-1", 1)]
-    found = links(match_model(m, rows))
-    # ffn_up is the only layer that squashes to "ffnup"; "fc_1" and "fc1" both squash to "fc1"
-    assert found == {(0, "ffn_up", MatchSource.NAME)}
+    matched = match_model(m, rows)
+    # ffn_up is the only layer that squashes to "ffnup"; "fc_1" and "fc1" both squash to "fc1":
+    # the row is grouped with both (never one picked) and the cover is marked ambiguous
+    assert links(matched) == {
+        (0, "ffn_up", MatchSource.NAME),
+        (1, "fc_1", MatchSource.NAME),
+        (1, "fc1", MatchSource.NAME),
+    }
+    assert matched.ambiguities == ((1, "reference row 'FC-1' fits layers fc_1 and fc1"),)
 
 
 def test_sas_lower_case_names():
@@ -130,12 +137,24 @@ def test_tensorrt_fused_row_covers_several_layers():
     }
 
 
-def test_reference_name_wins_over_names():
+def test_reference_name_and_own_name_both_cover_the_row():
     m = model("m", ("up", "linear", None, "dense_7"), ("dense_7", "linear", None))
     rows = [row("/dense_7/MatMul", 0), row("/dense_7/Add", 1)]
     found = links(match_model(m, rows))
-    # the suite says layer `up` is dense_7 in the engine; the layer literally named dense_7 is left
-    assert found == {(0, "up", MatchSource.REFERENCE_NAME), (1, "up", MatchSource.REFERENCE_NAME)}
+    # `up` says it is dense_7 in the engine, and a layer is named dense_7: the rows cover both
+    # (groups, never picks); a layer that sets a reference_name is never matched by its own name
+    assert found == {
+        (0, "up", MatchSource.REFERENCE_NAME),
+        (1, "up", MatchSource.REFERENCE_NAME),
+        (0, "dense_7", MatchSource.NAME),
+        (1, "dense_7", MatchSource.NAME),
+    }
+
+
+def test_a_layer_renamed_by_reference_name_is_not_matched_by_its_own_name():
+    m = model("m", ("dense_7", "linear", None, "dense_8"), ("other", "linear", None))
+    found = links(match_model(m, [row("dense_7", 0), row("dense_8", 1)]))
+    assert found == {(1, "dense_7", MatchSource.REFERENCE_NAME)}
 
 
 def test_map_file(tmp_path: Path):

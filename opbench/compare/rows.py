@@ -1,0 +1,237 @@
+"""One comparison row per group of the match stage, and one MISSING row per suite layer that
+no reference row covers. Each row holds every backend's verdict (opbench/compare/verdict.py).
+
+Pure Python: no torch, no triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from opbench.compare.model import DEFAULT_TARGET, BackendTiming, ComparisonRow, Interval, Verdict
+from opbench.compare.verdict import (
+    RowContext,
+    backend_timing,
+    reference_interval,
+    sum_intervals,
+)
+from opbench.match.groups import Group, ModelGroups
+from opbench.match.suite_layers import SuiteModel
+from opbench.reference.model import ReferenceProfile, TimeKind
+from opbench.results.model import LayerResult, RunResult, Status
+
+TORCH = "torch"
+TORCH_INT8 = "torch-int8"
+
+
+@dataclass(frozen=True)
+class RowOptions:
+    """The compare options rows depend on. backends: primary first."""
+
+    backends: tuple[str, ...]
+    target: float | None = None
+    gpu_reference: bool = False
+
+
+def results_by_backend(run: RunResult, model: str) -> dict[str, list[LayerResult]]:
+    out: dict[str, list[LayerResult]] = {}
+    for result in run.layers:
+        if result.model == model:
+            out.setdefault(result.backend, []).append(result)
+    return out
+
+
+def covering(results: Sequence[LayerResult], layers: Iterable[str]) -> list[LayerResult]:
+    wanted = set(layers)
+    return [r for r in results if wanted.intersection(r.members)]
+
+
+def model_rows(
+    run: RunResult,
+    model: SuiteModel,
+    grouped: ModelGroups,
+    profile: ReferenceProfile,
+    options: RowOptions,
+) -> list[ComparisonRow]:
+    """The model's rows in execution order: its groups, and its MISSING layers."""
+    by_backend = results_by_backend(run, model.name)
+    rows = [_group_row(g, model, profile, by_backend, options) for g in grouped.groups]
+    rows += [_missing_row(name, model, by_backend, options) for name in grouped.missing]
+    order = {layer.name: layer.index for layer in model.layers}
+    rows.sort(key=lambda row: order.get(row.layers[0], 1 << 30))
+    return rows
+
+
+def _target(
+    layers: Sequence[str], by_backend: dict[str, list[LayerResult]], options: RowOptions
+) -> float:
+    if options.target is not None:
+        return options.target
+    pool = covering(by_backend.get(options.backends[0], []), layers) or covering(
+        [r for rs in by_backend.values() for r in rs], layers
+    )
+    return max((r.target_speedup for r in pool), default=DEFAULT_TARGET)
+
+
+def _group_row(
+    group: Group,
+    model: SuiteModel,
+    profile: ReferenceProfile,
+    by_backend: dict[str, list[LayerResult]],
+    options: RowOptions,
+) -> ComparisonRow:
+    ref_rows = [profile.layers[p] for p in group.rows]
+    reference = sum_intervals(i for i in (reference_interval(r) for r in ref_rows) if i is not None)
+    context = RowContext(
+        reference=reference,
+        target=_target(group.layers, by_backend, options),
+        doubt=group.ambiguity,
+        noise=prefix_noise(profile, group.rows, reference),
+        gpu_reference=options.gpu_reference,
+    )
+    timings = tuple(
+        backend_timing(b, group.layers, covering(by_backend.get(b, []), group.layers), context)
+        for b in options.backends
+    )
+    row = _row(model, group.layers, by_backend, options, timings, context.target, reference)
+    return replace(
+        row,
+        reference_names=tuple(r.name for r in ref_rows),
+        reference_rows=group.rows,
+        sources=group.sources,
+        ambiguity=group.ambiguity,
+    )
+
+
+def _missing_row(
+    layer: str,
+    model: SuiteModel,
+    by_backend: dict[str, list[LayerResult]],
+    options: RowOptions,
+) -> ComparisonRow:
+    """A suite layer no reference row covers: its times, and the verdict MISSING."""
+    target = _target((layer,), by_backend, options)
+    context = RowContext(reference=None, target=target)
+    timings = tuple(
+        replace(
+            backend_timing(b, (layer,), covering(by_backend.get(b, []), (layer,)), context),
+            verdict=Verdict.MISSING,
+            reason="no reference row covers this layer",
+        )
+        for b in options.backends
+    )
+    return _row(model, (layer,), by_backend, options, timings, target, None)
+
+
+def _row(
+    model: SuiteModel,
+    layers: tuple[str, ...],
+    by_backend: dict[str, list[LayerResult]],
+    options: RowOptions,
+    timings: tuple[BackendTiming, ...],
+    target: float,
+    reference: Interval | None,
+) -> ComparisonRow:
+    index = {layer.name: layer for layer in model.layers}
+    described = covering(by_backend.get(options.backends[0], []), layers) or covering(
+        [r for rs in by_backend.values() for r in rs], layers
+    )
+    first = next((r for r in described if layers[0] in r.members), None)
+    last = next((r for r in described if layers[-1] in r.members), None)
+    primary = timings[0]
+    return ComparisonRow(
+        model=model.name,
+        layers=layers,
+        ops=tuple((index[n].op if n in index else None) or "?" for n in layers),
+        reference_names=(),
+        reference_rows=(),
+        sources=(),
+        reference=reference,
+        target=target,
+        timings=timings,
+        dtype=first.dtype if first else "",
+        quant=first.quant if first else "none",
+        input_shape=tuple(first.input_shape) if first else (),
+        output_shape=tuple(last.output_shape) if last else (),
+        flops=sum(r.flops for r in described),
+        bytes=sum(r.bytes for r in described),
+        vs_torch=_speedup_over(TORCH, layers, by_backend, primary),
+        vs_torch_int8=(
+            _speedup_over(TORCH_INT8, layers, by_backend, primary)
+            if first is not None and first.quant == "int8"
+            else None
+        ),
+    )
+
+
+def _speedup_over(
+    baseline: str,
+    layers: Sequence[str],
+    by_backend: dict[str, list[LayerResult]],
+    primary: BackendTiming,
+) -> float | None:
+    """The primary backend's speed-up over `baseline` on the same layers (None when either
+    has no measured time, or the primary is the baseline)."""
+    if primary.backend == baseline or primary.time is None or primary.interpreted:
+        return None
+    results = covering(by_backend.get(baseline, []), layers)
+    covered = {m for r in results for m in r.members}
+    if not results or not set(layers) <= covered:
+        return None
+    if any(r.status != Status.OK or r.median_ms is None or r.interpreted for r in results):
+        return None
+    total = sum(r.median_ms or 0.0 for r in results)
+    return total / primary.time.value if primary.time.value > 0 else None
+
+
+def prefix_noise(
+    profile: ReferenceProfile, positions: Sequence[int], reference: Interval | None
+) -> str | None:
+    """Why a row's reference time, made of prefix differences, cannot be told from zero; None
+    when it can (or is no prefix difference)."""
+    derived = [p for p in positions if profile.layers[p].time_kind == TimeKind.DERIVED]
+    if not derived or reference is None:
+        return None
+    spread = all(profile.layers[p].noise_ms is not None for p in derived)
+    if spread and reference.lo > 0:
+        return None
+    if not spread and reference.value > 0:
+        return None
+    pairs = "; ".join(_prefix_pair(profile, p) for p in derived)
+    if spread:
+        return f"within the noise of the two prefix timings: {profile.source} {pairs}"
+    return (
+        f"the prefix difference is not above zero and {profile.source} gives no spread "
+        f"(no interval available): {pairs}"
+    )
+
+
+def _prefix_pair(profile: ReferenceProfile, pos: int) -> str:
+    row = profile.layers[pos]
+    previous = next(
+        (
+            profile.layers[p]
+            for p in range(pos - 1, -1, -1)
+            if profile.layers[p].time_ms is not None
+        ),
+        None,
+    )
+
+    def named(r) -> str:
+        return f"{r.name!r}" + (f" (line {r.line})" if r.line is not None else "")
+
+    if previous is None:
+        return f"row {named(row)}"
+    return f"rows {named(previous)} and {named(row)}"
+
+
+def model_layer_results(run: RunResult, model: str, backend: str) -> list[LayerResult]:
+    """Each result of one backend on one model once (a fused result is one result)."""
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for result in run.layers:
+        if result.model == model and result.backend == backend and result.key not in seen:
+            seen.add(result.key)
+            out.append(result)
+    return out

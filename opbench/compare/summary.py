@@ -1,0 +1,225 @@
+"""Per model: the row counts and totals, the end-to-end times in both modes, and the model's
+own verdict.
+
+The model verdict is judged on the primary backend's end-to-end eager time where the run has
+one (what an application pays: every launch included), else on the sum of its layers, against
+what the reference spent on the model; `ModelSummary.basis` says which. It is never PASS while
+a timed layer of the model is MISSING from the reference (unless --allow-missing), and never
+judged on interpreter times, or on CPU times against a GPU engine (NOT-MEASURED).
+
+Pure Python: no torch, no triton.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from opbench.compare.model import (
+    DEFAULT_TARGET,
+    ComparisonRow,
+    EndToEndTiming,
+    Interval,
+    ModelSummary,
+    Verdict,
+)
+from opbench.compare.rows import TORCH, model_layer_results
+from opbench.compare.verdict import (
+    INTERPRETED,
+    incorrect_reason,
+    result_interval,
+    speedup_interval,
+    sum_intervals,
+    verdict_of,
+)
+from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
+
+EAGER = "eager"
+BASIS_END_TO_END = "end-to-end (eager)"
+BASIS_LAYERS = "sum of layers"
+
+
+@dataclass(frozen=True)
+class ModelContext:
+    """What a model's summary depends on besides its rows.
+
+    reference_total / reference_total_source: what the reference spent on the model, and how
+    that was found; reference_interval: its spread where it is a sum of rows.
+    """
+
+    backend: str
+    reference_total: float | None
+    reference_total_source: str
+    reference_interval: Interval | None
+    overhead_ms: float
+    target: float | None = None
+    gpu_reference: bool = False
+    allow_missing: bool = False
+
+
+def _geomean(values: Sequence[float]) -> float | None:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _stats_interval(e2e: EndToEnd) -> Interval | None:
+    stats = e2e.stats
+    if stats is None:
+        return None
+    lo, hi = stats.ci95
+    return Interval(stats.median, lo, hi)
+
+
+def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]:
+    """Every backend's end-to-end time of the model, each mode, with its speed-up over torch
+    eager in the same mode."""
+    mine = [e for e in run.end_to_end if e.model == model]
+    torch = {e.mode: _stats_interval(e) for e in mine if e.backend == TORCH and e.status == "ok"}
+    out = []
+    for e in mine:
+        time = _stats_interval(e) if e.status == Status.OK else None
+        base = torch.get(e.mode)
+        vs_torch = (
+            base.value / time.value
+            if e.backend != TORCH and base is not None and time is not None and time.value > 0
+            else None
+        )
+        out.append(
+            EndToEndTiming(
+                backend=e.backend,
+                mode=e.mode,
+                status=e.status,
+                time=time,
+                vs_torch=None if e.interpreted else vs_torch,
+                interpreted=e.interpreted,
+                message=e.message,
+            )
+        )
+    return tuple(out)
+
+
+def summarise_model(
+    model: str, rows: Sequence[ComparisonRow], run: RunResult, context: ModelContext
+) -> ModelSummary:
+    counts = dict.fromkeys(Verdict.ALL, 0)
+    matched_ref = matched_ob = 0.0
+    speedups = []
+    for row in rows:
+        timing = row.primary
+        counts[timing.verdict] += 1
+        if row.reference is not None and timing.time is not None:
+            matched_ref += row.reference.value
+            matched_ob += timing.time.value
+        # a speed-up whose reference reaches zero (a prefix difference in its noise) says
+        # nothing about the layer: it is left out of the geometric mean
+        if (
+            timing.speedup is not None
+            and timing.verdict in Verdict.JUDGED
+            and timing.speedup.lo > 0
+        ):
+            speedups.append(timing.speedup.value)
+    results = model_layer_results(run, model, context.backend)
+    opbench_total = sum(
+        r.median_ms for r in results if r.status == Status.OK and r.median_ms is not None
+    )
+    e2e = end_to_end_timings(run, model)
+    eager = next(
+        (t for t in e2e if t.backend == context.backend and t.mode == EAGER and t.time), None
+    )
+    missing = tuple(
+        layer
+        for row in rows
+        if row.primary.verdict == Verdict.MISSING and row.primary.time is not None
+        for layer in row.layers
+    )
+    targets = [row.target for row in rows]
+    target = context.target or max(targets, default=DEFAULT_TARGET)
+    verdict, speedup, basis, reason = _model_verdict(results, eager, missing, target, context)
+    total = context.reference_total
+    return ModelSummary(
+        model=model,
+        backend=context.backend,
+        rows=len(rows),
+        matched_reference_ms=matched_ref,
+        matched_opbench_ms=matched_ob,
+        total_speedup=matched_ref / matched_ob if matched_ob > 0 and matched_ref > 0 else None,
+        geomean_speedup=_geomean(speedups),
+        at_target=counts[Verdict.PASS],
+        compared=sum(counts[v] for v in Verdict.JUDGED),
+        opbench_total_ms=opbench_total,
+        reference_total_ms=total,
+        reference_total_source=context.reference_total_source,
+        overhead_ms=context.overhead_ms,
+        counts=counts,
+        verdict=verdict,
+        speedup=speedup,
+        basis=basis,
+        reason=reason,
+        target=target,
+        end_to_end_speedup=(
+            total / eager.time.value
+            if total and eager is not None and eager.time and not eager.interpreted
+            else None
+        ),
+        end_to_end=e2e,
+        missing=missing,
+    )
+
+
+def _model_verdict(
+    results: Sequence[LayerResult],
+    eager: EndToEndTiming | None,
+    missing: Sequence[str],
+    target: float,
+    context: ModelContext,
+) -> tuple[str, Interval | None, str, str | None]:
+    """(verdict, speed-up, basis, reason) of the whole model."""
+    basis = BASIS_END_TO_END if eager is not None else BASIS_LAYERS
+    if not results:
+        return Verdict.ERROR, None, basis, f"no {context.backend} result for this model"
+    broken = [r for r in results if r.status == Status.ERROR]
+    if broken:
+        return Verdict.ERROR, None, basis, f"{broken[0].layer}: {broken[0].message or 'error'}"
+    incorrect = [r for r in results if r.status == Status.OK and not r.correct]
+    if incorrect:
+        return Verdict.FAIL, None, basis, incorrect_reason(incorrect[0])
+    if eager is not None:
+        time, interpreted = eager.time, eager.interpreted
+    else:
+        timed = [result_interval(r) for r in results if r.status == Status.OK]
+        if any(t is None for t in timed) or not timed:
+            return Verdict.ERROR, None, basis, "a layer has no timing samples"
+        time = sum_intervals(t for t in timed if t is not None)
+        interpreted = any(r.interpreted for r in results)
+    cpu = any(r.device == "cpu" for r in results)
+    reference = context.reference_interval
+    if reference is None and context.reference_total:
+        reference = Interval(
+            context.reference_total, context.reference_total, context.reference_total
+        )
+    if time is None or reference is None or reference.value <= 0:
+        return Verdict.ERROR, None, basis, "the reference has no time for this model"
+    speedup = speedup_interval(reference, time)
+    if interpreted:
+        return Verdict.NOT_MEASURED, speedup, basis, INTERPRETED
+    if context.gpu_reference and cpu:
+        return (
+            Verdict.NOT_MEASURED,
+            speedup,
+            basis,
+            "timed on the CPU against a GPU engine (--allow-cpu-times to judge anyway)",
+        )
+    verdict = verdict_of(speedup, target)
+    if verdict == Verdict.PASS and missing and not context.allow_missing:
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        return (
+            Verdict.UNCERTAIN,
+            speedup,
+            basis,
+            f"{len(missing)} timed layer(s) MISSING from the reference ({shown}): not PASS "
+            "while the reference may leave them out (--allow-missing to judge anyway)",
+        )
+    return verdict, speedup, basis, None

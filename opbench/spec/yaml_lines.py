@@ -1,0 +1,106 @@
+"""Suite YAML → plain data, keeping where each value was written.
+
+`parse_yaml` returns the data and a map from each path into it (("models", 0, "layers", 2,
+"heads")) to its (line, column), so every later mistake can name its line. YAML merge keys
+(`<<: *anchor`) are honoured; merged keys keep the line where the anchor wrote them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from opbench.errors import InputError, Location
+
+Path_ = tuple[Any, ...]
+LineMap = dict[Path_, tuple[int, int]]
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def construct(
+    loader: yaml.SafeLoader, node: yaml.Node, path: Path_, lines: LineMap, file: str
+) -> Any:
+    lines[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        result: dict[Any, Any] = {}
+        merged: dict[Any, Any] = {}
+        merged_lines: LineMap = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == MERGE_TAG:
+                # `<<: *anchor` (or a list of anchors): keys written here win over merged ones;
+                # merged keys keep the line where the anchor wrote them.
+                sources = (
+                    value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                )
+                for source in sources:
+                    source_lines: LineMap = {}
+                    value = construct(loader, source, path, source_lines, file)
+                    if not isinstance(value, dict):
+                        raise InputError(
+                            "'<<' merges a mapping (an &anchor of one)", node_location(file, source)
+                        )
+                    for k, v in value.items():
+                        if k not in merged:
+                            merged[k] = v
+                            prefix = (*path, k)
+                            merged_lines.update(
+                                {
+                                    p: at
+                                    for p, at in source_lines.items()
+                                    if p[: len(prefix)] == prefix
+                                }
+                            )
+                continue
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)) or key is None:
+                raise InputError("mapping keys must be plain names", node_location(file, key_node))
+            if key in result:
+                raise InputError(f"duplicate key {key!r}", node_location(file, key_node))
+            result[key] = construct(loader, value_node, (*path, key), lines, file)
+            lines[(*path, key)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        if merged:
+            for p, at in merged_lines.items():
+                if p[len(path)] not in result:
+                    lines[p] = at
+            result = {**{k: v for k, v in merged.items() if k not in result}, **result}
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            construct(loader, item, (*path, i), lines, file) for i, item in enumerate(node.value)
+        ]
+    return loader.construct_object(node, deep=True)
+
+
+def node_location(file: str, node: yaml.Node) -> Location:
+    return Location(file=file, line=node.start_mark.line + 1, column=node.start_mark.column + 1)
+
+
+def syntax_error(exc: yaml.MarkedYAMLError, file: str) -> InputError:
+    """A YAML syntax error as one line naming file, line and column."""
+    mark = exc.problem_mark or exc.context_mark
+    message = " ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
+    return InputError(
+        f"YAML syntax error: {message}",
+        Location(
+            file=file,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ),
+    )
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
+    lines: LineMap = {}
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, lines
+        return construct(loader, node, (), lines, file), lines
+    except yaml.MarkedYAMLError as exc:
+        raise syntax_error(exc, file) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML error: {exc}", Location(file=file)) from None
+    finally:
+        loader.dispose()
