@@ -10,10 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from opbench.backends.base import Backend, Built, Unsupported
-from opbench.measure.check import compare_outputs
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.ops.registry import get_op
+from opbench.pipeline.checks import Checks
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import RunOptions, WorkItem
 from opbench.results.model import LayerResult, Status
@@ -88,8 +88,6 @@ def measure_item(
     built_cache: dict | None = None,
 ) -> LayerResult:
     """Build, check and time one work item. Never raises for a layer's own failure."""
-    import torch
-
     result = base_result(item, options.device, options.gpu_label)
     layers = item.layers
     try:
@@ -103,19 +101,14 @@ def measure_item(
         recover(options.device)
         return replace(result, status=Status.ERROR, message=f"build failed: {error_message(exc)}")
     try:
-        x = data.input(item.indices[0])
-        if built.prepare_input is not None:
-            x = built.prepare_input(x)
-        bound = built.bind_input(x)
-        out = bound.launch()
-        if options.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        ref, kind = data.reference(item.indices)
-        correctness = compare_outputs(out, ref, layers[-1].effective_tolerance, kind)
-        del out
+        checks = Checks(item, data, built, options.device)
+        bound = checks.first_call()
+        checks.second_input()
         timing = timing_for(layers[0], options, result.interpreted)
         with options.timing_guard():
             measurement = time_callable(bound.launch, timing, options.device)
+        checks.after_timing(bound)
+        correctness = checks.result()
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
     except Exception as exc:

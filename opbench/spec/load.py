@@ -20,7 +20,14 @@ from opbench.backends.registry import BACKEND_NAMES
 from opbench.errors import InputError, Location
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
-from opbench.spec.model import DEFAULT_TARGET_SPEEDUP, LayerSpec, ModelSpec, SuiteSpec, TimingSpec
+from opbench.spec.model import (
+    DEFAULT_TARGET_SPEEDUP,
+    LayerSpec,
+    ModelSpec,
+    SuiteSpec,
+    TimingSpec,
+    loose_tolerance_problem,
+)
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel, TimingModel
 
 Path_ = tuple[Any, ...]
@@ -196,7 +203,13 @@ def _shape_of(path: Path_) -> Path_:
     return tuple("#" if isinstance(p, int) else p for p in path)
 
 
-_COMMON_FIELDS = LayerModel.model_fields.keys() - {"name", "op", "reference_name", "input"}
+_COMMON_FIELDS = LayerModel.model_fields.keys() - {
+    "name",
+    "op",
+    "reference_name",
+    "input",
+    "allow_loose_tolerance",
+}
 _ALLOWED: dict[Path_, Any] = {
     (): SuiteModel.model_fields.keys(),
     ("defaults",): _COMMON_FIELDS,
@@ -331,8 +344,11 @@ def _resolve_model(
                     reference_name=layer.reference_name,
                     regression_threshold=_pick("regression_threshold", *levels),
                     line=locate(path).line,
+                    allow_loose_tolerance=layer.allow_loose_tolerance,
                 )
             )
+            if problem := loose_tolerance_problem(layers[-1]):
+                raise InputError(problem, locate((*path, "tolerance"), "tolerance"))
             shape = out_shape
         instances.append(
             ModelSpec(
