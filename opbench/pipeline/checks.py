@@ -14,6 +14,7 @@ checker releases is poisoned first. Device time is untouched: none of this runs 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from opbench.backends.base import Bound, Built, torch_dtype
@@ -30,9 +31,19 @@ if TYPE_CHECKING:
 SECOND_INPUT = "second input: "
 AFTER_TIMING = "after timing: "
 
+# Why a call's return value cannot be the layer's output (not a tensor, wrong shape, dtype or
+# device), or None.
+Validate = Callable[[object], "str | None"]
 
-def checked_launch(bound: Bound, device: str, nbytes: int) -> torch.Tensor:
-    """One call of `bound` whose output starts as poison; synchronised."""
+
+class WrongOutput(Exception):
+    """A checked call returned something that cannot be the layer's output."""
+
+
+def checked_launch(
+    bound: Bound, device: str, nbytes: int, validate: Validate | None = None
+) -> torch.Tensor:
+    """One call of `bound` whose output starts as poison; synchronised and validated."""
     if bound.out is not None:
         poison_(bound.out)
     poison_free_memory(device, nbytes)
@@ -41,14 +52,25 @@ def checked_launch(bound: Bound, device: str, nbytes: int) -> torch.Tensor:
         import torch
 
         torch.cuda.synchronize()
+    problem = validate(out) if validate is not None else None
+    if problem:
+        raise WrongOutput(problem)
     return out
 
 
 class Checks:
     """Runs the checks of one item and gathers them into one Correctness."""
 
-    def __init__(self, item: WorkItem, data: ModelData, built: Built, device: str) -> None:
+    def __init__(
+        self,
+        item: WorkItem,
+        data: ModelData,
+        built: Built,
+        device: str,
+        validate: Validate | None = None,
+    ) -> None:
         self.item, self.data, self.built, self.device = item, data, built, device
+        self.validate = validate
         last = item.layers[-1]
         self.tolerance = last.effective_tolerance
         self.loose = last.loose_tolerance
@@ -58,6 +80,9 @@ class Checks:
         self.x: torch.Tensor | None = None  # the timed binding's input
         self.correctness: Correctness | None = None
 
+    def _launch(self, bound: Bound) -> torch.Tensor:
+        return checked_launch(bound, self.device, self.nbytes, self.validate)
+
     def _prepared(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.built.prepare_input is None else self.built.prepare_input(x)
 
@@ -66,7 +91,7 @@ class Checks:
         x = self.x = self._prepared(self.data.input(self.item.indices[0]))
         bound = self.built.bind_input(x)
         ref, kind = self.data.reference(self.item.indices)
-        out = checked_launch(bound, self.device, self.nbytes)
+        out = self._launch(bound)
         self.correctness = compare_outputs(out, ref, self.tolerance, kind, self.loose)
         self.first_finite = self.correctness.nonfinite == 0
         # A copy: a backend may write every call into the same buffer.
@@ -78,7 +103,7 @@ class Checks:
         raw = self.data.input(self.item.indices[0], check=self.item.backend)
         ref, kind = self.data.reference(self.item.indices, raw)
         x = self._prepared(raw)
-        out = checked_launch(self.built.bind_input(x), self.device, self.nbytes)
+        out = self._launch(self.built.bind_input(x))
         found = compare_outputs(out, ref, self.tolerance, kind)
         scrub(out, spare=x)
         self._add(SECOND_INPUT, found.failures)
@@ -86,7 +111,7 @@ class Checks:
     def after_timing(self, bound: Bound) -> None:
         """One more call on the timed binding, against the first call's output (against the
         reference where the first output had NaN/Inf, which would compare with nothing)."""
-        out = checked_launch(bound, self.device, self.nbytes)
+        out = self._launch(bound)
         if self.first_finite:
             against, kind = self.first, "first call"
         else:

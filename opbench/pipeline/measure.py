@@ -13,7 +13,7 @@ from opbench.backends.base import Backend, Built, Unsupported
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.ops.registry import get_op
-from opbench.pipeline.checks import Checks
+from opbench.pipeline.checks import Checks, WrongOutput
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import RunOptions, WorkItem
 from opbench.results.model import LayerResult, Status
@@ -111,6 +111,8 @@ def measure_item(
         correctness = checks.result()
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
+    except WrongOutput as exc:
+        return replace(result, status=Status.ERROR, message=f"wrong output: {exc}")
     except Exception as exc:
         recover(options.device)
         where = traceback.extract_tb(exc.__traceback__)[-1]

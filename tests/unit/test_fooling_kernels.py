@@ -16,7 +16,7 @@ import torch
 from opbench.backends import triton as triton_backend
 from opbench.backends.base import Bound, Built
 from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item, run_suite
-from opbench.pipeline.checks import AFTER_TIMING, SECOND_INPUT
+from opbench.pipeline.checks import AFTER_TIMING, SECOND_INPUT, Checks, WrongOutput
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text
 
@@ -165,3 +165,30 @@ def test_a_preallocated_output_written_in_full_passes() -> None:
     )
     assert result.correct and result.correctness.failures == ()
     assert result.correctness.unwritten == 0
+
+
+def test_every_checked_call_is_validated_not_only_the_first() -> None:
+    """A kernel whose output is well-formed on the first call and not on a later one."""
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    calls: list[int] = []
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        y = torch.relu(x)
+        return y if len(calls) == 1 else y.float()
+
+    def validate(out: object) -> str | None:
+        assert isinstance(out, torch.Tensor)
+        return None if out.dtype == torch.float16 else f"dtype {out.dtype}"
+
+    checks = Checks(
+        WorkItem(model, (0,), "triton"),
+        ModelData(suite, model, "cpu"),
+        Built(fn=kernel),
+        "cpu",
+        validate=validate,
+    )
+    checks.first_call()
+    with pytest.raises(WrongOutput, match="dtype torch.float32"):
+        checks.second_input()
