@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,22 @@ def gpu_clocks(index: int = 0) -> dict[str, Any] | None:
     return clocks
 
 
+# OPBENCH_* variables that change only how a run is shown, never what runs or what it measures.
+DISPLAY_ONLY_VARS = frozenset({"OPBENCH_PROGRESS"})
+
+
+def opbench_vars(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every OPBENCH_* variable set, but the display-only ones: switches such as
+    OPBENCH_TEST_SLOW_LAYERNORM, OPBENCH_CONV_FAST_LAUNCH or OPBENCH_CACHE_DIR (tuned plans)
+    change the kernels that run. Listing all by default, a new switch is recorded too."""
+    env = os.environ if environ is None else environ
+    return {
+        name: value
+        for name, value in sorted(env.items())
+        if name.startswith("OPBENCH_") and name not in DISPLAY_ONLY_VARS
+    }
+
+
 def fingerprint(device: str) -> dict[str, Any]:
     env: dict[str, Any] = {
         "opbench": opbench.__version__,
@@ -70,6 +88,7 @@ def fingerprint(device: str) -> dict[str, Any]:
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
         "device": device,
+        "opbench_vars": opbench_vars(),
     }
     try:
         import torch

@@ -37,19 +37,26 @@ class ModelData:
             self._weights[index] = {k: v.to(self.device) for k, v in cpu.items()}
         return self._weights[index]
 
-    def input(self, index: int):
-        """The layer's input in its dtype, on the device (fresh random-normal data)."""
-        if index not in self._inputs:
-            layer = self.model.layers[index]
-            x = make_input(
-                layer.input_shape, seed_for(self.suite.name, self.model.name, layer.name, "input")
-            )
-            self._inputs[index] = x.to(device=self.device, dtype=torch_dtype(layer.dtype))
+    def input(self, index: int, check: str | None = None):
+        """The layer's input in its dtype, on the device (fresh random-normal data).
+
+        check: a name (the backend's) for the second, differently seeded input of the same
+            shape that the correctness check also runs; made afresh, never cached.
+        """
+        layer = self.model.layers[index]
+        if check is not None or index not in self._inputs:
+            names = (self.suite.name, self.model.name, layer.name, "input")
+            x = make_input(layer.input_shape, seed_for(*names, *([check] if check else [])))
+            x = x.to(device=self.device, dtype=torch_dtype(layer.dtype))
+            if check is not None:
+                return x
+            self._inputs[index] = x
         return self._inputs[index]
 
-    def reference(self, indices: tuple[int, ...]):
-        """The group's output computed in high precision from the same (rounded) inputs and weights."""
-        if indices in self._refs:
+    def reference(self, indices: tuple[int, ...], x=None):
+        """The group's output computed in high precision from the same (rounded) inputs and
+        weights. x: another input than the layer's own (the check's second input); not cached."""
+        if x is None and indices in self._refs:
             return self._refs[indices]
         import torch
 
@@ -66,7 +73,8 @@ class ModelData:
             if on_gpu
             else ("cpu", torch.float64, "float64-cpu")
         )
-        x = self.input(indices[0]).to(dev, dtype)
+        own = x is None
+        x = (self.input(indices[0]) if own else x).to(dev, dtype)
         with torch.no_grad(), _no_tf32():
             for i, layer in zip(indices, layers, strict=False):
                 rounded = {
@@ -77,7 +85,8 @@ class ModelData:
                 if i != indices[-1]:
                     # Between fused layers, the unfused model would round to the layer dtype too.
                     x = x.to(torch_dtype(layer.dtype)).to(dtype)
-        self._refs = {indices: (x, kind)}  # keep one: references of large layers are big
+        if own:
+            self._refs = {indices: (x, kind)}  # keep one: references of large layers are big
         return x, kind
 
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from opbench.backends.base import Backend, Built, Unsupported, torch_dtype
 from opbench.backends.registry import runs_triton
-from opbench.measure.check import compare_outputs
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.ops.registry import get_op
+from opbench.pipeline.checks import Checks, WrongOutput
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import RunOptions, WorkItem
 from opbench.results.model import LayerResult, Status
@@ -108,7 +108,6 @@ def _measure_item(
     options: RunOptions,
     built_cache: dict | None,
 ) -> LayerResult:
-    import torch
 
     result = base_result(item, options.device, options.gpu_label)
     layers = item.layers
@@ -125,27 +124,29 @@ def _measure_item(
         return replace(result, status=Status.ERROR, message=f"build failed: {error_message(exc)}")
     check_start = clock()
     try:
-        x = data.input(item.indices[0])
-        if built.prepare_input is not None:
-            x = built.prepare_input(x)
-        bound = built.bind_input(x)
-        out = bound.launch()
-        if options.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        problem = output_problem(out, layers[-1], options.device)
-        if problem:
-            return replace(result, status=Status.ERROR, message=f"wrong output: {problem}")
-        ref, kind = data.reference(item.indices)
-        correctness = compare_outputs(out, ref, layers[-1].effective_tolerance, kind)
-        del out
+        checks = Checks(
+            item,
+            data,
+            built,
+            options.device,
+            validate=lambda out: output_problem(out, layers[-1], options.device),
+        )
+        bound = checks.first_call()
+        checks.second_input()
         check_s = clock() - check_start
         timing = timing_for(layers[0], options, result.interpreted)
         with options.timing_guard():
             time_start = clock()
             measurement = time_callable(bound.launch, timing, options.device)
             time_s = clock() - time_start
+        after = clock()
+        checks.after_timing(bound)
+        correctness = checks.result()
+        check_s += clock() - after
     except Unsupported as exc:
         return replace(result, status=Status.UNSUPPORTED, message=str(exc))
+    except WrongOutput as exc:
+        return replace(result, status=Status.ERROR, message=f"wrong output: {exc}")
     except Exception as exc:
         recover(options.device)
         where = traceback.extract_tb(exc.__traceback__)[-1]

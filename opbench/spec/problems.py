@@ -92,7 +92,13 @@ def _shape_of(path: Path_) -> Path_:
     return tuple("#" if isinstance(p, int) else p for p in path)
 
 
-_COMMON_FIELDS = LayerModel.model_fields.keys() - {"name", "op", "reference_name", "input"}
+_COMMON_FIELDS = LayerModel.model_fields.keys() - {
+    "name",
+    "op",
+    "reference_name",
+    "input",
+    "allow_loose_tolerance",
+}
 ALLOWED: dict[Path_, Any] = {
     (): SuiteModel.model_fields.keys(),
     ("defaults",): _COMMON_FIELDS,

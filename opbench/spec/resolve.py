@@ -18,7 +18,13 @@ from pydantic import ValidationError
 from opbench.errors import InputError
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
-from opbench.spec.model import DEFAULT_TARGET_SPEEDUP, LayerSpec, ModelSpec, TimingSpec
+from opbench.spec.model import (
+    DEFAULT_TARGET_SPEEDUP,
+    LayerSpec,
+    ModelSpec,
+    TimingSpec,
+    loose_tolerance_problem,
+)
 from opbench.spec.problems import Locator
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
 from opbench.spec.yaml_lines import Path_
@@ -211,8 +217,13 @@ def _resolve_model(
                     reference_name=layer.reference_name,
                     regression_threshold=_pick("regression_threshold", *levels),
                     line=locate(path).line,
+                    allow_loose_tolerance=layer.allow_loose_tolerance,
                 )
             )
+            problem = loose_tolerance_problem(layers[-1])
+            if problem and batch == batches[0]:
+                # Once per layer, not once per sweep value: the tolerance is the same for all.
+                problems.append(InputError(problem, locate((*path, "tolerance"), "tolerance")))
             shape = out_shape
         instances.append(
             ModelSpec(

@@ -54,6 +54,8 @@ class LayerModel(CommonSettings):
     op: str
     reference_name: str | None = None
     input: list[int] | None = Field(default=None, min_length=1)
+    # Per layer only: a tolerance above spec.model.LOOSE_TOLERANCE_LIMIT needs it.
+    allow_loose_tolerance: bool = False
 
     @field_validator("input")
     @classmethod

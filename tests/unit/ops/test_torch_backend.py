@@ -180,23 +180,15 @@ def test_channels_last_conv_converts_its_input_before_timing() -> None:
     assert result.status == Status.OK and result.correct
 
 
-def test_torch_compile_is_available_or_says_why() -> None:
+def test_torch_compile_builds_checks_and_times_a_layer() -> None:
+    """torch is a dependency and Inductor needs a C compiler on the CPU: the test environment
+    has both, so a build failure here is a failure, never a skip."""
     backend = get_backend("torch-compile")
-    reason = backend.unavailable_reason("cpu")
-    if reason is not None:
-        assert isinstance(reason, str) and reason.strip()
-        pytest.skip(f"torch-compile unavailable here: {reason}")
-    import shutil
-
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
-        pytest.skip("torch.compile on the CPU needs a C compiler (Inductor); none on PATH")
+    assert backend.unavailable_reason("cpu") is None
     # One tiny layer; the first compile on a cold cache can take ~30 s on a 2-core machine.
     result = run_one(
         one_layer_suite("relu", "[3]", "", "float32", backend="torch-compile"), "torch-compile"
     )
-    if result.status == Status.ERROR and (result.message or "").startswith("build failed"):
-        # Compilation itself is impossible in this environment (headers, compiler, ...).
-        pytest.skip(f"torch.compile cannot compile here: {result.message}")
     assert result.status == Status.OK, result.message
     assert result.correct
     assert result.tuning_s is not None and result.tuning_s > 0, "compile time is reported as tuning"

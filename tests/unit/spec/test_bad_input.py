@@ -454,6 +454,33 @@ CASES = [
         ("conv2d needs input [C, H, W]", "[2, 144]"),
         at(L + 2, "m", "bad_conv"),
     ),
+    # ---- tolerance: above 0.1 only with allow_loose_tolerance on the layer -------------------
+    Case(
+        "loose-tolerance-without-allow",
+        suite("[8]", "{name: a, op: relu}", "{name: b, op: gelu, tolerance: 0.2}"),
+        ("tolerance 0.2 is above 0.1", "allow_loose_tolerance: true", "layer 'b'"),
+        line=L + 1,
+        model="m",
+        layer="b",
+        field="tolerance",
+    ),
+    Case(
+        "loose-tolerance-from-the-model",
+        suite("[8]", "{name: a, op: relu}", model_extra="    tolerance: 0.25\n"),
+        ("tolerance 0.25 is above 0.1", "layer 'a'"),
+        line=L + 1,
+        model="m",
+        layer="a",
+        field="tolerance",
+    ),
+    Case(
+        "allow-loose-tolerance-is-per-layer",
+        "name: bad\ndefaults: {allow_loose_tolerance: true}\n"
+        "models:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
+        ("unknown field 'allow_loose_tolerance'",),
+        line=2,
+        field="allow_loose_tolerance",
+    ),
 ]
 
 

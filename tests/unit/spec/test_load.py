@@ -113,6 +113,7 @@ def test_defaults_model_and_layer_overrides() -> None:
     assert layer.dtype == "float32"
     assert layer.backends == ("torch-compile", "triton")
     assert layer.tolerance == 0.5
+    assert layer.allow_loose_tolerance and layer.loose_tolerance
     assert layer.target_speedup == 1.25
     assert layer.regression_threshold == 0.3
     assert layer.reference_name == "SAS_FC"

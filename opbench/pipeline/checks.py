@@ -1,0 +1,131 @@
+"""The correctness checks of one work item, around its timing.
+
+1. The first call, on the suite's seeded input, against the reference.
+2. A second input of the same shape, seeded for this backend alone, against its own reference:
+   no other computation in the process has produced its answer, so recycled memory cannot
+   hold it, and a kernel that only knows the first input fails.
+3. After timing, one more call on the first input, against the first call's output: a kernel
+   right only on its first call, or racing on later ones, fails. (A call after the timed loop
+   rather than the last timed call itself: keeping that one's output would add host work
+   inside the timed loop.)
+Each checked call starts from poisoned memory (measure/poison.py) and every output the
+checker releases is poisoned first. Device time is untouched: none of this runs while timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from opbench.backends.base import Bound, Built, torch_dtype
+from opbench.measure.check import compare_outputs, with_failures
+from opbench.measure.poison import poison_, poison_free_memory, scrub
+from opbench.ops.base import numel
+from opbench.pipeline.data import ModelData
+from opbench.pipeline.options import WorkItem
+from opbench.results.model import Correctness
+
+if TYPE_CHECKING:
+    import torch
+
+SECOND_INPUT = "second input: "
+AFTER_TIMING = "after timing: "
+
+# Why a call's return value cannot be the layer's output (not a tensor, wrong shape, dtype or
+# device), or None.
+Validate = Callable[[object], "str | None"]
+
+
+class WrongOutput(Exception):
+    """A checked call returned something that cannot be the layer's output."""
+
+
+def checked_launch(
+    bound: Bound, device: str, nbytes: int, validate: Validate | None = None
+) -> torch.Tensor:
+    """One call of `bound` whose output starts as poison; synchronised and validated."""
+    if bound.out is not None:
+        poison_(bound.out)
+    poison_free_memory(device, nbytes)
+    out = bound.launch()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+    problem = validate(out) if validate is not None else None
+    if problem:
+        raise WrongOutput(problem)
+    return out
+
+
+class Checks:
+    """Runs the checks of one item and gathers them into one Correctness."""
+
+    def __init__(
+        self,
+        item: WorkItem,
+        data: ModelData,
+        built: Built,
+        device: str,
+        validate: Validate | None = None,
+    ) -> None:
+        self.item, self.data, self.built, self.device = item, data, built, device
+        self.validate = validate
+        last = item.layers[-1]
+        self.tolerance = last.effective_tolerance
+        self.loose = last.loose_tolerance
+        self.nbytes = numel(last.output_shape) * torch_dtype(last.dtype).itemsize
+        self.first: torch.Tensor | None = None  # a copy of the first call's output
+        self.first_finite = False
+        self.x: torch.Tensor | None = None  # the timed binding's input
+        self.correctness: Correctness | None = None
+
+    def _launch(self, bound: Bound) -> torch.Tensor:
+        return checked_launch(bound, self.device, self.nbytes, self.validate)
+
+    def _prepared(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.built.prepare_input is None else self.built.prepare_input(x)
+
+    def first_call(self) -> Bound:
+        """Bind the seeded input, check the first call, and return the binding to time."""
+        x = self.x = self._prepared(self.data.input(self.item.indices[0]))
+        bound = self.built.bind_input(x)
+        ref, kind = self.data.reference(self.item.indices)
+        out = self._launch(bound)
+        self.correctness = compare_outputs(out, ref, self.tolerance, kind, self.loose)
+        self.first_finite = self.correctness.nonfinite == 0
+        # A copy: a backend may write every call into the same buffer.
+        self.first = out.detach().clone()
+        scrub(out, spare=x)
+        return bound
+
+    def second_input(self) -> None:
+        raw = self.data.input(self.item.indices[0], check=self.item.backend)
+        ref, kind = self.data.reference(self.item.indices, raw)
+        x = self._prepared(raw)
+        out = self._launch(self.built.bind_input(x))
+        found = compare_outputs(out, ref, self.tolerance, kind)
+        scrub(out, spare=x)
+        self._add(SECOND_INPUT, found.failures)
+
+    def after_timing(self, bound: Bound) -> None:
+        """One more call on the timed binding, against the first call's output (against the
+        reference where the first output had NaN/Inf, which would compare with nothing)."""
+        out = self._launch(bound)
+        if self.first_finite:
+            against, kind = self.first, "first call"
+        else:
+            against, kind = self.data.reference(self.item.indices)
+        found = compare_outputs(out, against, self.tolerance, kind)
+        scrub(out, spare=self.x)
+        self._add(AFTER_TIMING, found.failures)
+
+    def _add(self, what: str, failures: tuple[str, ...]) -> None:
+        assert self.correctness is not None, "first_call runs first"
+        self.correctness = with_failures(self.correctness, tuple(what + f for f in failures))
+
+    def result(self) -> Correctness:
+        assert self.correctness is not None, "first_call runs first"
+        scrub(self.first)
+        self.first = None
+        return self.correctness

@@ -1,0 +1,194 @@
+"""Kernels written to fool the correctness check, run through the real pipeline (run_suite):
+one that writes nothing, one that writes half its output, one right only on its first call
+with each input. Each must FAIL on every one of 30 fresh runs, after the torch backend has
+just computed the right answer for the same input (the memory a lazy kernel would pick up).
+
+The fooling kernels are plain torch: what is under test is the pipeline's check, not Triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from opbench.backends import triton as triton_backend
+from opbench.backends.base import Bound, Built
+from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item, run_suite
+from opbench.pipeline.checks import AFTER_TIMING, SECOND_INPUT, Checks, WrongOutput
+from opbench.results.model import Status
+from opbench.spec.load import load_suite_text
+
+RUNS = 30
+SHAPE = (3, 37, 41)  # fp16, 9 kB: small enough that malloc hands the same chunk back
+SUITE = f"""
+name: fool
+defaults: {{dtype: float16, backends: [torch, triton], timing: {{warmup_ms: 0, rep_ms: 1, rounds: 1}}}}
+models:
+  - name: m
+    batch: {SHAPE[0]}
+    input: {list(SHAPE[1:])}
+    layers:
+      - {{name: act, op: relu}}
+"""
+
+
+def writes_nothing(layer, w) -> Callable:
+    return lambda x: torch.empty_like(x)
+
+
+def writes_half(layer, w) -> Callable:
+    def run(x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(x)
+        half = out.numel() // 2
+        out.view(-1)[:half] = torch.relu(x).view(-1)[:half]
+        return out
+
+    return run
+
+
+def right_once(layer, w) -> Callable:
+    """Right on the first call with each input; afterwards writes nothing."""
+    seen: set[int] = set()
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        if x.data_ptr() in seen:
+            return torch.empty_like(x)
+        seen.add(x.data_ptr())
+        return torch.relu(x)
+
+    return run
+
+
+def run_fooled(monkeypatch, builder, runs: int = RUNS) -> list:
+    monkeypatch.setitem(triton_backend.BUILDERS, "relu", builder)
+    suite = load_suite_text(SUITE, "fool.yaml")
+    results = []
+    for _ in range(runs):
+        run = run_suite(suite, RunOptions(device="cpu", end_to_end=False))
+        by_backend = {r.backend: r for r in run.layers}
+        assert by_backend["torch"].correct, "the honest backend passes the same checks"
+        results.append(by_backend["triton"])
+    return results
+
+
+@pytest.mark.parametrize("builder", [writes_nothing, writes_half, right_once])
+def test_fooling_kernel_fails_every_run(monkeypatch, builder) -> None:
+    results = run_fooled(monkeypatch, builder)
+    assert all(r.status == Status.OK for r in results), "a wrong answer is a failed check"
+    passed = [r for r in results if r.correct]
+    assert not passed, f"{builder.__name__} passed {len(passed)} of {RUNS} runs"
+    for r in results:
+        assert r.correctness.failures, "every failed result says why"
+        if builder is right_once:
+            # Its first call on each input is right: only the call after timing can catch it.
+            corr = r.correctness
+            assert corr.rel_l2 <= corr.tolerance and corr.max_abs <= corr.max_abs_limit
+            assert all(f.startswith(AFTER_TIMING) for f in corr.failures)
+
+
+def test_a_kernel_that_only_knows_the_seeded_input_fails_on_the_second(monkeypatch) -> None:
+    """Right for the suite's input (it keeps that answer), wrong for any other."""
+
+    def memorised(layer, w) -> Callable:
+        answer: list[torch.Tensor] = []
+
+        def run(x: torch.Tensor) -> torch.Tensor:
+            if not answer:
+                answer.append(torch.relu(x))
+            return answer[0].clone()
+
+        return run
+
+    for r in run_fooled(monkeypatch, memorised, runs=3):
+        assert not r.correct
+        assert r.correctness.rel_l2 == 0.0
+        assert [f for f in r.correctness.failures if f.startswith(SECOND_INPUT)]
+
+
+# ---- a backend that preallocates its output at bind time: Bound.out is poisoned ---------------
+
+
+class PreallocatingBackend:
+    """Allocates its output at bind (zeros, the friendliest garbage) and writes `share` of it."""
+
+    name = "triton"
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+
+    def build(self, layers, weights, device) -> Built:
+        share = self.share
+
+        def bind(x: torch.Tensor) -> Bound:
+            out = torch.zeros_like(x)
+            n = int(out.numel() * share)
+
+            def launch() -> torch.Tensor:
+                out.view(-1)[:n] = torch.relu(x).view(-1)[:n]
+                return out
+
+            return Bound(launch=launch, out=out)
+
+        return Built(fn=torch.relu, bind=bind)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5])
+def test_unwritten_elements_of_a_preallocated_output_are_counted(share: float) -> None:
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    result = measure_item(
+        WorkItem(model, (0,), "triton"),
+        ModelData(suite, model, "cpu"),
+        PreallocatingBackend(share),
+        RunOptions(device="cpu"),
+    )
+    numel = SHAPE[0] * SHAPE[1] * SHAPE[2]
+    expected = numel - int(numel * share)
+    corr = result.correctness
+    assert corr.unwritten == expected and corr.nonfinite == expected
+    assert not result.correct
+    assert f"{expected} of {numel} elements never written" in corr.failures
+    assert f"{SECOND_INPUT}{expected} of {numel} elements never written" in corr.failures
+    assert f"{AFTER_TIMING}{expected} of {numel} elements never written" in corr.failures
+
+
+def test_a_preallocated_output_written_in_full_passes() -> None:
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    result = measure_item(
+        WorkItem(model, (0,), "triton"),
+        ModelData(suite, model, "cpu"),
+        PreallocatingBackend(1.0),
+        RunOptions(device="cpu"),
+    )
+    assert result.correct and result.correctness.failures == ()
+    assert result.correctness.unwritten == 0
+
+
+def test_every_checked_call_is_validated_not_only_the_first() -> None:
+    """A kernel whose output is well-formed on the first call and not on a later one."""
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    calls: list[int] = []
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        y = torch.relu(x)
+        return y if len(calls) == 1 else y.float()
+
+    def validate(out: object) -> str | None:
+        assert isinstance(out, torch.Tensor)
+        return None if out.dtype == torch.float16 else f"dtype {out.dtype}"
+
+    checks = Checks(
+        WorkItem(model, (0,), "triton"),
+        ModelData(suite, model, "cpu"),
+        Built(fn=kernel),
+        "cpu",
+        validate=validate,
+    )
+    checks.first_call()
+    with pytest.raises(WrongOutput, match="dtype torch.float32"):
+        checks.second_input()
