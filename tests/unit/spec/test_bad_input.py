@@ -459,27 +459,20 @@ CASES = [
         "loose-tolerance-without-allow",
         suite("[8]", "{name: a, op: relu}", "{name: b, op: gelu, tolerance: 0.2}"),
         ("tolerance 0.2 is above 0.1", "allow_loose_tolerance: true", "layer 'b'"),
-        line=L + 1,
-        model="m",
-        layer="b",
-        field="tolerance",
+        at(L + 1, "m", "b", "tolerance"),
     ),
     Case(
         "loose-tolerance-from-the-model",
         suite("[8]", "{name: a, op: relu}", model_extra="    tolerance: 0.25\n"),
         ("tolerance 0.25 is above 0.1", "layer 'a'"),
-        line=L + 1,
-        model="m",
-        layer="a",
-        field="tolerance",
+        at(L + 1, "m", "a", "tolerance"),
     ),
     Case(
         "allow-loose-tolerance-is-per-layer",
         "name: bad\ndefaults: {allow_loose_tolerance: true}\n"
         "models:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         ("unknown field 'allow_loose_tolerance'",),
-        line=2,
-        field="allow_loose_tolerance",
+        at(2, field="allow_loose_tolerance"),
     ),
 ]
 
