@@ -21,15 +21,19 @@ from opbench.kernels.tuning import Config
 
 # Rows at or below which the split-K kernel runs with the decode table (decode-like batches).
 SMALL_M = 64
-# Programs the decode rule aims for, per SM: enough loads in flight to stream W at full speed.
-PROGRAMS_PER_SM = 2
+# Programs the decode rule aims for, per SM: fp16 rows up to DECODE_NARROW_M stream W fastest
+# with two per SM; wider fp16 rows and every int8 row with one (their tiles hold more per program).
+# Both measured on the H200 against every split-K candidate (docs/perf/gemm.md, decode table).
+PROGRAMS_PER_SM = {"narrow": 2, "wide": 1}
+DECODE_NARROW_M = 16
 # At least this many K steps per split: a shorter loop leaves the software pipeline empty.
 MIN_STEPS_PER_SPLIT = 4
 MAX_SPLIT_K = 4
-# Rows up to which an int8 decode GEMM quantizes x inside the kernel: every program re-reads
-# whole rows of x from L2 for their absmax, M * K * 2 bytes each, which stays small next to
-# its share of W only for a few rows.
-FUSED_QUANT_MAX_M = 16
+# Rows up to which an int8 decode GEMM quantizes x inside the kernel. Zero: on the H200 every
+# fused candidate was slower than the best two-launch one (M = 1..64, K = N = 4096: 19.8-23.2 us
+# against 15.4-16.6 us): each program must finish x's per-row absmax over all of K before its
+# first multiply, a serial pass the two-launch path does once, in its own kernel.
+FUSED_QUANT_MAX_M = 0
 
 
 def gemm_plan(
@@ -51,17 +55,19 @@ def small_m_block(m: int) -> int:
 def decode_plan(m: int, n: int, k: int, elem_bytes: int, int8: bool, sm_count: int) -> Config:
     """The fixed plan for M <= SMALL_M (docs/perf/gemm.md, "decode table").
 
-    One M tile; 256 bytes of K per W row and step (int8 takes twice the elements); 64-column
-    tiles on 4 warps; SPLIT_K the smallest power of two giving PROGRAMS_PER_SM programs per
-    SM while every split keeps MIN_STEPS_PER_SPLIT steps; int8 quantizes x in the kernel for
-    M <= FUSED_QUANT_MAX_M.
+    One M tile; 64-column tiles on 4 warps; 256 bytes of K per W row and step up to
+    DECODE_NARROW_M rows, 512 above (int8 takes twice the elements); SPLIT_K the largest power
+    of two that keeps the programs within PROGRAMS_PER_SM per SM while every split keeps
+    MIN_STEPS_PER_SPLIT steps; int8 quantizes x in the kernel for M <= FUSED_QUANT_MAX_M.
     """
-    block_k = 256 // elem_bytes
+    narrow = m <= DECODE_NARROW_M
+    block_k = (256 if narrow else 512) // elem_bytes
     block_n = 64
     tiles = cdiv(n, block_n)
     k_steps = cdiv(k, block_k)
+    target = PROGRAMS_PER_SM["narrow" if narrow and not int8 else "wide"] * sm_count
     split_k = 1
-    while (tiles * split_k < PROGRAMS_PER_SM * sm_count and split_k < MAX_SPLIT_K
+    while (tiles * split_k * 2 <= target and split_k < MAX_SPLIT_K
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
     fused = int8 and m <= FUSED_QUANT_MAX_M

@@ -119,7 +119,9 @@ class _Reuse:
             if i not in self.used and record.get("kernel") == kernel:
                 self.used.add(i)
                 return record
-        return None
+        # The layer binds again (the check's second input, same shape): the same plan holds.
+        used = [self.records[i] for i in sorted(self.used)]
+        return next((r for r in reversed(used) if r.get("kernel") == kernel), None)
 
 
 _REUSE: contextvars.ContextVar[_Reuse | None] = contextvars.ContextVar(

@@ -108,6 +108,10 @@ def _eager_forward(model: ModelSpec, built: dict[tuple[int, ...], Built], data: 
             source = _chain_input(model, data, group[0], layer_built)
         elif stable and previous.dtype == dtype:
             source = previous
+        elif stable:
+            # The suite changes dtype here; a real model casts too (one kernel). Into a buffer
+            # of its own, so the next layer stays bound like any other.
+            source = _cast_step(previous, dtype, steps)
         else:
             source = None
         if source is not None:
@@ -132,6 +136,15 @@ def _eager_forward(model: ModelSpec, built: dict[tuple[int, ...], Built], data: 
         return x
 
     return forward
+
+
+def _cast_step(previous, dtype, steps: list[Step]):
+    """Append a step that casts `previous` (a stable buffer) into a new stable buffer."""
+    import torch
+
+    cast = torch.empty_like(previous, dtype=dtype)
+    steps.append(lambda _x, cast=cast, src=previous: cast.copy_(src))
+    return steps[-1](None)
 
 
 def _compiled_forward(model: ModelSpec, implementation, data: ModelData, device: str):

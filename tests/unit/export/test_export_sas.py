@@ -146,11 +146,18 @@ def test_script_times_prefixes_against_standin_and_compare_reads_it(
     assert rows_by_layer[("conv1",)]["reference"]["value"] == pytest.approx(1.01)
     assert rows_by_layer[("bn1",)]["reference"]["value"] == pytest.approx(1.0)
     assert rows_by_layer[("relu1", "pool1")]["reference"]["value"] == pytest.approx(2.0)
-    assert [tuple(r["layers"]) for r in data["rows"]] == [
-        ("conv1",), ("bn1",), ("relu1", "pool1"), ("conv2",), ("pool2",)
-    ]  # fmt: skip
-    verdicts = [t["verdict"] for r in data["rows"] for t in r["timings"] if t["backend"] == "torch"]
-    assert len(verdicts) == 5 and set(verdicts) <= {"PASS", "FAIL", "UNCERTAIN"}
+    verdicts = {
+        tuple(r["layers"]): [t["verdict"] for t in r["timings"] if t["backend"] == "torch"]
+        for r in data["rows"]
+    }
+    matched = [("conv1",), ("bn1",), ("relu1", "pool1"), ("conv2",), ("pool2",)]
+    assert list(verdicts)[:5] == matched
+    assert all(v and set(v) <= {"PASS", "FAIL", "UNCERTAIN"} for v in list(verdicts.values())[:5])
+    # The cuts DLPy could not import leave their layers uncovered: MISSING, never guessed
+    # (flatten moves no data and is exempt).
+    assert {k: v for k, v in verdicts.items() if k not in matched} == {
+        ("to_nhwc",): ["MISSING"], ("gelu",): ["MISSING"]
+    }  # fmt: skip
 
 
 def test_script_without_connection_settings_is_bad_input(bundle: Path):
