@@ -4,6 +4,7 @@ Usage (GPU machine, repository root; writes $OUT/kernels_gpu.json when $OUT is s
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/kernels_gpu.py
 CPU check of the script's plumbing (interpreter, tiny shapes; the numbers mean nothing):
     PYTHONPATH=. python3 bench/kernels_gpu.py --cpu-smoke
+One or more sections only: --only decode (host, decode, norms; comma-separated)
 
 Three sections, each checked for correctness before it is timed:
 
@@ -291,7 +292,12 @@ def main() -> None:
 
         env |= {"gpu": torch.cuda.get_device_name(), "triton": triton.__version__}
     print(json.dumps(env))
-    results = {"env": env, "host": run_host(), "decode": run_decode(), "norms": run_norms()}
+    # --only host,decode,norms: the sections to run (all by default)
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+    sections = {"host": run_host, "decode": run_decode, "norms": run_norms}
+    results = {"env": env} | {
+        name: run() for name, run in sections.items() if only is None or name in only
+    }
     out_dir = os.environ.get("OUT")
     if out_dir:
         path = os.path.join(out_dir, "kernels_gpu.json")
