@@ -192,3 +192,31 @@ def test_every_checked_call_is_validated_not_only_the_first() -> None:
     checks.first_call()
     with pytest.raises(WrongOutput, match="dtype torch.float32"):
         checks.second_input()
+
+
+def test_the_plan_reported_is_the_timed_bindings_not_the_second_inputs() -> None:
+    """A backend that records each bind's choice in Built.plan (as the Triton one does)."""
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    plan: dict = {}
+    binds: list[int] = []
+
+    def bind(x: torch.Tensor) -> Bound:
+        binds.append(1)
+        plan.update(config=f"bind {len(binds)}")
+        return Bound(launch=lambda: torch.relu(x))
+
+    class Recording:
+        name = "triton"
+
+        def build(self, layers, weights, device) -> Built:
+            return Built(fn=torch.relu, bind=bind, plan=plan)
+
+    result = measure_item(
+        WorkItem(model, (0,), "triton"),
+        ModelData(suite, model, "cpu"),
+        Recording(),
+        RunOptions(device="cpu"),
+    )
+    assert result.correct and len(binds) == 2
+    assert result.plan == {"config": "bind 1"}
