@@ -180,3 +180,22 @@ def test_reference_agreement_of_the_bound_int8_linear() -> None:
     out = binder(x).launch().double()
     ref = F.relu(x.double() @ randn(24, 40, seed=1).double().T / 6 + randn(24, seed=2).double())
     assert ((out - ref).norm() / ref.norm()).item() <= 3e-2
+
+
+# Shared memory per block on Hopper (H100/H200: 227 KB); a plan above it does not launch.
+HOPPER_SHARED_BYTES = 232448
+
+
+def test_decode_table_plans_fit_in_shared_memory() -> None:
+    """Every decode-table plan's pipelined tiles (x and W, num_stages deep) fit in a Hopper
+    SM's shared memory: the table is fixed, so a plan that does not fit would be an error on
+    the GPU, not a slower choice (seen: 64 rows at 512-byte K steps and four stages)."""
+    from opbench.kernels.linear_plans import SMALL_M, decode_plan
+
+    for m in range(1, SMALL_M + 1):
+        for int8, elem in ((False, 2), (True, 1)):
+            for n, k in ((4096, 4096), (11008, 4096), (4096, 11008), (12288, 4096)):
+                p = decode_plan(m, n, k, elem, int8=int8, sm_count=132)
+                tile = (p["BLOCK_M"] + p["BLOCK_N"]) * p["BLOCK_K"] * elem
+                assert tile * p.num_stages <= HOPPER_SHARED_BYTES, (m, int8, n, k)
+
