@@ -250,3 +250,30 @@ def test_compiled_layers_mark_weights_static_for_cuda_graph_modes(monkeypatch) -
     assert sorted(tuple(t.shape) for t in marked) == [(6,), (6, 5)], "fc1's weight and bias"
     eager = get_backend("torch").build([model.layers[0]], [data.weights(0)], "cpu")
     torch.testing.assert_close(built.fn(data.input(0)), eager.fn(data.input(0)))
+
+
+def test_the_compiled_whole_forward_keeps_every_chain_alive() -> None:
+    """A compiler drops what reaches no output: the whole-forward function hands it every
+    chain's end, so a model of two chains is timed with both (fc1..half, then side)."""
+    suite = load_suite_text(CHAIN)
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    eager = get_backend("torch")
+    calls = []
+
+    class NoCompiler:
+        def forward(self, layers, weights, device, static_weights=False):
+            return eager.forward(layers, weights, device)
+
+        def compile_model(self, forward, inputs):
+            def run(*args):
+                outputs = forward(*args)
+                calls.append(outputs)
+                return outputs
+
+            return run
+
+    forward = end_to_end._compiled_forward(model, NoCompiler(), data, "cpu")
+    outputs = forward()
+    assert [tuple(o.shape) for o in outputs] == [(2, 4), (2, 3)]  # half's output, then side's
+    assert outputs[0].dtype == torch.float16 and len(calls) == 2  # compiled once, then timed
