@@ -56,15 +56,22 @@ def triton_built(kernel: LayerKernel | Callable[[Any], Any], note: str | None) -
     """A Built around a built layer; with a bind step, `bind` records its plan in Built.plan."""
     if not isinstance(kernel, LayerKernel):
         return Built(fn=kernel, note=note)
+    from opbench.kernels.tuning import TUNING_SECONDS
+
     plan: dict[str, Any] = {}
 
     def bind(x: Any) -> Bound:
+        tuned_before = TUNING_SECONDS[0]
         bound = kernel.bind(x)
         plan.clear()
         plan.update(bound.plan())
+        # Tuning happens at the first bind of a shape: count it as tuning, not as the check
+        # that happened to bind first.
+        built.tuning_s = (built.tuning_s or 0.0) + TUNING_SECONDS[0] - tuned_before
         return Bound(launch=bound.launch, out=bound.out)
 
-    return Built(fn=kernel, note=note, bind=bind, plan=plan)
+    built = Built(fn=kernel, note=note, bind=bind, plan=plan)
+    return built
 
 
 class TritonBackend:
