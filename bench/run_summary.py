@@ -25,7 +25,9 @@ def layers_table(run) -> None:
             print(f"| {r.model} | {r.layer} | {r.backend} | {r.status}: {r.message} | | | | |")
             continue
         base = torch_ms.get((r.model, r.layer))
-        ratio = f"{base / r.median_ms:.2f}×" if base and r.median_ms and r.backend != "torch" else ""
+        ratio = (
+            f"{base / r.median_ms:.2f}×" if base and r.median_ms and r.backend != "torch" else ""
+        )
         print(f"| {r.model} | {'+'.join(r.members)} | {r.backend} | {fmt(r.median_ms)} | "
               f"{fmt(r.host_ms)} | {fmt(r.stream_ms)} | {'yes' if r.launch_bound else ''} | {ratio} |")  # fmt: skip
 
@@ -36,14 +38,22 @@ def models_table(run) -> None:
         median = e.stats.median if e.stats else None
         rows.setdefault((e.model, e.mode), {})[e.backend] = median
     backends = sorted({b for row in rows.values() for b in row}, key=lambda b: b != "torch")
-    print("| model | mode | " + " | ".join(f"{b} ms" for b in backends) + " | × torch eager (same mode) |")
+    print(
+        "| model | mode | "
+        + " | ".join(f"{b} ms" for b in backends)
+        + " | × torch eager (same mode) |"
+    )
     print("| --- | --- | " + " | ".join("---" for _ in backends) + " | --- |")
     for (model, mode), row in rows.items():
         base = row.get("torch")
         ratios = ", ".join(
             f"{b} {base / row[b]:.2f}×" for b in backends if b != "torch" and row.get(b) and base
         )
-        print(f"| {model} | {mode} | " + " | ".join(fmt(row.get(b)) for b in backends) + f" | {ratios} |")
+        print(
+            f"| {model} | {mode} | "
+            + " | ".join(fmt(row.get(b)) for b in backends)
+            + f" | {ratios} |"
+        )
 
 
 def main() -> None:

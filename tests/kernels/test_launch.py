@@ -165,6 +165,8 @@ def test_decode_table_is_fixed_by_shape() -> None:
             assert plan["SPLIT_K"] == (4 if m <= 16 and not int8 else 2)
             assert plan["BLOCK_M"] == max(16, 2 ** math.ceil(math.log2(m)))
             assert plan["BLOCK_K"] * elem == (256 if m <= 16 else 512)
+
+
 def test_signature_args_put_every_parameter_in_order() -> None:
     names = ["x_ptr", "y_ptr", "n", "BLOCK", "FLAG"]
     assert signature_args(names, ("x", "y"), {"FLAG": 1, "BLOCK": 64, "n": 3}) == [
@@ -198,4 +200,3 @@ def test_decode_table_plans_fit_in_shared_memory() -> None:
                 p = decode_plan(m, n, k, elem, int8=int8, sm_count=132)
                 tile = (p["BLOCK_M"] + p["BLOCK_N"]) * p["BLOCK_K"] * elem
                 assert tile * p.num_stages <= HOPPER_SHARED_BYTES, (m, int8, n, k)
-

@@ -101,7 +101,10 @@ CASES = [
     Case(
         "unknown-backend-defaults",
         "name: bad\ndefaults: {backends: [cuda]}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
-        ("unknown backend 'cuda'", "torch, torch-compile, torch-compile-max-autotune, torch-int8, triton"),
+        (
+            "unknown backend 'cuda'",
+            "torch, torch-compile, torch-compile-max-autotune, torch-int8, triton",
+        ),
         at(2, field="backends"),
     ),
     Case(
