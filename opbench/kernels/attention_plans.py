@@ -1,7 +1,8 @@
 """Tile candidates of the attention kernels (fp16/bf16/fp32 and int8), and the TMA checks.
 
 A tile is (BLOCK_M, BLOCK_N, num_warps, num_stages, maxnreg, USE_DESC): the tiles that won at
-least one shape of bench/attention.py on the H200 out of a wider set (docs/perf/attention.md).
+least one shape of the (since retired) bench/attention.py on the H200 out of a wider set
+(docs/perf/attention.md).
 Each compiles for sm_90 without spills. Two programs per SM (64-row blocks on 4 warps, or a
 128-register cap) let the scheduler interleave one program's softmax with the other's matrix
 phase, which one 8-warp program cannot. Head dims 16, 32 and 256 are compiled but unmeasured.
