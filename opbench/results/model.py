@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opbench.results.stats import TimingStats
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 SCHEMA_VERSION = 1
 
@@ -102,7 +103,7 @@ class LayerResult:
     correctness: Correctness | None = None
     message: str | None = None
     reference_name: str | None = None
-    target_speedup: float = 1.5
+    target_speedup: float = DEFAULT_TARGET_SPEEDUP
     regression_threshold: float | None = None
     device: str = "cpu"
     gpu: str | None = None
