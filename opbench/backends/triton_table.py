@@ -10,6 +10,7 @@ return a plain function x -> output (a view, or a test's stand-in): it then has 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -135,6 +136,18 @@ def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.activation import bind_activation
 
     return LayerKernel(lambda x: bind_activation(x, layer.op))
+
+
+def unary(kernel_module: str, binder: str = "bind") -> Builder:
+    """The builder of an op whose kernel takes the input alone: `binder(x)` of
+    opbench.kernels.<kernel_module>, imported when a layer is built (so that one line of the
+    table below is all a new elementwise op needs here)."""
+
+    def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+        module = importlib.import_module(f"opbench.kernels.{kernel_module}")
+        return LayerKernel(getattr(module, binder))
+
+    return build
 
 
 def _pool(is_max: bool) -> Builder:
