@@ -193,6 +193,7 @@ BUILDERS: dict[str, Builder] = {
     "relu": _activation,
     "gelu": _activation,
     "silu": _activation,
+    "sigmoid": unary("sigmoid", "bind_sigmoid"),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,
