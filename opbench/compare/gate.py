@@ -111,9 +111,7 @@ def _prepare(
         why = (
             "no correctness check recorded"
             if c is None
-            else (
-                f"failed correctness: rel_l2 {c.rel_l2:.3g} > tolerance {c.tolerance:.3g}, {c.nonfinite} non-finite"
-            )
+            else f"failed correctness: {'; '.join(c.reasons)}"
         )
         return replace(base, verdict=Verdict.CRASHED, message=why)
     stats = result.stats

@@ -266,6 +266,23 @@ def test_new_missing_crashed_and_unsupported_are_listed():
     assert report.exit_code == ExitCode.LAYER_ERROR == 3
 
 
+def test_a_crash_message_names_the_check_that_failed():
+    # max_abs over its limit with rel_l2 well inside the tolerance: the message must say so.
+    elementwise = Correctness(
+        rel_l2=1e-4, max_abs=0.5, nonfinite=0, tolerance=5e-3, max_abs_limit=1e-2
+    )
+    second = Correctness(
+        rel_l2=1e-4, max_abs=1e-3, nonfinite=0, tolerance=5e-3, failures=("second input: x",)
+    )
+    report = judge(
+        [layer("a"), layer("b")],
+        [layer("a", correctness=elementwise), layer("b", correctness=second)],
+    )
+    messages = {v.layer: v.message for v in report.verdicts}
+    assert messages["a"] == "failed correctness: max_abs 5.00e-01 > 1.0e-02"
+    assert messages["b"] == "failed correctness: second input: x"
+
+
 def test_interpreted_timings_are_never_judged():
     v = only(judge([layer()], [layer(scale=2.0, interpreted=True)]))
     assert v.verdict is Verdict.INCONCLUSIVE and "interpreter" in v.message
