@@ -347,6 +347,8 @@ def test_missing_env_keys():
     [
         ("opbench_vars", {"OPBENCH_CONV_PLAN": "a"}, {"OPBENCH_CONV_PLAN": "b"}),
         ("opbench_vars", {}, {"OPBENCH_LINEAR_FAST": "1"}),
+        # docs/ci.md's demo: the slowed run needs --allow-env-change to be gated at all
+        ("opbench_vars", {}, {"OPBENCH_TEST_SLOW_LAYERNORM": "1"}),
         ("plugins", [], [{"name": "opbench-extra", "version": "0.2"}]),
         (
             "plugins",
