@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench.compare.baseline import NOT_RECORDED, baseline_from_run
+from opbench.compare.baseline import baseline_from_run
 from opbench.compare.gate import (
     GateOptions,
     Verdict,
@@ -21,6 +21,7 @@ from opbench.compare.gate import (
 )
 from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test, t_isf, t_sf
 from opbench.errors import ExitCode, InputError
+from opbench.results.fingerprint import NOT_RECORDED
 from opbench.results.model import Correctness, LayerResult, RunResult, Status
 
 ENV = {
