@@ -37,6 +37,8 @@ done
 step gate_baseline python3 -m opbench compare "$g/A/transformer/latest" --update-baseline --baseline-out "$g/baseline.json"
 step gate_same python3 -m opbench compare "$g/B/transformer/latest" --baseline "$g/baseline.json" --junit "$g/same.junit.xml"
 OPBENCH_TEST_SLOW_LAYERNORM=1 step gate_run_C timeout 150 python3 -m opbench run suites/transformer.yaml --backend triton --out "$g/C"
-step gate_slowed python3 -m opbench compare "$g/C/transformer/latest" --baseline "$g/baseline.json" --junit "$g/slowed.junit.xml"
+# run C records OPBENCH_TEST_SLOW_LAYERNORM in env["opbench_vars"]: without --allow-env-change
+# its fingerprint differs from the baseline's and the gate stops at exit 4 (docs/ci.md)
+step gate_slowed python3 -m opbench compare "$g/C/transformer/latest" --baseline "$g/baseline.json" --junit "$g/slowed.junit.xml" --allow-env-change
 for name in gate_same gate_slowed; do echo "== $name"; cat "$work/$name.log"; done
 cat "$work/steps.txt"

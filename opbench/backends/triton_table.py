@@ -10,6 +10,7 @@ return a plain function x -> output (a view, or a test's stand-in): it then has 
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -137,6 +138,18 @@ def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     return LayerKernel(lambda x: bind_activation(x, layer.op))
 
 
+def unary(kernel_module: str, binder: str = "bind") -> Builder:
+    """The builder of an op whose kernel takes the input alone: `binder(x)` of
+    opbench.kernels.<kernel_module>, imported when a layer is built (so that one line of the
+    table below is all a new elementwise op needs here)."""
+
+    def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+        module = importlib.import_module(f"opbench.kernels.{kernel_module}")
+        return LayerKernel(getattr(module, binder))
+
+    return build
+
+
 def _pool(is_max: bool) -> Builder:
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
         from opbench.kernels.pool import bind_pool2d
@@ -180,6 +193,7 @@ BUILDERS: dict[str, Builder] = {
     "relu": _activation,
     "gelu": _activation,
     "silu": _activation,
+    "sigmoid": unary("sigmoid", "bind_sigmoid"),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from opbench.cli.console import console
-from opbench.compare.baseline import Baseline, env_differences
+from opbench.compare.baseline import Baseline
 from opbench.compare.gate import (
     GateOptions,
     GateReport,
@@ -22,6 +22,7 @@ from opbench.compare.gate import (
     inconclusive_keys,
 )
 from opbench.errors import OpbenchError
+from opbench.results.fingerprint import env_differences
 from opbench.results.model import RunResult
 
 CONFIRM_ROUNDS_FACTOR = 2

@@ -19,35 +19,20 @@ to. A previous run.json is accepted as a baseline too: `load_baseline` tells the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from opbench.errors import ExitCode, InputError, Location, OpbenchError
+from opbench.results.fingerprint import ENV_KEYS, env_differences
 from opbench.results.io import RUN_FILE, run_from_dict, write_json_atomic
 from opbench.results.model import LayerResult, RunResult
 
 BASELINE_KIND = "opbench-baseline"
 BASELINE_SCHEMA_VERSION = 1
 
-# The fingerprint keys that make two timings comparable: the one list the gate checks.
-# opbench_vars ({OPBENCH_* name: value}) and plugins (list) change what runs as much as a
-# new Triton does.
-ENV_KEYS: tuple[str, ...] = (
-    "gpu_name",
-    "driver",
-    "torch",
-    "triton",
-    "kernel_version",
-    "opbench_vars",
-    "plugins",
-)
-# Keys whose "nothing" is recorded as an empty value: not recorded and empty are the same
-# (no OPBENCH_* variable set, no plugin loaded), so baselines from before they were recorded
-# stay comparable with runs that set none.
-EMPTY_WHEN_ABSENT: dict[str, object] = {"opbench_vars": {}, "plugins": []}
 # Kept in the baseline for readers, never compared.
 INFO_KEYS: tuple[str, ...] = (
     "cuda",
@@ -59,7 +44,6 @@ INFO_KEYS: tuple[str, ...] = (
     "sm_count",
 )
 
-NOT_RECORDED = "(not recorded)"
 
 Key = tuple[str, str, str]
 
@@ -298,39 +282,3 @@ def load_baseline(path: Path | str) -> Baseline:
     except (KeyError, TypeError, ValueError) as exc:
         raise InputError(f"not a usable baseline: {exc}", where) from None
     raise InputError("neither an opbench baseline nor a run.json", where)
-
-
-@dataclass(frozen=True)
-class EnvDifference:
-    """One fingerprint key whose value differs; NOT_RECORDED where a side lacks the key."""
-
-    key: str
-    baseline: Any
-    current: Any
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.baseline} -> {self.current}"
-
-
-def env_differences(
-    current: Mapping[str, Any],
-    baseline: Mapping[str, Any],
-    keys: Iterable[str] = ENV_KEYS,
-    ignore: Iterable[str] = (),
-) -> list[EnvDifference]:
-    """Compared keys whose values differ. A key absent on both sides is equal (nothing to
-    compare); absent on one side only is a difference: comparability cannot be shown."""
-    skipped = set(ignore)
-    out = []
-    for key in keys:
-        if key in skipped:
-            continue
-        default = EMPTY_WHEN_ABSENT.get(key, NOT_RECORDED)
-        has_old = key in baseline or key in EMPTY_WHEN_ABSENT
-        has_new = key in current or key in EMPTY_WHEN_ABSENT
-        if not has_old and not has_new:
-            continue
-        old, new = baseline.get(key, default), current.get(key, default)
-        if not has_old or not has_new or old != new:
-            out.append(EnvDifference(key, old, new))
-    return out

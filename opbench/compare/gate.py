@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from opbench.compare.baseline import Baseline, BaselineEntry, EnvDifference, env_differences
+from opbench.compare.baseline import Baseline, BaselineEntry
 from opbench.compare.gate_model import (
     CODE_VERDICT,
     CV_FLOOR_FACTOR,
@@ -49,6 +49,7 @@ from opbench.compare.gate_model import (
     pct,
 )
 from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test
+from opbench.results.fingerprint import EnvDifference, env_differences
 from opbench.results.model import LayerResult, RunResult, Status
 
 # Names other modules import from here: the gate's one public face.
@@ -111,9 +112,7 @@ def _prepare(
         why = (
             "no correctness check recorded"
             if c is None
-            else (
-                f"failed correctness: rel_l2 {c.rel_l2:.3g} > tolerance {c.tolerance:.3g}, {c.nonfinite} non-finite"
-            )
+            else f"failed correctness: {'; '.join(c.reasons)}"
         )
         return replace(base, verdict=Verdict.CRASHED, message=why)
     stats = result.stats

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from enum import Enum
 
-from opbench.compare.baseline import EnvDifference
 from opbench.errors import ExitCode, InputError
+from opbench.results.fingerprint import EnvDifference
 
 DEFAULT_THRESHOLD = 0.05
 CV_FLOOR_FACTOR = 3.0  # short layers: T >= 3 x CV of round medians

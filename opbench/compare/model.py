@@ -10,11 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from opbench.spec.model import DEFAULT_TARGET_SPEEDUP
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 COMPARISON_SCHEMA_VERSION = 1
-
-DEFAULT_TARGET = DEFAULT_TARGET_SPEEDUP
 
 
 class Verdict:
@@ -186,7 +184,7 @@ class ModelSummary:
     speedup: Interval | None = None
     basis: str = ""
     reason: str | None = None
-    target: float = DEFAULT_TARGET
+    target: float = DEFAULT_TARGET_SPEEDUP
     end_to_end_speedup: float | None = None
     end_to_end: tuple[EndToEndTiming, ...] = ()
     missing: tuple[str, ...] = ()

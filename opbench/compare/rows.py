@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from opbench.compare.model import DEFAULT_TARGET, BackendTiming, ComparisonRow, Interval, Verdict
+from opbench.compare.model import BackendTiming, ComparisonRow, Interval, Verdict
 from opbench.compare.verdict import (
     RowContext,
     backend_timing,
@@ -20,6 +20,7 @@ from opbench.match.groups import Group, ModelGroups
 from opbench.match.suite_layers import SuiteModel
 from opbench.reference.model import ReferenceProfile, TimeKind
 from opbench.results.model import LayerResult, RunResult, Status
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 TORCH = "torch"
 TORCH_INT8 = "torch-int8"
@@ -71,7 +72,7 @@ def _target(
     pool = covering(by_backend.get(options.backends[0], []), layers) or covering(
         [r for rs in by_backend.values() for r in rs], layers
     )
-    return max((r.target_speedup for r in pool), default=DEFAULT_TARGET)
+    return max((r.target_speedup for r in pool), default=DEFAULT_TARGET_SPEEDUP)
 
 
 def _group_row(

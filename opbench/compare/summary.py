@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opbench.compare.model import (
-    DEFAULT_TARGET,
     ComparisonRow,
     EndToEndTiming,
     Interval,
@@ -34,6 +33,7 @@ from opbench.compare.verdict import (
     verdict_of,
 )
 from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 EAGER = "eager"
 BASIS_END_TO_END = "end-to-end (eager)"
@@ -136,7 +136,7 @@ def summarise_model(
         for layer in row.layers
     )
     targets = [row.target for row in rows]
-    target = context.target or max(targets, default=DEFAULT_TARGET)
+    target = context.target or max(targets, default=DEFAULT_TARGET_SPEEDUP)
     verdict, speedup, basis, reason = _model_verdict(results, eager, missing, target, context)
     total = context.reference_total
     return ModelSummary(

@@ -224,12 +224,25 @@ EMITTERS: dict[str, Emitter] = {
 }
 
 
+def _one_node(onnx_op: str) -> Emitter:
+    def emit(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+        return scope.one(onnx_op, [x])
+
+    return emit
+
+
 def emitter_for(layer: LayerSpec, model: str) -> Emitter:
-    """The layer's ONNX emitter, or InputError when its op has no ONNX form."""
+    """The layer's ONNX emitter: this table's, else one node of the op's own `onnx_op`;
+    InputError when its op has neither."""
+    from opbench.ops.registry import OPS
+
+    op = OPS.get(layer.op)
     try:
         return EMITTERS[layer.op]
     except KeyError:
-        known = ", ".join(sorted(EMITTERS))
+        if op is not None and op.onnx_op:
+            return _one_node(op.onnx_op)
+        known = ", ".join(sorted({*EMITTERS, *(name for name, o in OPS.items() if o.onnx_op)}))
         raise InputError(
             f"model {model!r}, layer {layer.name!r}: op {layer.op!r} has no ONNX form "
             f"(ops with one: {known})"

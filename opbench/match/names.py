@@ -3,8 +3,8 @@
 - names: engine suffixes dropped (``_kernel_time``), ONNX paths split (``/fc1/MatMul`` →
   ``fc1``), fused names split into members (``a + b``, ``PWN(a, b)``, ``{a,b}``), compared
   exactly, then ignoring case, then ignoring case and punctuation;
-- op types: each engine's op or layer type mapped to an opbench op family, for the
-  execution-order + signature fallback.
+- op types: each engine's op or layer type mapped to the opbench op it is (from the ops' own
+  `engine_names`), for the execution-order + signature fallback.
 
 Pure Python: no torch, no triton.
 """
@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from opbench.ops.registry import engine_families, family_of
 from opbench.reference.model import ReferenceTiming
 
 if TYPE_CHECKING:
@@ -149,52 +150,27 @@ class NameIndex:
 
 # ---- op types for the signature fallback ----------------------------------------------------
 
-# Engine op/layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch) → opbench op families.
-# SAS's `output` layer is a fully connected layer (with its softmax fused).
-_FAMILY_NAMES = {
-    "linear": "output gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits "
-    "dynamicquantizematmul fullyconnected fc matrixmultiply linear aten::linear aten::addmm "
-    "aten::mm innerproduct",
-    "conv2d": "conv fusedconv qlinearconv convinteger convolution convo conv2d aten::conv2d "
-    "aten::convolution aten::_convolution groupconvolution",
-    "maxpool2d": "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices",
-    "avgpool2d": "averagepool avgpool avgpool2d globalaveragepool aten::avg_pool2d",
-    "pool": "pooling pool tiledpooling",
-    "batchnorm2d": "batchnormalization batchnorm batchnorm2d batchnorminference scale "
-    "aten::batch_norm aten::_native_batch_norm_legit_no_training",
-    "layernorm": "layernormalization layernorm skiplayernormalization mvn aten::layer_norm "
-    "aten::native_layer_norm",
-    "rmsnorm": "simplifiedlayernormalization skipsimplifiedlayernormalization rmsnormalization "
-    "rmsnorm aten::rms_norm",
-    "softmax": "softmax logsoftmax aten::softmax aten::_softmax",
-    "relu": "relu aten::relu",
-    "gelu": "gelu biasgelu fastgelu aten::gelu",
-    "silu": "silu swish aten::silu",
-    "transpose": "transpose permute shuffle aten::transpose aten::permute",
-    "flatten": "flatten reshape aten::flatten aten::view aten::reshape",
-    "attention": "attention multiheadattention groupqueryattention mha "
-    "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention",
-}
-_OP_FAMILIES: dict[str, str] = {
-    name: family for family, names in _FAMILY_NAMES.items() for name in names.split()
-}
-
-_SUITE_FAMILY = {"permute": "transpose"}
+# Engine types that say "a pooling" without saying which: they agree with either pool op.
+_ANY_POOL = frozenset({"pooling", "pool", "tiledpooling"})
+POOL = "pool"
+_POOL_OPS = ("maxpool2d", "avgpool2d")
 
 
 def op_family(raw_type: str | None) -> str | None:
-    """The opbench op family of an engine op type, or None if unknown."""
+    """The opbench op an engine op type is (each op lists its `engine_names`, ops/), "pool" for
+    a pooling of unknown kind, or None if unknown."""
     if not raw_type:
         return None
-    return _OP_FAMILIES.get(raw_type.strip().casefold())
+    key = raw_type.strip().casefold()
+    return POOL if key in _ANY_POOL else engine_families().get(key)
 
 
 def families_agree(row_family: str | None, suite_op: str | None) -> bool:
     if row_family is None or suite_op is None:
         return False
-    suite_family = _SUITE_FAMILY.get(suite_op, suite_op)
-    if row_family == "pool":
-        return suite_family in ("maxpool2d", "avgpool2d")
+    suite_family = family_of(suite_op)
+    if row_family == POOL:
+        return suite_family in _POOL_OPS
     return row_family == suite_family
 
 

@@ -10,9 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# Ops that move no data (a view of their input): no engine times them, so no reference row
-# needs to cover them.
-NO_DATA_OPS = frozenset({"flatten"})
+from opbench.ops.registry import OPS
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,10 @@ class SuiteLayer:
 
     @property
     def moves_data(self) -> bool:
-        return self.op not in NO_DATA_OPS
+        """False for an op that is a view of its input (`Op.is_view`): no engine times it, so
+        no reference row needs to cover it."""
+        op = OPS.get(self.op) if self.op else None
+        return not (op is not None and op.is_view)
 
 
 @dataclass(frozen=True)

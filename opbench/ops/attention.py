@@ -5,12 +5,18 @@ Packed input splits its last dim as [3, heads, D]. Output is [S, E]; scale 1/sqr
 
 from __future__ import annotations
 
-from opbench.ops.base import QUANT, Op, Param, ShapeError
+from opbench.ops.base import QUANT, Example, Op, Param, ShapeError
 
 
 class Attention(Op):
     name = "attention"
     summary = "multi-head self-attention, [S,E] or packed [S,3E] → [S,E]"
+    engine_names = (
+        "attention multiheadattention groupqueryattention mha "
+        "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention"
+    )
+    torch_calls = ("torch.nn.functional.scaled_dot_product_attention",)
+    example = Example((5, 6), (5, 6), {"heads": 2, "causal": True})
     params = (
         Param("heads", "pos_int"),
         Param("causal", "bool", False),

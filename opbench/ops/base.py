@@ -15,7 +15,7 @@ Two computations per op, kept apart on purpose:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,14 +118,44 @@ def numel(shape: Sequence[int]) -> int:
     return n
 
 
+@dataclass(frozen=True)
+class Example:
+    """A small layer of the op, for the tests that run every op (tests/unit/ops/ and the
+    Triton builders' test): `input` without the batch as a suite writes it, `params` as a suite
+    writes them, and `output`, the shape the op infers at batch 2, without the batch."""
+
+    input: Shape
+    output: Shape
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Op:
-    """Base class of an op. Subclasses set `name`, `params`, `summary` and override methods."""
+    """Base class of an op. Subclasses set `name`, `params`, `summary` and override methods.
+
+    Everything else opbench needs to know about an op is an attribute here, so that adding an
+    op touches its own file and not a table elsewhere (ops/registry.py finds the class)."""
 
     name: str = ""
     summary: str = ""
     params: tuple[Param, ...] = ()
     #: The op only re-labels memory (a view); backends need no kernel for it.
     is_view: bool = False
+    #: Engine op or layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch profiler; any
+    #: case), separated by spaces, whose reference rows are this op: the match stage's
+    #: signature fallback reads them.
+    engine_names: str = ""
+    #: The op whose engine names this op's rows carry when not its own (permute → transpose).
+    same_rows_as: str = ""
+    #: The torch call(s) the baseline makes, as a PyTorch user writes them
+    #: ("torch.nn.functional.silu", "torch.Tensor.contiguous"): tests spy on them.
+    torch_calls: tuple[str, ...] = ()
+    #: `reference` is a formula of its own that makes none of `torch_calls` (tests check it).
+    reference_written_out: bool = False
+    #: The ONNX operator the op is when it is one node without attributes (export uses it
+    #: when export/onnx_ops.py has no emitter of its own for the op).
+    onnx_op: str = ""
+    #: A small layer for the tests that run every op; every built-in op has one.
+    example: Example | None = None
 
     # ---- pure: shapes and costs -------------------------------------------------------
     def infer_shape(self, in_shape: Shape, p: Mapping[str, Any]) -> Shape:

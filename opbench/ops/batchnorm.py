@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import EPS, Op, ShapeError, numel
+from opbench.ops.base import EPS, Example, Op, ShapeError, numel
 
 
 class BatchNorm2d(Op):
     name = "batchnorm2d"
     summary = "inference batch norm over [C,H,W] with running statistics"
+    engine_names = (
+        "batchnormalization batchnorm batchnorm2d batchnorminference scale aten::batch_norm "
+        "aten::_native_batch_norm_legit_no_training"
+    )
+    torch_calls = ("torch.nn.functional.batch_norm",)
+    example = Example((3, 5, 4), (3, 5, 4))
+    reference_written_out = True
     params = (EPS,)
 
     def infer_shape(self, in_shape, p):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, QUANT, Op, Param, ShapeError, numel
+from opbench.ops.base import ACTIVATION, QUANT, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
 
 
@@ -15,6 +15,16 @@ def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: i
 class Conv2d(Op):
     name = "conv2d"
     summary = "2-D convolution on [C,H,W] input (NCHW), bias and activation"
+    engine_names = (
+        "conv fusedconv qlinearconv convinteger convolution convo conv2d aten::conv2d "
+        "aten::convolution aten::_convolution groupconvolution"
+    )
+    torch_calls = ("torch.nn.functional.conv2d",)
+    example = Example(
+        (3, 7, 6),
+        (4, 4, 3),
+        {"out_channels": 4, "kernel_size": [3, 2], "stride": 2, "padding": 1, "dilation": [1, 2]},
+    )
     params = (
         Param("out_channels", "pos_int"),
         Param("kernel_size", "pair"),

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import Op, Param, ShapeError, numel
+from opbench.ops.base import Example, Op, Param, ShapeError, numel
 from opbench.ops.softmax import normalise_dim
 
 
 class Flatten(Op):
     name = "flatten"
     summary = "merge dims start_dim.. into one (a view)"
+    engine_names = "flatten reshape aten::flatten aten::view aten::reshape"
+    torch_calls = ("torch.Tensor.flatten",)
+    example = Example((3, 5, 7), (3, 35), {"start_dim": 2})
     params = (Param("start_dim", "int", 1),)
     is_view = True
 

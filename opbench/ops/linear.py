@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, QUANT, Op, Param, ShapeError, numel
+from opbench.ops.base import ACTIVATION, QUANT, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
 
 
 class Linear(Op):
     name = "linear"
     summary = "y = act(x·Wᵀ + b) over the last dim; quant: int8 for W8A8"
+    engine_names = (
+        "output gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits "
+        "dynamicquantizematmul fullyconnected fc matrixmultiply linear aten::linear "
+        "aten::addmm aten::mm innerproduct"
+    )
+    torch_calls = ("torch.nn.functional.linear",)
+    example = Example((5, 7), (5, 9), {"out_features": 9, "activation": "gelu"})
+    reference_written_out = True
     params = (
         Param("out_features", "pos_int"),
         Param("bias", "bool", True),

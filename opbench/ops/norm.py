@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import EPS, Op, numel
+from opbench.ops.base import EPS, Example, Op, numel
 
 
 class LayerNorm(Op):
     name = "layernorm"
     summary = "layer norm over the last dim, affine"
+    engine_names = (
+        "layernormalization layernorm skiplayernormalization mvn aten::layer_norm "
+        "aten::native_layer_norm"
+    )
+    torch_calls = ("torch.nn.functional.layer_norm",)
+    example = Example((5, 7), (5, 7), {"eps": 0.001})
+    reference_written_out = True
     params = (EPS,)
 
     def weight_shapes(self, in_shape, p):
@@ -32,6 +39,13 @@ class LayerNorm(Op):
 class RMSNorm(Op):
     name = "rmsnorm"
     summary = "RMS norm over the last dim, affine"
+    engine_names = (
+        "simplifiedlayernormalization skipsimplifiedlayernormalization rmsnormalization "
+        "rmsnorm aten::rms_norm"
+    )
+    torch_calls = ("torch.nn.functional.rms_norm",)
+    example = Example((5, 7), (5, 7), {"eps": 0.001})
+    reference_written_out = True
     params = (EPS,)
 
     def weight_shapes(self, in_shape, p):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import Op, Param, ShapeError, numel
+from opbench.ops.base import Example, Op, Param, ShapeError, numel
 from opbench.ops.conv2d import conv_out_size
 
 
@@ -48,6 +48,9 @@ class _Pool2d(Op):
 class MaxPool2d(_Pool2d):
     name = "maxpool2d"
     summary = "max pooling over [C,H,W]"
+    engine_names = "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices"
+    torch_calls = ("torch.nn.functional.max_pool2d",)
+    example = Example((3, 7, 6), (3, 4, 3), {"kernel_size": 3, "stride": 2, "padding": 1})
 
     def forward(self, x, weights, layer):
         import torch.nn.functional as F
@@ -59,6 +62,9 @@ class MaxPool2d(_Pool2d):
 class AvgPool2d(_Pool2d):
     name = "avgpool2d"
     summary = "average pooling over [C,H,W] (padding counted, as PyTorch's default)"
+    engine_names = "averagepool avgpool avgpool2d globalaveragepool aten::avg_pool2d"
+    torch_calls = ("torch.nn.functional.avg_pool2d",)
+    example = Example((3, 7, 6), (3, 4, 4), {"kernel_size": 2, "padding": 1})
 
     def forward(self, x, weights, layer):
         import torch.nn.functional as F

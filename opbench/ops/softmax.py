@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import Op, Param, ShapeError, numel
+from opbench.ops.base import Example, Op, Param, ShapeError, numel
 
 
 def normalise_dim(dim: int, ndim: int) -> int:
@@ -14,6 +14,10 @@ def normalise_dim(dim: int, ndim: int) -> int:
 class Softmax(Op):
     name = "softmax"
     summary = "softmax over one dim"
+    engine_names = "softmax logsoftmax aten::softmax aten::_softmax"
+    torch_calls = ("torch.softmax",)
+    example = Example((5, 7), (5, 7), {"dim": 1})
+    reference_written_out = True
     params = (Param("dim", "int", -1),)
 
     def infer_shape(self, in_shape, p):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from opbench.ops.base import Op, Param, ShapeError
+from opbench.ops.base import Example, Op, Param, ShapeError
 from opbench.ops.softmax import normalise_dim
 
 
 class Permute(Op):
     name = "permute"
     summary = "reorder all dims (batch is dim 0); contiguous result"
+    same_rows_as = "transpose"  # engines call a permute a transpose
+    torch_calls = ("torch.Tensor.permute", "torch.Tensor.contiguous")
+    example = Example((3, 5, 7), (7, 3, 5), {"dims": [0, 3, 1, 2]})
     params = (Param("dims", "int_list"),)
 
     def permutation(self, ndim: int, p) -> tuple[int, ...]:
@@ -31,6 +34,9 @@ class Permute(Op):
 class Transpose(Permute):
     name = "transpose"
     summary = "swap two dims (batch is dim 0); contiguous result"
+    engine_names = "transpose permute shuffle aten::transpose aten::permute"
+    torch_calls = ("torch.Tensor.transpose", "torch.Tensor.contiguous")
+    example = Example((5, 7), (7, 5), {"dims": [1, -1]})
     params = (Param("dims", "int_list"),)
 
     def permutation(self, ndim: int, p) -> tuple[int, ...]:

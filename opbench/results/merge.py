@@ -10,10 +10,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from opbench.errors import InputError, Location
+from opbench.results.fingerprint import env_differences
 from opbench.results.model import LayerResult, RunResult
-
-# Fingerprint keys that must agree for timings to be comparable, let alone merged.
-ENV_KEYS = ("gpu_name", "driver", "torch", "triton")
 
 
 def _order(run: RunResult):
@@ -42,10 +40,10 @@ def merge_runs(
                 f"run of suite {run.suite!r} cannot merge with suite {first.suite!r} ({first_src})",
                 Location(file=src),
             )
+        # The gate's fingerprint keys (results/fingerprint.py): shares that could not be gated
+        # against each other must not be merged into one run either.
         diffs = [
-            f"{k}: {first.env.get(k)!r} vs {run.env.get(k)!r}"
-            for k in ENV_KEYS
-            if first.env.get(k) != run.env.get(k)
+            f"{d.key}: {d.baseline!r} vs {d.current!r}" for d in env_differences(run.env, first.env)
         ]
         if diffs:
             raise InputError(

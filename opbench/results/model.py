@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opbench.results.stats import TimingStats
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 SCHEMA_VERSION = 1
 
@@ -52,11 +53,25 @@ class Correctness:
 
     @property
     def passed(self) -> bool:
-        if self.failures or self.unwritten or self.nonfinite:
-            return False
+        return not self.reasons
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        """Why the output is wrong, one reason per failed check; empty when it passed. The
+        checker's own `failures` where it wrote them, else what the recorded figures show (a
+        run.json from before `failures` existed, or a result built by hand)."""
+        if self.failures:
+            return self.failures
+        found = []
+        if self.nonfinite:
+            found.append(f"{self.nonfinite} NaN/Inf values")
+        if self.unwritten:
+            found.append(f"{self.unwritten} output elements unwritten")
         if self.max_abs_limit is not None and not self.max_abs <= self.max_abs_limit:
-            return False
-        return self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance
+            found.append(f"max_abs {self.max_abs:.2e} > {self.max_abs_limit:.1e}")
+        if not (self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance):
+            found.append(f"rel_l2 {self.rel_l2:.2e} > tolerance {self.tolerance:.1e}")
+        return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,7 @@ class LayerResult:
     correctness: Correctness | None = None
     message: str | None = None
     reference_name: str | None = None
-    target_speedup: float = 1.5
+    target_speedup: float = DEFAULT_TARGET_SPEEDUP
     regression_threshold: float | None = None
     device: str = "cpu"
     gpu: str | None = None

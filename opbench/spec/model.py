@@ -20,8 +20,6 @@ INT8_TOLERANCE = 3e-2
 # A layer's tolerance above this needs `allow_loose_tolerance: true` on the layer itself.
 LOOSE_TOLERANCE_LIMIT = 0.1
 
-DEFAULT_TARGET_SPEEDUP = 1.5
-
 
 @dataclass(frozen=True)
 class TimingSpec:

@@ -19,7 +19,6 @@ from opbench.errors import InputError
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
 from opbench.spec.model import (
-    DEFAULT_TARGET_SPEEDUP,
     LayerSpec,
     ModelSpec,
     TimingSpec,
@@ -28,6 +27,7 @@ from opbench.spec.model import (
 from opbench.spec.problems import Locator
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
 from opbench.spec.yaml_lines import Path_
+from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 
 def _merge_timing(*levels: Any) -> TimingSpec:

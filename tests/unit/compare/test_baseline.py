@@ -9,10 +9,8 @@ import pytest
 
 from opbench.compare.baseline import (
     BASELINE_KIND,
-    ENV_KEYS,
     BaselineError,
     baseline_from_run,
-    env_differences,
     load_baseline,
     update_baseline_file,
     updated_baseline,
@@ -20,6 +18,7 @@ from opbench.compare.baseline import (
 )
 from opbench.compare.gate import gate
 from opbench.errors import ExitCode, InputError
+from opbench.results.fingerprint import ENV_KEYS, env_differences
 from opbench.results.io import write_run
 from opbench.results.model import Correctness, LayerResult, RunResult, Status
 

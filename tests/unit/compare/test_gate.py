@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbench.compare.baseline import NOT_RECORDED, baseline_from_run
+from opbench.compare.baseline import baseline_from_run
 from opbench.compare.gate import (
     GateOptions,
     Verdict,
@@ -21,6 +21,7 @@ from opbench.compare.gate import (
 )
 from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test, t_isf, t_sf
 from opbench.errors import ExitCode, InputError
+from opbench.results.fingerprint import NOT_RECORDED
 from opbench.results.model import Correctness, LayerResult, RunResult, Status
 
 ENV = {
@@ -266,6 +267,23 @@ def test_new_missing_crashed_and_unsupported_are_listed():
     assert report.exit_code == ExitCode.LAYER_ERROR == 3
 
 
+def test_a_crash_message_names_the_check_that_failed():
+    # max_abs over its limit with rel_l2 well inside the tolerance: the message must say so.
+    elementwise = Correctness(
+        rel_l2=1e-4, max_abs=0.5, nonfinite=0, tolerance=5e-3, max_abs_limit=1e-2
+    )
+    second = Correctness(
+        rel_l2=1e-4, max_abs=1e-3, nonfinite=0, tolerance=5e-3, failures=("second input: x",)
+    )
+    report = judge(
+        [layer("a"), layer("b")],
+        [layer("a", correctness=elementwise), layer("b", correctness=second)],
+    )
+    messages = {v.layer: v.message for v in report.verdicts}
+    assert messages["a"] == "failed correctness: max_abs 5.00e-01 > 1.0e-02"
+    assert messages["b"] == "failed correctness: second input: x"
+
+
 def test_interpreted_timings_are_never_judged():
     v = only(judge([layer()], [layer(scale=2.0, interpreted=True)]))
     assert v.verdict is Verdict.INCONCLUSIVE and "interpreter" in v.message
@@ -330,6 +348,8 @@ def test_missing_env_keys():
     [
         ("opbench_vars", {"OPBENCH_CONV_PLAN": "a"}, {"OPBENCH_CONV_PLAN": "b"}),
         ("opbench_vars", {}, {"OPBENCH_LINEAR_FAST": "1"}),
+        # docs/ci.md's demo: the slowed run needs --allow-env-change to be gated at all
+        ("opbench_vars", {}, {"OPBENCH_TEST_SLOW_LAYERNORM": "1"}),
         ("plugins", [], [{"name": "opbench-extra", "version": "0.2"}]),
         (
             "plugins",

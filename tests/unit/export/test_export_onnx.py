@@ -125,3 +125,21 @@ def test_op_without_onnx_form_is_bad_input(tmp_path: Path, monkeypatch):
     assert done.exit_code == 2
     assert "layer 'gelu': op 'gelu' has no ONNX form" in done.output
     assert not out.exists()  # checked before anything is written
+
+
+def test_op_with_an_onnx_op_and_no_emitter_exports_one_node(tmp_path: Path, monkeypatch):
+    """A new elementwise op needs no emitter here: its `onnx_op` is exported as one node."""
+    from opbench.export import onnx_ops
+    from opbench.ops.activation import ReLU
+
+    monkeypatch.delitem(onnx_ops.EMITTERS, "relu")
+    monkeypatch.setattr(ReLU, "onnx_op", "Relu")
+    suite = tmp_path / "one_node.yaml"
+    suite.write_text(
+        "name: one_node\nmodels:\n  - name: m\n    batch: 2\n    input: [5, 7]\n    layers:\n"
+        "      - {name: fc, op: linear, out_features: 6}\n      - {name: act, op: relu}\n"
+    )
+    assert _check_export(suite, tmp_path / "out") == 2  # one output per prefix
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["prefixes"][-1]["file"]))
+    assert [(n.name, n.op_type) for n in proto.graph.node if n.name == "act"] == [("act", "Relu")]

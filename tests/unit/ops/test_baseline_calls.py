@@ -4,15 +4,17 @@ the written-out ops do not share with the baseline."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from test_torch_backend import one_layer_suite
+from test_torch_backend import BUILTIN_OPS, example_case, one_layer_suite
 
 from opbench.backends.registry import get_backend
+from opbench.ops.base import Op
 from opbench.ops.registry import OPS
 from opbench.pipeline import ModelData
 
@@ -59,47 +61,38 @@ def _dims(expected: tuple) -> Check:
     return check
 
 
-TENSOR = torch.Tensor
-
-# op -> (input shape, params, [(owner, attribute, argument check)]): every call listed must be
-# made exactly once by the eager forward. docs/suite-format.md's call table says the same.
-CALLS: dict[str, tuple[str, str, list[tuple[Any, str, Check]]]] = {
-    "linear": ("[5, 7]", "out_features: 9", [(F, "linear", _no_check)]),
-    "conv2d": (
-        "[3, 7, 6]",
-        "out_channels: 4, kernel_size: [3, 2], stride: 2, padding: 1",
-        [(F, "conv2d", _conv_args)],
-    ),
-    "maxpool2d": (
-        "[3, 7, 6]",
-        "kernel_size: 3, stride: 2, padding: 1",
-        [(F, "max_pool2d", _no_check)],
-    ),
-    "avgpool2d": ("[3, 7, 6]", "kernel_size: 2, padding: 1", [(F, "avg_pool2d", _no_check)]),
-    "batchnorm2d": ("[3, 5, 4]", "", [(F, "batch_norm", _batch_norm_args)]),
-    "layernorm": ("[5, 7]", "eps: 0.001", [(F, "layer_norm", _layer_norm_args)]),
-    "rmsnorm": ("[5, 7]", "eps: 0.001", [(F, "rms_norm", _rms_norm_args)]),
-    "softmax": ("[5, 7]", "dim: 1", [(torch, "softmax", _softmax_args)]),
-    "relu": ("[5, 7]", "", [(F, "relu", _no_check)]),
-    "gelu": ("[5, 7]", "", [(F, "gelu", _no_check)]),
-    "silu": ("[5, 7]", "", [(F, "silu", _no_check)]),
-    "transpose": (
-        "[5, 7]",
-        "dims: [1, -1]",
-        [(TENSOR, "transpose", _dims((1, 2))), (TENSOR, "contiguous", _no_check)],
-    ),
-    "permute": (
-        "[3, 5, 7]",
-        "dims: [0, 3, 1, 2]",
-        [(TENSOR, "permute", _dims(((0, 3, 1, 2),))), (TENSOR, "contiguous", _no_check)],
-    ),
-    "flatten": ("[3, 5, 7]", "start_dim: 2", [(TENSOR, "flatten", _dims((2,)))]),
-    "attention": (
-        "[5, 6]",
-        "heads: 2, causal: true",
-        [(F, "scaled_dot_product_attention", _sdpa_args)],
-    ),
+# Argument checks beyond "called exactly once", for the calls whose arguments carry the layer's
+# parameters. Which calls an op's baseline makes is the op's own `torch_calls` (ops/<op>.py);
+# docs/suite-format.md's call table says the same.
+ARGUMENTS: dict[tuple[str, str], Check] = {
+    ("conv2d", "torch.nn.functional.conv2d"): _conv_args,
+    ("batchnorm2d", "torch.nn.functional.batch_norm"): _batch_norm_args,
+    ("layernorm", "torch.nn.functional.layer_norm"): _layer_norm_args,
+    ("rmsnorm", "torch.nn.functional.rms_norm"): _rms_norm_args,
+    ("softmax", "torch.softmax"): _softmax_args,
+    ("transpose", "torch.Tensor.transpose"): _dims((1, 2)),
+    ("permute", "torch.Tensor.permute"): _dims(((0, 3, 1, 2),)),
+    ("flatten", "torch.Tensor.flatten"): _dims((2,)),
+    ("attention", "torch.nn.functional.scaled_dot_product_attention"): _sdpa_args,
 }
+
+
+def owner_and_attribute(dotted: str) -> tuple[Any, str]:
+    """ "torch.nn.functional.silu" → (torch.nn.functional, "silu"); "torch.Tensor.permute" →
+    (torch.Tensor, "permute")."""
+    path, attribute = dotted.rsplit(".", 1)
+    owner: Any = importlib.import_module(path.split(".")[0])
+    for part in path.split(".")[1:]:
+        owner = getattr(owner, part)
+    return owner, attribute
+
+
+def expected_calls(op: str) -> list[tuple[Any, str, Check]]:
+    return [
+        (*owner_and_attribute(call), ARGUMENTS.get((op, call), _no_check))
+        for call in OPS[op].torch_calls
+    ]
+
 
 # Activations fused into linear/conv layers go through the activation's own call.
 FUSED_ACTIVATIONS = {
@@ -114,17 +107,9 @@ FUSED_ACTIVATIONS = {
     "linear-silu": ("linear", "[7]", "out_features: 5, activation: silu", "linear", "silu"),
 }
 
-# Ops whose reference is a formula of its own: it must not call the baseline's function.
-WRITTEN_OUT = {
-    "linear": (F, "linear"),
-    "batchnorm2d": (F, "batch_norm"),
-    "layernorm": (F, "layer_norm"),
-    "rmsnorm": (F, "rms_norm"),
-    "softmax": (torch, "softmax"),
-    "relu": (F, "relu"),
-    "gelu": (F, "gelu"),
-    "silu": (F, "silu"),
-}
+# Ops whose reference is a formula of its own (`reference_written_out`): it must not make the
+# baseline's calls.
+WRITTEN_OUT = [name for name in BUILTIN_OPS if OPS[name].reference_written_out]
 
 
 class Spy:
@@ -150,14 +135,19 @@ def built_layer(op: str, shape: str, params: str, dtype: str = "float32"):
     return layer, built, data
 
 
-def test_every_op_has_its_call_listed() -> None:
-    assert set(CALLS) == set(OPS)
+def test_every_builtin_op_names_its_torch_calls() -> None:
+    for op in BUILTIN_OPS:
+        assert OPS[op].torch_calls, f"op {op!r} names no torch call"
+        for call in OPS[op].torch_calls:
+            owner, attribute = owner_and_attribute(call)
+            assert callable(getattr(owner, attribute)), call
+    assert {op for op, _ in ARGUMENTS} <= set(BUILTIN_OPS)
 
 
-@pytest.mark.parametrize("op", list(CALLS))
+@pytest.mark.parametrize("op", BUILTIN_OPS)
 def test_eager_forward_makes_the_users_call(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    shape, params, expected = CALLS[op]
-    layer, built, data = built_layer(op, shape, params)
+    expected = expected_calls(op)
+    layer, built, data = built_layer(op, *example_case(op))
     x = data.input(0)
     spies = [(Spy(monkeypatch, owner, attr), attr, check) for owner, attr, check in expected]
     out = built.fn(x)
@@ -183,14 +173,19 @@ def test_fused_activation_uses_the_activation_call(
     assert len(main_spy.calls) == 1 and len(act_spy.calls) == 1
 
 
-@pytest.mark.parametrize("op", list(WRITTEN_OUT))
+def test_the_written_out_references_are_found() -> None:
+    assert {"linear", "layernorm", "rmsnorm", "softmax", "silu"} <= set(WRITTEN_OUT)
+    # Saying so without writing one would make the test below spy on the baseline itself.
+    assert all(type(OPS[name]).reference is not Op.reference for name in WRITTEN_OUT)
+
+
+@pytest.mark.parametrize("op", WRITTEN_OUT)
 def test_reference_is_not_the_baseline_call(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    shape, params, _ = CALLS[op]
-    layer, _, data = built_layer(op, shape, params, "float16")
-    owner, attr = WRITTEN_OUT[op]
-    spy = Spy(monkeypatch, owner, attr)
+    layer, _, data = built_layer(op, *example_case(op), "float16")
+    spies = [(Spy(monkeypatch, owner, attr), attr) for owner, attr, _ in expected_calls(op)]
     ref, kind = data.reference((0,))
-    assert spy.calls == [], f"{op}'s reference called {attr}"
+    for spy, attr in spies:
+        assert spy.calls == [], f"{op}'s reference called {attr}"
     monkeypatch.undo()
     # ... and yet agrees with the baseline's call run in float64 on the same rounded data.
     x = data.input(0).double()

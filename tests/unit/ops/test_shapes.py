@@ -11,6 +11,7 @@ import pytest
 
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS
+from opbench.spec.vocabulary import BUILTIN, op_origin
 
 
 def params(op_name: str, **given: Any) -> dict[str, Any]:
@@ -87,8 +88,13 @@ SHAPES = [
 ]
 
 
-def test_every_registered_op_has_shape_cases() -> None:
-    assert {case[0] for case in SHAPES} == set(OPS)
+@pytest.mark.parametrize("op_name", [n for n in OPS if op_origin(n) == BUILTIN])
+def test_every_builtin_op_example_infers_its_shape(op_name: str) -> None:
+    # The op's own example (ops/<op>.py), at batch 2; the cases above add the edge cases.
+    example = OPS[op_name].example
+    assert example is not None, f"op {op_name!r} has no example"
+    p = params(op_name, **example.params)
+    assert OPS[op_name].infer_shape((2, *example.input), p) == (2, *example.output)
 
 
 @pytest.mark.parametrize(
