@@ -277,3 +277,24 @@ def test_the_compiled_whole_forward_keeps_every_chain_alive() -> None:
     outputs = forward()
     assert [tuple(o.shape) for o in outputs] == [(2, 4), (2, 3)]  # half's output, then side's
     assert outputs[0].dtype == torch.float16 and len(calls) == 2  # compiled once, then timed
+
+
+def test_a_suite_timed_as_graphs_still_gets_an_eager_row(monkeypatch) -> None:
+    """`timing: {cuda_graph: true}` is for the layers: the eager row is Python issuing the
+    layers (never a replay), and only the graph row replays a capture (seen on the H200: the
+    memory-bound suite's eager rows were graph replays, and torch.compile's own graphs were
+    captured a second time, which torch refuses)."""
+    timer = FakeTimer()
+    monkeypatch.setattr(end_to_end, "time_callable", timer)
+    monkeypatch.setattr(end_to_end, "recover", lambda device: None)
+    text = CHAIN.replace("rounds: 2}", "rounds: 2, cuda_graph: true}")
+    suite = load_suite_text(text)
+    model = suite.models[0]
+    assert model.layers[0].timing.cuda_graph
+    data = ModelData(suite, model, "cpu")
+    built = torch_built(suite, data)
+    eager, graph = time_end_to_end(
+        model, "torch", built, data, RunOptions(device="cuda"), get_backend("torch")
+    )
+    assert [t.cuda_graph for t in timer.timings] == [False, True]
+    assert (eager.status, graph.status) == (Status.OK, Status.OK)
