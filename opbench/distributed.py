@@ -55,6 +55,10 @@ class Terminated(BaseException):
     """SIGTERM arrived (torchrun stopping the ranks after one of them failed)."""
 
 
+# How long the ranks wait for each other before tearing the process group down.
+SHUTDOWN_TIMEOUT = timedelta(seconds=20)
+
+
 def raise_on_sigterm() -> None:
     def handler(signum, frame):
         raise Terminated()
@@ -77,6 +81,13 @@ def shutdown() -> None:
     import torch.distributed as dist
 
     if dist.is_initialized():
+        try:
+            # Every rank past its last collective before any tears down: a rank that destroys
+            # the group while a peer still reads from it aborts (seen under load, rank 1 right
+            # after the gather). A dead peer makes this raise after the timeout instead.
+            dist.monitored_barrier(timeout=SHUTDOWN_TIMEOUT)
+        except Exception:
+            pass  # a peer is gone: tear down anyway
         try:
             dist.destroy_process_group()
         except Exception:
