@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from opbench.measure.poison import unwritten
-from opbench.results.model import Correctness
+from opbench.results.model import Correctness, broken_limits
 
 if TYPE_CHECKING:
     import torch
@@ -71,16 +71,7 @@ def compare_outputs(
 
 def reasons(c: Correctness, numel: int, what: str = "") -> tuple[str, ...]:
     """One line per limit `c` breaks, each prefixed with `what` (e.g. "second input: ")."""
-    found = []
-    if c.unwritten:
-        found.append(f"{c.unwritten} of {numel} elements never written")
-    if c.nonfinite > c.unwritten:
-        found.append(f"{c.nonfinite - c.unwritten} NaN/Inf")
-    if not c.nonfinite and not c.rel_l2 <= c.tolerance:
-        found.append(f"rel_l2 {c.rel_l2:.1e} > {c.tolerance:.1e}")
-    if c.max_abs_limit is not None and not c.max_abs <= c.max_abs_limit:
-        found.append(f"max_abs {c.max_abs:.1e} > {c.max_abs_limit:.1e}")
-    return tuple(what + line for line in found)
+    return tuple(what + line for line in broken_limits(c, numel))
 
 
 def with_failures(c: Correctness, more: tuple[str, ...]) -> Correctness:

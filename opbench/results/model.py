@@ -62,16 +62,24 @@ class Correctness:
         run.json from before `failures` existed, or a result built by hand)."""
         if self.failures:
             return self.failures
-        found = []
-        if self.nonfinite:
-            found.append(f"{self.nonfinite} NaN/Inf values")
-        if self.unwritten:
-            found.append(f"{self.unwritten} output elements unwritten")
-        if self.max_abs_limit is not None and not self.max_abs <= self.max_abs_limit:
-            found.append(f"max_abs {self.max_abs:.2e} > {self.max_abs_limit:.1e}")
-        if not (self.rel_l2 == self.rel_l2 and self.rel_l2 <= self.tolerance):
-            found.append(f"rel_l2 {self.rel_l2:.2e} > tolerance {self.tolerance:.1e}")
-        return tuple(found)
+        return broken_limits(self)
+
+
+def broken_limits(c: Correctness, numel: int | None = None) -> tuple[str, ...]:
+    """One line per limit `c` breaks (unwritten elements, NaN/Inf, rel_l2, max_abs); the
+    checker's wording, also used for results recorded without their reasons. Unwritten
+    elements hold the NaN poison, so they are not counted again as NaN/Inf."""
+    found = []
+    if c.unwritten:
+        of = f" of {numel}" if numel is not None else ""
+        found.append(f"{c.unwritten}{of} elements never written")
+    if c.nonfinite > c.unwritten:
+        found.append(f"{c.nonfinite - c.unwritten} NaN/Inf")
+    if not c.nonfinite and not (c.rel_l2 == c.rel_l2 and c.rel_l2 <= c.tolerance):
+        found.append(f"rel_l2 {c.rel_l2:.1e} > {c.tolerance:.1e}")
+    if c.max_abs_limit is not None and not c.max_abs <= c.max_abs_limit:
+        found.append(f"max_abs {c.max_abs:.1e} > {c.max_abs_limit:.1e}")
+    return tuple(found)
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ def test_a_crash_message_names_the_check_that_failed():
         [layer("a", correctness=elementwise), layer("b", correctness=second)],
     )
     messages = {v.layer: v.message for v in report.verdicts}
-    assert messages["a"] == "failed correctness: max_abs 5.00e-01 > 1.0e-02"
+    assert messages["a"] == "failed correctness: max_abs 5.0e-01 > 1.0e-02"
     assert messages["b"] == "failed correctness: second input: x"
 
 
