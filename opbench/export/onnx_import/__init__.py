@@ -1,0 +1,206 @@
+"""ONNX models in: the graph of suite layers an ONNX file computes (`opbench suite from-onnx`,
+`opbench run model.onnx`).
+
+    load.py      read, static shapes, onnxscript constant folding + shape inference
+    rules.py     onnxscript rewrite rules: node groups that are one op (norms, GELU, SiLU,
+                 linear + bias, the attention core), kept as functions so no node is lost
+    views.py     ONNX values as views of batch-first tensors (where the batch is)
+    attention.py q, k, v head splits, masks and scale
+    walk.py      the walk's state; steps.py view nodes as layers where data moves
+    handlers*.py each node as layers; names.py layer names; model.py the result
+    suite_yaml.py the suite file
+
+`import_onnx` tries the input's possible batch axes (a symbolic one first, then each dim) and
+keeps the reading with the fewest unsupported nodes: the batch is the axis the graph carries
+through without mixing it, which is how a sequence-first model is told from a batch-first one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from opbench.errors import InputError
+from opbench.export.onnx_import import views as V
+from opbench.export.onnx_import.model import Absorbed, Imported, ModelInput, Output
+from opbench.export.onnx_import.names import NodeInfo, assign, node_info
+
+__all__ = ["import_onnx"]
+
+
+def _infos(model: Any) -> tuple[dict[str, NodeInfo], Counter]:
+    initializers = set(model.graph.initializers)
+    infos: dict[str, NodeInfo] = {}
+    users: Counter = Counter()
+    nodes = list(model.graph) + [n for fn in model.functions.values() for n in fn]
+    for node in nodes:
+        if (
+            node.domain == "opbench"
+            or (node.domain, node.op_type, node.overload) in model.functions
+        ):
+            continue
+        info = node_info(node, initializers)
+        infos[node.name] = info
+        users.update(set(info.params))
+    return infos, users
+
+
+def _input_name(value: Any, single: bool) -> str:
+    import re
+
+    if single:
+        return "input"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", value.name).strip("_.-") or "input"
+
+
+def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
+    from opbench.export.onnx_import.handlers import Refused, placeholder
+    from opbench.export.onnx_import.handlers_ops import handle
+    from opbench.export.onnx_import.walk import Walker
+
+    model = loaded.model
+    graph = model.graph
+    initializers = set(graph.initializers)
+    data = [v for v in graph.inputs if v.name not in initializers]
+    first = tuple(int(d) for d in data[0].shape)
+    batch = first[axis]
+
+    def fold(node: Any, layer: Any) -> bool:
+        # In opbench's own files an activation layer has a node of its own name ('relu1');
+        # one named '<layer>/<Op>' is part of the layer before it.
+        return not from_opbench or node.name.startswith(f"{layer.name}/")
+
+    w = Walker(batch=batch, functions=dict(model.functions), fold_activations=fold)
+    for node in graph:
+        for value in node.inputs:
+            if value is not None:
+                w.consumers[value.name] = w.consumers.get(value.name, 0) + 1
+    for value in graph.outputs:
+        w.consumers[value.name] = w.consumers.get(value.name, 0) + 1
+    for value in data:
+        shape = tuple(int(d) for d in value.shape)
+        pos = axis if value is data[0] else (shape.index(batch) if batch in shape else -2)
+        if pos == -2:
+            raise Refused(f"input {value.name!r} {list(shape)} has no batch dim")
+        name = _input_name(value, len(data) == 1)
+        canon_shape = (batch, *shape[:pos], *shape[pos + 1 :])
+        w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos))
+        w.set_canonical(value.name, w.new_tensor(canon_shape, name), pos)
+    for node in graph:
+        w.current = node
+        if node.op_type == "Constant" or all(
+            o.const_value is not None for o in node.outputs if o is not None
+        ):
+            w.absorbed[node.name] = Absorbed(node.name, node.op_type, "constant")
+            continue
+        try:
+            handle(w, node)
+        except (Refused, V.NotAView, KeyError) as exc:
+            reason = str(exc) if not isinstance(exc, KeyError) else "an input could not be placed"
+            w.unsupported_node(node, reason.strip("'\""))
+            try:
+                placeholder(w, node)
+            except (Refused, V.NotAView, KeyError):
+                pass  # its readers say so in turn
+    outputs = []
+    for value in graph.outputs:
+        try:
+            canon, pos = w.canonical(value.name)
+            outputs.append(Output(value.name, canon.producer, tuple(value.shape), pos))
+            w.output_reads.append(value.name)
+        except (V.NotAView, KeyError) as exc:
+            w.unsupported.append(_output_problem(value.name, exc))
+    w.finish()
+    return w, outputs
+
+
+def _output_problem(name: str, exc: Exception) -> Any:
+    from opbench.export.onnx_import.model import Unsupported
+
+    return Unsupported(name, "output", "", f"the output cannot be made: {exc}")
+
+
+def _candidates(loaded: Any) -> list[int]:
+    graph = loaded.model.graph
+    initializers = set(graph.initializers)
+    first = next(v for v in graph.inputs if v.name not in initializers)
+    if loaded.batch_axis is not None:
+        return [loaded.batch_axis]
+    rank = len(first.shape)
+    return list(range(rank))
+
+
+def import_onnx(
+    path: Path,
+    *,
+    batch: int | None = None,
+    dims: Mapping[str, int] | None = None,
+    log: Callable[[str], None] = lambda _m: None,
+) -> Imported:
+    from opbench.export.onnx_import.load import load
+
+    loaded = load(path, batch=batch, dims=dims or {}, log=log)
+    model = loaded.model
+    from_opbench = model.producer_name == "opbench"
+    from opbench.export.onnx_import.handlers import Refused
+
+    best = None
+    problem = ""
+    for axis in _candidates(loaded):
+        try:
+            walker, outputs = _walk(loaded, axis, from_opbench)
+        except Refused as exc:  # this dim cannot be the batch of every input
+            problem = str(exc)
+            continue
+        score = len(walker.unsupported)
+        if best is None or score < best[0]:
+            best = (score, axis, walker, outputs)
+        if score == 0:
+            break
+    if best is None:
+        raise InputError(f"{path}: no dim of the input can be the batch ({problem})")
+    _, axis, walker, outputs = best
+    return _result(loaded, walker, outputs, axis, from_opbench)
+
+
+def _result(loaded: Any, w: Any, outputs: list, axis: int, from_opbench: bool) -> Imported:
+    model = loaded.model
+    infos, users = _infos(model)
+    taken = {i.name for i in w.inputs}
+    named = assign(w.layers, infos, users, from_opbench, taken)
+    rename = {layer.name: name for layer, (name, _) in zip(w.layers, named, strict=True)}
+    layers = [
+        replace(
+            layer,
+            name=name,
+            reference_name=reference,
+            inputs=tuple(rename.get(i, i) for i in layer.inputs),
+            module=(infos[layer.nodes[0]].module or "")
+            if layer.nodes and layer.nodes[0] in infos
+            else "",
+        )
+        for layer, (name, reference) in zip(w.layers, named, strict=True)
+    ]
+    absorbed = [replace(a, into=rename.get(a.into, a.into)) for a in w.absorbed.values()]
+    absorbed += [Absorbed(n, op, "constant") for n, op in loaded.folded]
+    absorbed += [Absorbed(n, op, "unused") for n, op in loaded.unused]
+    unsupported = [
+        replace(u, module=infos[u.node].module or "") if u.node in infos else u
+        for u in w.unsupported
+    ]
+    return Imported(
+        graph_name=model.graph.name or "",
+        producer=model.producer_name or "",
+        batch=w.batch,
+        batch_axis=axis,
+        inputs=list(w.inputs),
+        layers=layers,
+        absorbed=absorbed,
+        unsupported=unsupported,
+        outputs=[replace(o, layer=rename.get(o.layer, o.layer)) for o in outputs],
+        node_count=loaded.node_count,
+        node_names=list(loaded.node_names),
+    )
