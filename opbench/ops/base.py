@@ -200,15 +200,24 @@ class Op:
     arity: int = 1
 
     # ---- inputs: one per edge of the graph ----------------------------------------------
-    def takes(self, count: int) -> bool:
-        """Whether the op takes `count` inputs."""
-        return count >= 2 if self.arity == VARIADIC else count == self.arity
+    def input_count(self, params: Mapping[str, Any]) -> int:
+        """The number of data inputs a layer with these parameters reads: `arity` by default
+        (VARIADIC: two or more). An op whose count depends on its parameters declares
+        `arity = VARIADIC` (it then always gets tuples) and returns the count here."""
+        return self.arity
 
-    def arity_text(self) -> str:
-        """How many inputs the op takes, in words: "1 input", "2 inputs", "2 or more inputs"."""
-        if self.arity == VARIADIC:
+    def takes(self, count: int, params: Mapping[str, Any] | None = None) -> bool:
+        """Whether a layer (with `params`, when known) may read `count` inputs."""
+        expected = self.arity if params is None else self.input_count(params)
+        return count >= 2 if expected == VARIADIC else count == expected
+
+    def arity_text(self, params: Mapping[str, Any] | None = None) -> str:
+        """How many inputs the op (with `params`) takes, in words: "1 input", "2 inputs",
+        "2 or more inputs"."""
+        expected = self.arity if params is None else self.input_count(params)
+        if expected == VARIADIC:
             return "2 or more inputs"
-        return f"{self.arity} input{'s' if self.arity != 1 else ''}"
+        return f"{expected} input{'s' if expected != 1 else ''}"
 
     def shape_arg(self, in_shapes: Sequence[Shape]) -> Any:
         """What the shape and cost methods take from one shape per input: that shape for an op

@@ -179,7 +179,7 @@ def _resolve_model(
     params_per_layer = check_layers(
         list(enumerate(model.layers)), index, locate, backend_names, problems
     )
-    wiring = wire_model(model, index, locate, problems)
+    wiring = wire_model(model, index, locate, problems, params_per_layer)
     defaults = suite.defaults
     batches = model.batch if isinstance(model.batch, list) else [model.batch]
     shape_failed: set[int] = set()  # a sweep reports a layer's shape error once

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from opbench.errors import InputError
+from opbench.ops.base import VARIADIC
 from opbench.ops.registry import OPS, suggest
 from opbench.spec.graph import INPUT, fresh_input
 from opbench.spec.model import ModelSpec
@@ -39,9 +40,15 @@ class Wiring:
 
 
 def wire_model(
-    model: ModelModel, index: int, locate: Locator, problems: list[InputError]
+    model: ModelModel,
+    index: int,
+    locate: Locator,
+    problems: list[InputError],
+    params: Mapping[int, Mapping[str, object]],
 ) -> Wiring:
-    """The values each layer of `model` reads; every mistake appended to `problems`."""
+    """The values each layer of `model` reads; every mistake appended to `problems`.
+    params: the resolved parameters of each layer that has sound ones (by index): the number
+    of inputs an op takes may depend on them (`Op.input_count`)."""
     path = ("models", index)
     declared = _declared_inputs(model, path, locate, problems)
     names = [layer.name for layer in model.layers]
@@ -94,13 +101,16 @@ def wire_model(
             )
             reads.append(None)
         if reads[-1] is not None and layer.op in OPS:
-            op = OPS[layer.op]
-            if not op.takes(len(reads[-1])):
+            op, given = OPS[layer.op], params.get(i)
+            if given is None and op.arity == VARIADIC:
+                reads[-1] = None  # the count depends on parameters that are wrong (reported)
+            elif not op.takes(len(reads[-1]), given):
                 got = len(reads[-1])
                 how = "" if layer.inputs is not None else " (name them with `inputs: [names]`)"
+                takes = op.arity_text(given)
                 problems.append(
                     InputError(
-                        f"op {layer.op!r} takes {op.arity_text()}, this layer reads {got}{how}",
+                        f"op {layer.op!r} takes {takes}, this layer reads {got}{how}",
                         locate((*where, "inputs"), "inputs"),
                     )
                 )

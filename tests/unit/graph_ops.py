@@ -1,4 +1,4 @@
-"""Two join ops of the tests' own (`t_add`, `t_concat`), so that the graph plumbing is tested
+"""Join ops of the tests' own (`t_add`, `t_concat`, `t_pick`), so that the graph plumbing is tested
 apart from the real join ops (ops/add.py, ops/concat.py): their shape rules and a torch
 forward, no Triton kernel. `registered()` puts them in the registries for one test."""
 
@@ -65,6 +65,24 @@ class JoinConcat(Op):
         return torch.cat(x, dim=layer.params["axis"])
 
 
+class JoinPick(Op):
+    """Reads `count` inputs (its count depends on a parameter) and returns the first."""
+
+    name = "t_pick"
+    summary = "the first of `count` inputs (tests only)"
+    arity = VARIADIC
+    params = (Param("count", "pos_int", 2),)
+
+    def input_count(self, params):
+        return params["count"]
+
+    def infer_shape(self, in_shape, p):
+        return in_shape[0]
+
+    def forward(self, x, weights, layer):
+        return x[0].clone()
+
+
 def _numel(shape) -> int:
     n = 1
     for d in shape:
@@ -78,6 +96,7 @@ def registered():
     try:
         register_op(JoinAdd(), "tests")
         register_op(JoinConcat(), "tests")
+        register_op(JoinPick(), "tests")
         yield
     finally:
         loading.restore(state)

@@ -285,3 +285,23 @@ models:
     with pytest.raises(SuiteErrors) as caught:
         load_suite_text(text, "bad.yaml")
     assert [e.location.layer for e in caught.value.errors] == ["bad", "other"]
+
+
+def test_an_op_may_take_a_number_of_inputs_its_parameters_say() -> None:
+    text = """\
+name: g
+models:
+  - name: m
+    input: [6]
+    layers:
+      - {name: a, op: relu}
+      - {name: one, op: t_pick, count: 1}
+      - {name: three, op: t_pick, count: 3, inputs: [a, one]}
+      - {name: bad, op: t_pick, count: 0, inputs: [a, one]}
+"""
+    with pytest.raises(SuiteErrors) as caught:
+        load_suite_text(text, "g.yaml")
+    found = {e.location.layer: e.message for e in caught.value.errors}
+    assert found["three"] == "op 't_pick' takes 3 inputs, this layer reads 2"
+    assert "count must be at least 1" in found["bad"], "the count's own mistake, nothing more"
+    assert set(found) == {"three", "bad"}, "`one` takes the 1 input its count asks for"
