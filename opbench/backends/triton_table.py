@@ -267,5 +267,7 @@ def is_view_layer(layer: LayerSpec) -> bool:
         return True
     view_layer = getattr(get_op(layer.op), "view_layer", None)
     return bool(view_layer and view_layer(layer.input_shape, layer.params))
+
+
 # Ops whose builders keep batchnorm statistics in float32 (folded at build time).
 FLOAT32_WEIGHTS = {"batchnorm2d"}
