@@ -33,8 +33,7 @@ _conv2d = conv2d
 
 
 def fusion_groups(model: ModelSpec) -> list[tuple[int, ...]]:
-    """conv2d [→ batchnorm2d] [→ relu|gelu|silu|relu6] chains, when the model sets
-    `fuse: true`."""
+    """conv2d [→ batchnorm2d] [→ relu|gelu|silu] chains, when the model sets `fuse: true`."""
     if not model.fuse:
         return singles(model)
     groups: list[tuple[int, ...]] = []

@@ -260,13 +260,11 @@ VIEWS = {"flatten", "reshape"}
 
 
 def is_view_layer(layer: LayerSpec) -> bool:
-    """The layer runs no kernel: its output is a view of its input."""
+    """The layer runs no kernel: its output is a view of its input (`Op.view_layer`)."""
     from opbench.ops.registry import get_op
 
-    if layer.op in VIEWS:
-        return True
-    view_layer = getattr(get_op(layer.op), "view_layer", None)
-    return bool(view_layer and view_layer(layer.input_shape, layer.params))
+    op = get_op(layer.op)
+    return layer.op in VIEWS or op.view_layer(op.layer_shape(layer), layer.params)
 
 
 # Ops whose builders keep batchnorm statistics in float32 (folded at build time).

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opbench.ops.base import ITEMSIZE, Example, Op, Shape, ShapeError, numel
-
-_BATCH = "batch included"
+from opbench.ops.base import Example, Op, Shape, ShapeError, numel
 
 
 def input_shapes(op: str, in_shapes, count: int | None = None) -> tuple[Shape, ...]:
-    """The tuple of input shapes a multi-input op receives, checked for its length
-    (`count` inputs, or two or more when None)."""
+    """The tuple of input shapes a multi-input op receives (full shapes, batch included),
+    checked for its length: `count` inputs, or two or more when None. (Resolution checks the
+    count first; this keeps a direct caller from unpacking the wrong number.)"""
     shapes = tuple(tuple(s) for s in in_shapes)
     if count is not None and len(shapes) != count:
         raise ShapeError(f"{op} takes {count} inputs, got {len(shapes)}", "inputs")
@@ -44,11 +43,11 @@ def check_broadcast_onto(a: Sequence[int], b: Sequence[int]) -> None:
     """Raise ShapeError unless b broadcasts onto a with a's shape unchanged."""
     both = broadcast_shape(a, b)
     if both is None:
-        raise ShapeError(f"inputs {list(a)} and {list(b)} do not broadcast ({_BATCH})", "inputs")
+        raise ShapeError(f"inputs {list(a)} and {list(b)} do not broadcast", "inputs")
     if both != tuple(a):
         raise ShapeError(
             f"inputs {list(a)} and {list(b)} broadcast to {list(both)}, not to the first "
-            f"input's shape: put the larger input first ({_BATCH})",
+            "input's shape: put the larger input first",
             "inputs",
         )
 
@@ -67,9 +66,7 @@ class _Binary(Op):
     def flops(self, in_shape, out_shape, p):
         return numel(out_shape)
 
-    def min_bytes(self, in_shape, out_shape, p, dtype):
-        # Each input read once (the broadcast one at its own, smaller size), the output once.
-        return (sum(numel(s) for s in in_shape) + numel(out_shape)) * ITEMSIZE[dtype]
+    # min_bytes: Op's, every input read once (a broadcast one at its own, smaller size).
 
 
 class Add(_Binary):

@@ -3,7 +3,7 @@ a U-Net's skip connection). Every other axis must be equal. Axes count the batch
 
 from __future__ import annotations
 
-from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
+from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError
 from opbench.ops.binary import input_shapes
 
 
@@ -11,8 +11,7 @@ def data_axis(axis: int, ndim: int, op: str) -> int:
     """`axis` (negative counts from the end) as an index in 1..ndim-1: the batch, axis 0, is
     the samples, not data a layer joins or cuts."""
     if not -ndim <= axis < ndim:
-        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d input (batch included)",
-                         "axis")  # fmt: skip
+        raise ShapeError(f"axis {axis} is out of range for a {ndim}-d input", "axis")
     axis %= ndim
     if axis == 0:
         raise ShapeError(f"{op} along axis 0, the batch, is not supported: axes count the "
@@ -27,27 +26,24 @@ class Concat(Op):
     torch_calls = ("torch.cat",)
     example = Example(((3, 5, 7), (2, 5, 7), (4, 5, 7)), (9, 5, 7), {"axis": 1})
     params = (Param("axis", "int", help="the axis the inputs are joined along; batch = 0"),)
-    arity = -1  # two or more (Op.VARIADIC)
+    arity = VARIADIC
 
     def infer_shape(self, in_shape, p):
         shapes = input_shapes(self.name, in_shape)
         first = shapes[0]
         if any(len(s) != len(first) for s in shapes):
             ranks = ", ".join(str(list(s)) for s in shapes)
-            raise ShapeError(f"inputs {ranks} differ in rank (batch included)", "inputs")
+            raise ShapeError(f"inputs {ranks} differ in rank", "inputs")
         axis = data_axis(p["axis"], len(first), self.name)
         for s in shapes[1:]:
             others = [d for d in range(len(first)) if d != axis and s[d] != first[d]]
             if others:
                 raise ShapeError(
                     f"inputs {list(first)} and {list(s)} differ on axis {others[0]}, not only "
-                    f"on the concat axis {axis} (batch included)",
+                    f"on the concat axis {axis}",
                     "inputs",
                 )
         return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1 :])
-
-    def min_bytes(self, in_shape, out_shape, p, dtype):
-        return (sum(numel(s) for s in in_shape) + numel(out_shape)) * ITEMSIZE[dtype]
 
     def forward(self, x, weights, layer):
         import torch

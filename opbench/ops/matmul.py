@@ -9,7 +9,7 @@ NumPy's rules. A product with a weight is a `linear` layer, not this op.
 
 from __future__ import annotations
 
-from opbench.ops.base import ITEMSIZE, Example, Op, ShapeError, numel
+from opbench.ops.base import Example, Op, ShapeError, numel
 from opbench.ops.binary import broadcast_shape, input_shapes
 
 
@@ -29,29 +29,26 @@ class MatMul(Op):
         if len(a) < 3 or len(b) < 3:
             raise ShapeError(
                 f"inputs {list(a)} and {list(b)}: matmul takes [..., M, K] and [..., K, N], "
-                "two dims besides the batch at least (batch included)",
+                "two dims besides the batch at least",
                 "inputs",
             )
         if a[-1] != b[-2]:
             raise ShapeError(
                 f"inputs {list(a)} and {list(b)}: K differs (a's last dim {a[-1]}, b's "
-                f"second-last {b[-2]}; batch included)",
+                f"second-last {b[-2]})",
                 "inputs",
             )
         lead = broadcast_shape(a[:-2], b[:-2])
         if lead is None:
             raise ShapeError(
                 f"inputs {list(a)} and {list(b)}: leading dims {list(a[:-2])} and "
-                f"{list(b[:-2])} do not broadcast (batch included)",
+                f"{list(b[:-2])} do not broadcast",
                 "inputs",
             )
         return (*lead, a[-2], b[-1])
 
     def flops(self, in_shape, out_shape, p):
         return 2 * numel(out_shape) * in_shape[0][-1]
-
-    def min_bytes(self, in_shape, out_shape, p, dtype):
-        return (sum(numel(s) for s in in_shape) + numel(out_shape)) * ITEMSIZE[dtype]
 
     def forward(self, x, weights, layer):
         import torch

@@ -26,19 +26,17 @@ class Reshape(Op):
             raise ShapeError(f"shape {target}: dims are positive, or -1 for one inferred dim",
                              "shape")  # fmt: skip
         per_sample = numel(in_shape[1:])
-        known = numel(d for d in target if d != -1)
+        known = numel([d for d in target if d != -1])
         if -1 in target:
             if per_sample % known:
                 raise ShapeError(
-                    f"shape {target} cannot hold the {per_sample} elements of input "
-                    f"{list(in_shape[1:])} (batch excluded)",
+                    f"shape {target} cannot hold the {per_sample} elements of one sample",
                     "shape",
                 )
             target[target.index(-1)] = per_sample // known
         elif known != per_sample:
             raise ShapeError(
-                f"shape {target} holds {known} elements, input {list(in_shape[1:])} holds "
-                f"{per_sample} (batch excluded)",
+                f"shape {target} holds {known} elements, one sample of the input {per_sample}",
                 "shape",
             )
         return (in_shape[0], *target)

@@ -98,7 +98,7 @@ class Split(_Piece):
         if sum(sizes) != in_shape[axis]:
             raise ShapeError(
                 f"sizes {sizes} add up to {sum(sizes)}, not to axis {axis}'s size "
-                f"{in_shape[axis]} (batch included)",
+                f"{in_shape[axis]}",
                 "sizes",
             )
         index = p["index"]
