@@ -53,7 +53,7 @@ def _input_name(value: Any, single: bool) -> str:
 
     if single:
         return "input"
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", value.name).strip("_.-") or "input"
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", value.name).strip("_-") or "input"
 
 
 def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
@@ -71,9 +71,25 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
     def fold(node: Any, layer: Any) -> bool:
         # In opbench's own files an activation layer has a node of its own name ('relu1');
         # one named '<layer>/<Op>' is part of the layer before it.
-        return not from_opbench or node.name.startswith(f"{layer.name}/")
+        return not from_opbench or node.name.startswith(f"{layer.nodes[0]}/")
 
-    w = Walker(batch=batch, functions=dict(model.functions), fold_activations=fold)
+    consumers: dict[str, list[Any]] = {}
+    for node in graph:
+        for value in node.inputs:
+            if value is not None:
+                consumers.setdefault(value.name, []).append(node)
+
+    def eager(node: Any) -> bool:
+        # In opbench's own files a transpose/reshape/slice layer is a node named like it; one
+        # that only feeds an Attention node is how the export splits packed q|k|v.
+        if not from_opbench or "/" in node.name:
+            return False
+        readers = [r for out in node.outputs for r in consumers.get(out.name, [])]
+        return not readers or any(r.op_type != "Attention" for r in readers)
+
+    w = Walker(
+        batch=batch, functions=dict(model.functions), fold_activations=fold, eager_views=eager
+    )
     for node in graph:
         for value in node.inputs:
             if value is not None:

@@ -49,6 +49,8 @@ def view_node(w: Walker, node: Any) -> None:
         if not out.name:
             continue
         try:
+            if w.eager_views(node):
+                raise V.NotAView("a layer of its own in the file")
             w.set_view(node, out.name, view_op(node, w.views[src], index), src)
         except V.NotAView:  # data moves: the node becomes layers on the canonical tensor
             canon, pos = w.canonical(src)
@@ -119,7 +121,8 @@ def clip(w: Walker, node: Any) -> None:
 
 
 def _name(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_.-") or "const"
+    """A model input's name (letters, digits, '_' and '-': no dots)."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-") or "const"
 
 
 def constant_input(w: Walker, value: Any, rank: int, pos: int) -> Canon:

@@ -245,7 +245,11 @@ def matmul(w: Walker, node: Any) -> None:
 def _attention_layer(
     w: Walker, node: Any, splits: list[A.HeadSplit], values: list[str], causal: bool
 ) -> Canon:
+    """One attention layer; its first node (what names it and what a profile row of the
+    file matches) is the node that makes the output, the P·V MatMul."""
     q, k, v = splits
+    body = w.body(node)
+    nodes = [body[-1], *body[:-1]]
     params: dict[str, Any] = {"heads": q.heads}
     if causal:
         params["causal"] = True
@@ -265,7 +269,8 @@ def _attention_layer(
             "attention", params, [(canon, values[0])], out, w.body(node), also_reads=values[1:]
         )
     inputs = [(w.tensors[s.tensor], value) for s, value in zip(splits, values, strict=True)]
-    return w.add_layer("attention", params, inputs, out, w.body(node))
+    params["separate_qkv"] = True
+    return w.add_layer("attention", params, inputs, out, nodes)
 
 
 def attention_core(w: Walker, node: Any) -> None:
@@ -325,14 +330,12 @@ def attention_node(w: Walker, node: Any) -> None:
     except V.NotAView as exc:
         raise Refused(f"attention: {exc}") from None
     made = _attention_layer(w, node, splits, names, causal)
-    out = node.outputs[0].name
-    if three_d:
-        pos = V.canonical_position(w.views[names[0]])
-        if pos is None:
-            raise Refused("a 3-D attention whose q is not its own tensor")
-        w.set_canonical(out, made, pos)
-    else:
-        w.set_view_of(out, A.output_view(splits[0], made.id, w.batch), made)
+    view = A.output_view(splits[0], made.id, w.batch)
+    if three_d:  # back from [.., H, S, D] to the node's [.., S, E]
+        rank = len(view.dims)
+        view = V.transpose(view, (*range(rank - 3), rank - 2, rank - 3, rank - 1))
+        view = V.reshape(view, out_shape(node))
+    w.set_view_of(node.outputs[0].name, view, made)
 
 
 # ---- dispatch -------------------------------------------------------------------------------

@@ -104,8 +104,10 @@ class Namer:
         first = self.infos.get(nodes[0]) if nodes else None
         if first is None:
             return op
-        if self.from_opbench and _PLAIN.match(first.name):
-            return first.name
+        if self.from_opbench:  # the layer's nodes are '<layer>' and '<layer>/<OpType>[_k]'
+            owner = first.name.split("/")[0]
+            if _PLAIN.match(owner):
+                return owner
         for param in weights:
             module = _param_module(param)
             if (

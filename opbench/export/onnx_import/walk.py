@@ -42,6 +42,7 @@ class Walker:
     batch: int
     functions: dict  # (domain, op, overload) -> onnx_ir.Function
     fold_activations: Callable[[Any, Layer], bool]
+    eager_views: Callable[[Any], bool] = lambda _node: False
     tensors: dict[int, Canon] = field(default_factory=dict)
     views: dict[str, V.View] = field(default_factory=dict)
     chains: dict[str, tuple[str, tuple[Step, ...]]] = field(default_factory=dict)
