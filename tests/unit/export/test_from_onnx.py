@@ -198,6 +198,23 @@ def test_symbolic_batch_needs_batch_option(tmp_path: Path):
     assert suite_model.layers[0].output_shape == (16, 4)
 
 
+def test_weights_kept_beside_the_model_are_read(tmp_path: Path):
+    """Large exports keep their weights in a file beside the model (ONNX external data), as the
+    dynamo exporter does by default above 2 GB and `opbench export` always does."""
+    model, x = SmallCNN().eval(), torch.randn(2, 3, 32, 32)
+    path = tmp_path / "external.onnx"
+    _quiet_export(model, x, tmp_path / "inline.onnx", dynamo=True, external_data=False)
+    onnx.save_model(
+        onnx.load(str(tmp_path / "inline.onnx")), str(path), save_as_external_data=True,
+        location="external.weights", size_threshold=0,
+    )  # fmt: skip
+    assert (tmp_path / "external.weights").stat().st_size > 5_000
+    done = _from_onnx(path, tmp_path / "s.yaml")
+    assert done.exit_code == 0, done.output
+    (suite_model,) = load_suite(tmp_path / "s.yaml").models
+    assert suite_model.layer("conv1").params["out_channels"] == 8
+
+
 def test_not_an_onnx_file(tmp_path: Path):
     bad = tmp_path / "bad.onnx"
     bad.write_text("not onnx")
