@@ -52,6 +52,20 @@ def read(path: Path):
         raise InputError(f"{path}: not an ONNX model ({type(exc).__name__})") from None
 
 
+def small_constants_in_memory(model, limit: int = 1 << 16) -> None:
+    """Constants kept in an external data file that shape inference needs to read (shapes,
+    axes, scalars: every integer constant and every small one) are loaded into memory; large
+    weights stay where they are until used."""
+    from onnxscript import ir
+
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, ir.ExternalTensor) and (
+            tensor.dtype.is_integer() or tensor.nbytes <= limit
+        ):
+            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+
+
 def fix_dims(model, batch: int | None, dims: Mapping[str, int], source: str) -> Loaded:
     """Give every symbolic input dim a value; the first input's first symbolic dim is the
     batch (`--batch`), any other needs `--dim NAME=N`."""
@@ -135,6 +149,7 @@ def load(
     for i, node in enumerate(model.graph):  # every node needs a name to be accounted for
         if not node.name:
             node.name = f"_unnamed_{node.op_type}_{i}"
+    small_constants_in_memory(model)
     loaded = fix_dims(model, batch, dims, str(path))
     try:
         fold(loaded)
