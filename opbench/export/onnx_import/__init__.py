@@ -25,6 +25,7 @@ from typing import Any
 
 from opbench.errors import InputError
 from opbench.export.onnx_import import views as V
+from opbench.export.onnx_import.file_data import constant_reader
 from opbench.export.onnx_import.model import Absorbed, Imported, ModelInput, Output
 from opbench.export.onnx_import.names import NodeInfo, assign, node_info
 
@@ -219,4 +220,5 @@ def _result(loaded: Any, w: Any, outputs: list, axis: int, from_opbench: bool) -
         outputs=[replace(o, layer=rename.get(o.layer, o.layer)) for o in outputs],
         node_count=loaded.node_count,
         node_names=list(loaded.node_names),
+        read=constant_reader(model),
     )

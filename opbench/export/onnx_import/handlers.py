@@ -11,9 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
-
 from opbench.export.onnx_import import views as V
+from opbench.export.onnx_import.file_data import canonical_constant
 from opbench.export.onnx_import.model import ModelInput
 from opbench.export.onnx_import.rules import _const, _scalar
 from opbench.export.onnx_import.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
@@ -127,17 +126,10 @@ def _name(text: str) -> str:
 
 def constant_input(w: Walker, value: Any, rank: int, pos: int) -> Canon:
     """A constant operand of a join as a model input (batch first, broadcast over the batch)."""
-    array = np.asarray(_const(value))
-    array = array.reshape((1,) * (rank - array.ndim) + array.shape)
-    if pos == V.ABSENT:
-        canon_array = array[None]
-    else:
-        if array.shape[pos] != 1:
-            first = np.take(array, [0], axis=pos)
-            if not np.array_equal(np.broadcast_to(first, array.shape), array):
-                raise Refused("a constant operand that differs along the batch")
-            array = first
-        canon_array = np.moveaxis(array, pos, 0)
+    try:
+        canon_array = canonical_constant(_const(value), rank, pos)
+    except ValueError as exc:
+        raise Refused(str(exc)) from None
     shape = (w.batch, *canon_array.shape[1:])
     key = (value.name, shape)
     if key not in w.constant_inputs:
@@ -146,7 +138,8 @@ def constant_input(w: Walker, value: Any, rank: int, pos: int) -> Canon:
         k = 2
         while name in taken or name == "input":
             name, k = f"{base}_{k}", k + 1
-        w.inputs.append(ModelInput(name, shape, value.name, constant=value.name, batch_axis=pos))
+        item = ModelInput(name, shape, value.name, constant=value.name, batch_axis=pos, rank=rank)
+        w.inputs.append(item)
         w.constant_inputs[key] = name
         w.new_tensor(shape, name)
     name = w.constant_inputs[key]

@@ -29,6 +29,7 @@ class ModelInput:
     source: str
     constant: str | None = None
     batch_axis: int = 0  # where the batch sits in the ONNX tensor (the suite puts it first)
+    rank: int = 0  # a constant: the rank of the tensor it joins (ONNX broadcasts it to that)
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ class Imported:
     outputs: list[Output] = field(default_factory=list)
     node_count: int = 0
     node_names: list[str] = field(default_factory=list)  # every node of the file, in order
+    # Reads a constant of the prepared model by value name (weights, constant inputs): what
+    # `opbench run model.onnx` feeds the layers. Not part of the record.
+    read: Any = field(default=None, repr=False, compare=False)
     notes: list[str] = field(default_factory=list)
 
     def unsupported_by_type(self) -> list[tuple[str, int, list[Unsupported]]]:
