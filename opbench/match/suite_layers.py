@@ -22,6 +22,16 @@ class SuiteLayer:
     op: str | None = None
     output_shape: tuple[int, ...] | None = None
     reference_name: str | None = None
+    #: The values the layer reads (earlier layers' names, model inputs'), from the suite spec;
+    #: None where the run does not say (older runs: layers then read the one before).
+    inputs: tuple[str, ...] | None = None
+
+    def reads(self, other: SuiteLayer) -> bool:
+        """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
+        does not record it, by list order: the layer just before)."""
+        if self.inputs is not None:
+            return other.name in self.inputs
+        return other.index == self.index - 1
 
     @property
     def moves_data(self) -> bool:
@@ -70,6 +80,7 @@ def suite_models(
                         "op": spec_layer.get("op"),
                         "output_shape": spec_layer.get("output_shape"),
                         "reference_name": spec_layer.get("reference_name"),
+                        "inputs": spec_layer.get("inputs"),
                     },
                 )
     with_results: set[str] = set()
@@ -105,6 +116,7 @@ def suite_models(
                         if info.get("output_shape")
                         else None,
                         reference_name=info.get("reference_name"),
+                        inputs=tuple(info["inputs"]) if info.get("inputs") else None,
                     )
                     for i, (layer, info) in enumerate(layers.items())
                 ),
