@@ -48,6 +48,12 @@ class RunOptions:
     timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
     # Recorded plans to reuse (`--plans`), by (model, layer, backend): see pipeline/plans.py.
     plans: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Makes each model's data: ModelData (seeded) unless the run's suite is an ONNX file,
+    # whose own weights and ONNX Runtime's output come in (pipeline/file_data.py).
+    model_data: Callable[..., Any] | None = None
+    # Where the suite came from, kept in run.json (`RunResult.origin`): the ONNX import's
+    # record (every node: in which layer, absorbed, or unsupported).
+    origin: Mapping[str, Any] = field(default_factory=dict)
 
 
 Progress = Callable[[str, Any], None]

@@ -213,6 +213,7 @@ def _result(loaded: Any, w: Any, outputs: list, axis: int, from_opbench: bool) -
         producer=model.producer_name or "",
         batch=w.batch,
         batch_axis=axis,
+        static_batch=loaded.batch_symbol is None,
         inputs=list(w.inputs),
         layers=layers,
         absorbed=absorbed,

@@ -88,6 +88,7 @@ class Imported:
     producer: str
     batch: int
     batch_axis: int
+    static_batch: bool = True  # the file fixes its batch (else it was symbolic: --batch)
     inputs: list[ModelInput] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
     absorbed: list[Absorbed] = field(default_factory=list)
