@@ -376,16 +376,6 @@ def finish(run, run_path: Path, wall_s: float | None = None) -> None:
         console.print(f"[dim]{split}[/]")
     console.print(f"run written to [bold]{run_path}[/]")
     bad = failures(run)
-    wrong = [e for e in run.end_to_end if e.correctness is not None and not e.correctness.passed]
-    if wrong and run.origin.get("onnx_import"):
-        # The ONNX model's own output is the point of `opbench run model.onnx`.
-        names = escape(", ".join(f"{e.model}/{e.backend}/{e.mode}" for e in wrong))
-        console.print(
-            f"[bold red]the whole model's output differs from ONNX Runtime's:[/] {names} "
-            f"({escape('; '.join(wrong[0].correctness.reasons))})"
-        )
-        if not bad:
-            raise typer.Exit(ExitCode.LAYER_ERROR)
     if bad:
         names = escape(", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5]))
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""

@@ -96,7 +96,11 @@ def test_a_wrong_weight_is_caught_by_the_whole_model_check(tmp_path: Path, monke
     monkeypatch.setattr(file_data.FileData, "layer_weights", off_by_a_little)
     done = _run(path, tmp_path / "runs", "--backend", "torch")
     assert done.exit_code == 3, done.output
-    assert "the whole model's output differs from ONNX Runtime's" in done.output
+    assert "whole-model run(s) failed their output check: block/torch/eager" in done.output
+    run = json.loads((tmp_path / "runs" / "block" / "latest" / "run.json").read_text())
+    (eager,) = [e for e in run["end_to_end"] if e["mode"] == "eager"]
+    assert eager["correctness"]["reference"] == "onnxruntime-cpu-float32"
+    assert all(not r["correctness"]["failures"] for r in run["layers"])
 
 
 def test_batch_and_dtype_are_for_onnx_files_only(tmp_path: Path):
