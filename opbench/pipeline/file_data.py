@@ -64,10 +64,9 @@ class FileModelData(ModelData):
         if self._model_ref is not None:
             return self._model_ref
         ours, kind = super().model_reference()
-        batch_fixed = self.imported.batch != self.model.batch and self.imported.static_batch
-        if batch_fixed:
+        if self.imported.static_batch and self.imported.file_batch != self.model.batch:
             self._model_ref = (ours, f"{kind} (ONNX Runtime not run: the file's batch is fixed at "
-                                     f"{self.imported.batch})")  # fmt: skip
+                                     f"{self.imported.file_batch})")  # fmt: skip
             return self._model_ref
         theirs = self.ort_reference()
         if all(layer.dtype == "float32" for layer in self.model.layers):

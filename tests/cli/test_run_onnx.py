@@ -37,7 +37,7 @@ class Block(nn.Module):
         return torch.relu(self.fc(self.attn(h, h, h, need_weights=False)[0] + x))
 
 
-def _export(path: Path) -> None:
+def _export(path: Path, **dynamic) -> None:
     torch.manual_seed(0)
     model = Block().eval()
     with torch.no_grad():
@@ -50,7 +50,7 @@ def _export(path: Path) -> None:
     ):
         warnings.simplefilter("ignore")
         torch.onnx.export(model, (torch.randn(5, 3, 32),), str(path), dynamo=True,
-                          external_data=False)  # fmt: skip
+                          external_data=False, **dynamic)  # fmt: skip
 
 
 def _run(path: Path, out: Path, *extra: str):
@@ -101,6 +101,30 @@ def test_a_wrong_weight_is_caught_by_the_whole_model_check(tmp_path: Path, monke
     (eager,) = [e for e in run["end_to_end"] if e["mode"] == "eager"]
     assert eager["correctness"]["reference"] == "onnxruntime-cpu-float32"
     assert all(not r["correctness"]["failures"] for r in run["layers"])
+
+
+def _eager_reference(out: Path) -> str:
+    run = json.loads((out / "block" / "latest" / "run.json").read_text())
+    (eager,) = [e for e in run["end_to_end"] if e["mode"] == "eager"]
+    assert not eager["correctness"]["failures"], eager["correctness"]
+    return eager["correctness"]["reference"]
+
+
+def test_batch_of_a_symbolic_or_static_file(tmp_path: Path):
+    """A symbolic batch runs at --batch in ONNX Runtime too; a static one cannot, and the
+    whole-model reference says so."""
+    path = tmp_path / "block.onnx"
+    _export(path, dynamic_shapes={"x": {1: torch.export.Dim("batch")}})
+    done = _run(path, tmp_path / "a", "--backend", "torch", "--batch", "4")
+    assert done.exit_code == 0, done.output
+    assert _eager_reference(tmp_path / "a") == "onnxruntime-cpu-float32"
+    run = json.loads((tmp_path / "a" / "block" / "latest" / "run.json").read_text())
+    assert run["suite_spec"]["models"][0]["batch"] == 4
+
+    _export(path)
+    done = _run(path, tmp_path / "b", "--backend", "torch", "--batch", "4")
+    assert done.exit_code == 0, done.output
+    assert "the file's batch is fixed at 3" in _eager_reference(tmp_path / "b")
 
 
 def test_batch_and_dtype_are_for_onnx_files_only(tmp_path: Path):

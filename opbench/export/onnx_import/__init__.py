@@ -214,6 +214,7 @@ def _result(loaded: Any, w: Any, outputs: list, axis: int, from_opbench: bool) -
         batch=w.batch,
         batch_axis=axis,
         static_batch=loaded.batch_symbol is None,
+        file_batch=w.batch,
         inputs=list(w.inputs),
         layers=layers,
         absorbed=absorbed,

@@ -89,6 +89,7 @@ class Imported:
     batch: int
     batch_axis: int
     static_batch: bool = True  # the file fixes its batch (else it was symbolic: --batch)
+    file_batch: int = 0  # the batch the graph was read at (`batch` may be set to another)
     inputs: list[ModelInput] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
     absorbed: list[Absorbed] = field(default_factory=list)
