@@ -49,6 +49,36 @@ def _infos(model: Any) -> tuple[dict[str, NodeInfo], Counter]:
     return infos, users
 
 
+# Ops whose ONNX form is shared: an opbench file says which it wrote in the layer's first node's
+# doc_string ('opbench {"op": ..., "params": {...}}').
+_SHARED_FORMS = ({"transpose", "permute"}, {"reshape", "flatten"}, {"split", "slice"})
+
+
+def _opbench_docs(model: Any) -> dict[str, dict]:
+    import json
+
+    docs = {}
+    for node in model.graph:
+        text = node.doc_string or ""
+        if text.startswith("opbench "):
+            try:
+                docs[node.name] = json.loads(text[len("opbench ") :])
+            except ValueError:
+                continue
+    return docs
+
+
+def _as_written(layer: Any, docs: dict[str, dict]) -> Any:
+    """The op and parameters opbench wrote, where the ONNX form does not tell them apart."""
+    doc = docs.get(layer.nodes[0]) if layer.nodes else None
+    if not doc or doc.get("op") == layer.op:
+        return layer
+    if not any({doc.get("op"), layer.op} <= pair for pair in _SHARED_FORMS):
+        return layer
+    params = {k: v for k, v in (doc.get("params") or {}).items() if v is not None}
+    return replace(layer, op=doc["op"], params=params)
+
+
 def _input_name(value: Any, single: bool) -> str:
     import re
 
@@ -189,9 +219,10 @@ def _result(loaded: Any, w: Any, outputs: list, axis: int, from_opbench: bool) -
     taken = {i.name for i in w.inputs}
     named = assign(w.layers, infos, users, from_opbench, taken)
     rename = {layer.name: name for layer, (name, _) in zip(w.layers, named, strict=True)}
+    docs = _opbench_docs(model) if from_opbench else {}
     layers = [
         replace(
-            layer,
+            _as_written(layer, docs),
             name=name,
             reference_name=reference,
             inputs=tuple(rename.get(i, i) for i in layer.inputs),
