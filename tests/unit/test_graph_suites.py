@@ -1,4 +1,4 @@
-"""The graph suites of issue 25 (tests/data/suites/graphs.yaml: ResNet blocks with a downsample
+"""The graph suites of issue 25 (tests/data/suites/graph_blocks.yaml: ResNet blocks with a downsample
 branch, a pre-norm block with SwiGLU's gate × up, an inverted residual with relu6 and a concat
 of two branches) validate, and run on the CPU with torch and Triton (interpreter): every layer
 and every whole model passes its check. Bad graphs of the real join ops give located errors."""
@@ -17,7 +17,7 @@ from opbench.results.model import Status
 from opbench.spec.load import load_suite
 
 SUITES = Path(__file__).resolve().parents[1] / "data" / "suites"
-GRAPHS = SUITES / "graphs.yaml"
+GRAPHS = SUITES / "graph_blocks.yaml"
 
 
 @pytest.fixture(scope="module")
