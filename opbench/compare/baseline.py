@@ -18,7 +18,6 @@ to. A previous run.json is accepted as a baseline too: `load_baseline` tells the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -28,6 +27,7 @@ from typing import Any
 from opbench.errors import ExitCode, InputError, Location, OpbenchError
 from opbench.results.fingerprint import ENV_KEYS, env_differences
 from opbench.results.io import RUN_FILE, run_from_dict, write_json_atomic
+from opbench.results.jsonfile import read_json_object
 from opbench.results.model import LayerResult, RunResult
 
 BASELINE_KIND = "opbench-baseline"
@@ -255,23 +255,13 @@ def load_baseline(path: Path | str) -> Baseline:
     if path.is_dir():
         path = path / RUN_FILE
     where = Location(file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BaselineError(
-            "no baseline file here; create it with `opbench compare RUN --baseline PATH --update-baseline`",
-            where,
-        ) from None
-    except OSError as exc:
-        raise BaselineError(f"cannot read baseline: {exc.strerror}", where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"baseline is not valid JSON: {exc.msg}", Location(file=str(path), line=exc.lineno)
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError("a baseline holds a JSON object", where)
+    data = read_json_object(
+        path,
+        "baseline",
+        missing="no baseline file here; create it with "
+        "`opbench compare RUN --baseline PATH --update-baseline`",
+        unreadable=BaselineError,
+    )
     try:
         if data.get("kind") == BASELINE_KIND:
             return baseline_from_dict(data, str(path))

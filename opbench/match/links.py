@@ -39,14 +39,11 @@ from opbench.match.names import (
     families_agree,
     fold,
     fused_kinds,
-    keys_of,
-    members_of,
     names_model,
     op_family,
-    path_of,
-    qualifier_of,
     strip_suffix,
 )
+from opbench.match.prefix import Member, PrefixLink, proven, row_members
 from opbench.match.signature import align_left_over
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
 from opbench.reference.interface import Flag
@@ -117,19 +114,34 @@ def model_layer(model: SuiteModel, name: str) -> SuiteLayer:
 
 
 def matchable(row: ReferenceTiming) -> bool:
-    return row.status in (RefStatus.TIMED, RefStatus.OVERHEAD)
+    """Only rows doing the model's work are linked: a row its reader calls engine overhead
+    (a reformat, a reorder, a copy) is never added to a layer, whatever its name."""
+    return row.status == RefStatus.TIMED
 
 
 class _Links:
-    """The links and ambiguities found so far for one model."""
+    """The links and ambiguities found so far for one model, and the links found through part
+    of a path that still wait for their proof (opbench/match/prefix.py)."""
 
     def __init__(self) -> None:
         self.links: list[Link] = []
         self.ambiguities: dict[int, list[str]] = {}
+        self.pending: list[PrefixLink] = []
 
     def add(self, row: int, layer: str, source: str) -> None:
         if not any(link.row == row and link.layer == layer for link in self.links):
             self.links.append(Link(row, layer, source))
+
+    def add_named(
+        self, row: int, layer: str, source: str, member: Member, key: str, alone: bool
+    ) -> None:
+        """A link found by a member's name: at once when the key is its whole path, else
+        after the prefix proves itself."""
+        rest = member.rest_of(key)
+        if rest:
+            self.pending.append(PrefixLink(row, layer, source, member, rest, alone))
+        else:
+            self.add(row, layer, source)
 
     def doubt(self, row: int, reason: str) -> None:
         reasons = self.ambiguities.setdefault(row, [])
@@ -141,26 +153,6 @@ class _Links:
 
     def rows(self) -> set[int]:
         return {link.row for link in self.links}
-
-
-def _member_keys(
-    row: ReferenceTiming, model: SuiteModel, others: Sequence[SuiteModel]
-) -> tuple[list[tuple[str, ...]], bool]:
-    """Candidate names of each member of a row, with this model's qualifier removed.
-
-    Members qualified with another model are left out; the flag says whether any was."""
-    member_keys: list[tuple[str, ...]] = []
-    foreign = False
-    for member in members_of(row):
-        path = path_of(member)
-        owner = qualifier_of(path, [model, *others])
-        if owner is not None and owner.name != model.name:
-            foreign = True
-            continue
-        # "/attn/qkv/MatMul" may be model attn's layer qkv, or a layer named attn: try both
-        keys = keys_of(path[1:]) + keys_of(path) if owner is not None else keys_of(path)
-        member_keys.append(keys)
-    return member_keys, foreign
 
 
 def match_model(
@@ -176,19 +168,20 @@ def match_model(
     """
     others = [m for m in known_models if m.name != model.name]
     foreign: list[int] = []
-    candidates: dict[int, list[tuple[str, ...]]] = {}
+    candidates: dict[int, list[Member]] = {}
     for pos, row in enumerate(rows):
         if not matchable(row):
             continue
-        member_keys, is_foreign = _member_keys(row, model, others)
-        if is_foreign and not member_keys:
+        members, is_foreign = row_members(row, model, others)
+        if is_foreign and not members:
             foreign.append(pos)
-        elif member_keys:
-            candidates[pos] = member_keys
+        elif members:
+            candidates[pos] = members
     found = _Links()
     _by_reference_name(model, rows, candidates, found)
     mapped, ignored = _by_map(model, rows, candidates, name_map, found)
     _by_name(model, rows, candidates, mapped, found)
+    _prove_prefixes(model, rows, found)
     _absorb_fused(model, rows, found)
     _absorb_renamed(model, rows, found)
     for pos, layer in align_left_over(
@@ -213,23 +206,30 @@ def match_model(
 def _by_reference_name(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
+    candidates: dict[int, list[Member]],
     found: _Links,
 ) -> None:
     """Rule 1: the whole raw name, or one member's name, is a layer's reference_name."""
     by_reference = [layer for layer in model.layers if layer.reference_name]
-    for pos, member_keys in candidates.items():
+    for pos, members in candidates.items():
         raw = fold(strip_suffix(rows[pos].name))
         for layer in by_reference:
             ref = fold(layer.reference_name or "")
-            if raw == ref or any(ref in (fold(k) for k in keys) for keys in member_keys):
+            if raw == ref:
                 found.add(pos, layer.name, MatchSource.REFERENCE_NAME)
+                continue
+            for member in members:
+                key = next((k for k in member.keys if fold(k) == ref), None)
+                if key is not None:
+                    found.add_named(
+                        pos, layer.name, MatchSource.REFERENCE_NAME, member, key, len(members) == 1
+                    )
 
 
 def _by_map(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
+    candidates: dict[int, list[Member]],
     name_map: NameMap | None,
     found: _Links,
 ) -> tuple[set[int], list[int]]:
@@ -257,24 +257,35 @@ def _by_map(
 def _by_name(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
+    candidates: dict[int, list[Member]],
     mapped: set[int],
     found: _Links,
 ) -> None:
     """Rule 3: normalised names, member by member. Layers that set a reference_name are
     called that by the engine, so their own names are not looked up."""
     index = NameIndex([layer.name for layer in model.layers if not layer.reference_name])
-    for pos, member_keys in candidates.items():
+    for pos, members in candidates.items():
         if pos in mapped:
             continue
-        for keys in member_keys:
-            names = index.candidates(keys)
+        for member in members:
+            key, names = index.lookup(member.keys)
             for name in names:
-                found.add(pos, name, MatchSource.NAME)
+                found.add_named(pos, name, MatchSource.NAME, member, key, len(members) == 1)
             if len(names) > 1:
                 found.doubt(
                     pos, f"reference row {rows[pos].name!r} fits layers {' and '.join(names)}"
                 )
+
+
+def _prove_prefixes(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
+    """Links found through part of a path stand only when they prove themselves
+    (opbench/match/prefix.py); the links made by whole names are the order they must keep."""
+    index = {layer.name: layer.index for layer in model.layers}
+    anchors = [(link.row, index[link.layer]) for link in found.links if link.layer in index]
+    for link in found.pending:
+        if proven(link, rows, model, anchors):
+            found.add(link.row, link.layer, link.source)
+    found.pending.clear()
 
 
 def _absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
