@@ -82,12 +82,12 @@ def run_command(
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
+    from opbench.spec.vocabulary import unknown_backend
 
     for name in backend:
         if name not in backend_names():
             raise InputError(
-                f"unknown backend {name!r}{suggest(name, backend_names())}; "
-                f"known: {', '.join(backend_names())}",
+                unknown_backend(name, backend_names(), suggest(name, backend_names())),
                 Location(field="--backend"),
             )
     known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}

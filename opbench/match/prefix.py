@@ -54,13 +54,14 @@ class Member:
 
     path: its path with this model's qualifier removed; keys: candidate layer names, most
     specific first; rests: for each key, the path components after it (() for a whole name);
-    qualified: the path carried this model's name.
+    qualified: the path carried this model's name; index: its place among the row's members.
     """
 
     path: tuple[str, ...]
     keys: tuple[str, ...]
     rests: tuple[tuple[str, ...], ...]
     qualified: bool
+    index: int = 0
 
     def rest_of(self, key: str) -> tuple[str, ...]:
         return self.rests[self.keys.index(key)]
@@ -77,7 +78,7 @@ def row_members(
     """The members of a row this model may claim, and whether any was another model's."""
     members: list[Member] = []
     foreign = False
-    for name in members_of(row):
+    for index, name in enumerate(members_of(row)):
         path = path_of(name)
         owner = qualifier_of(path, [model, *others])
         if owner is not None and owner.name != model.name:
@@ -88,7 +89,7 @@ def row_members(
             # "/attn/qkv/MatMul" may be model attn's layer qkv, or a layer named attn: try both
             inner_keys, inner_rests = _keys(path[1:])
             keys, rests = inner_keys + keys, inner_rests + rests
-        members.append(Member(path, keys, rests, owner is not None))
+        members.append(Member(path, keys, rests, owner is not None, index))
     return members, foreign
 
 

@@ -192,7 +192,7 @@ def test_map_file(tmp_path: Path):
         ("a: fc1\na: fc2\n", "duplicate", 2),
         ("a: {x: 1}\n", "map to a suite layer", 1),
         ("- a\n", "is a mapping", 1),
-        ("a: [fc1\n", "YAML syntax error", 2),
+        ("a: [fc1\n", "not closed before the file ends", 1),  # the [ at 1:4
         ("a: nope\n", "maps to layer 'nope'", 1),
         ("a: other/fc1\n", "model 'other'", 1),
     ],
