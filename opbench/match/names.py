@@ -166,10 +166,13 @@ def op_family(raw_type: str | None) -> str | None:
     if not raw_type:
         return None
     key = raw_type.strip().casefold()
-    if key in _ANY_POOL:
-        return POOL
-    # TensorRT's layer types name the kernel library: "CaskConvolution", "CaskGemm"
-    return engine_families().get(key) or engine_families().get(key.removeprefix("cask"))
+    # TensorRT's layer types name the kernel library: "CaskConvolution", "CaskPooling"
+    for name in dict.fromkeys((key, key.removeprefix("cask"))):
+        if name in _ANY_POOL:
+            return POOL
+        if name in engine_families():
+            return engine_families()[name]
+    return None
 
 
 def families_agree(row_family: str | None, suite_op: str | None) -> bool:
