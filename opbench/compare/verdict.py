@@ -139,22 +139,18 @@ def backend_timing(
             Verdict.NOT_MEASURED,
             reason=f"not in this run: no {backend} result for {', '.join(missing)}",
         )
-    broken = [r for r in results if r.status == Status.ERROR]
-    if broken:
-        r = broken[0]
+    # a crash is ERROR; a layer the backend does not support was never timed: NOT-MEASURED
+    not_ok = sorted(
+        (r for r in results if r.status != Status.OK), key=lambda r: r.status != Status.ERROR
+    )
+    if not_ok:
+        r = not_ok[0]
+        crashed = r.status == Status.ERROR
         return BackendTiming(
             backend,
-            Verdict.ERROR,
-            reason=f"{r.layer}: {r.status}: {r.message or 'no message'}",
-            results=len(results),
-        )
-    unsupported = [r for r in results if r.status != Status.OK]
-    if unsupported:
-        r = unsupported[0]
-        return BackendTiming(
-            backend,
-            Verdict.NOT_MEASURED,
-            reason=f"{r.layer}: {r.status} by {backend}: {r.message or 'no message'}",
+            Verdict.ERROR if crashed else Verdict.NOT_MEASURED,
+            reason=f"{r.layer}: {r.status}{'' if crashed else f' by {backend}'}: "
+            f"{r.message or 'no message'}",
             results=len(results),
         )
     intervals = [result_interval(r) for r in results]

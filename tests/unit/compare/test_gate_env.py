@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_gate import ENV, layer
+from test_gate import run as gate_run
 from typer.testing import CliRunner
 
 from opbench.cli.main import app
@@ -21,36 +23,16 @@ from opbench.compare.baseline import (
 from opbench.compare.gate import GateOptions, Verdict, gate
 from opbench.errors import ExitCode
 from opbench.results.io import new_run_dir, write_run
-from opbench.results.model import Correctness, LayerResult, RunResult, Status
-
-ENV = {"gpu_name": "NVIDIA H200", "driver": "580", "torch": "2.11", "triton": "3.6"}
-MEDIANS = (1.0, 1.004, 0.996, 1.002, 0.998)
+from opbench.results.model import LayerResult, RunResult
 
 
-def layer(name: str = "fc", **kw) -> LayerResult:
-    values = dict(
-        model="mlp",
-        layer=name,
-        op="linear",
-        backend="triton",
-        status=Status.OK,
-        dtype="float16",
-        input_shape=(8, 64),
-        output_shape=(8, 64),
-        samples_ms=tuple((m * 0.99, m, m * 1.01) for m in MEDIANS),
-        correctness=Correctness(rel_l2=1e-4, max_abs=1e-3, nonfinite=0, tolerance=5e-3),
-        timer="cuda-events",
-        stop_reason="target_ci",
-    )
-    values.update(kw)
-    return LayerResult(**values)
+def timed(**kw) -> LayerResult:
+    """test_gate's layer, timed by the stopping rule unless told otherwise."""
+    return layer(**{"stop_reason": "target_ci", **kw})
 
 
 def run(*layers: LayerResult, threads: int = 8) -> RunResult:
-    env = {**ENV, "threads": threads}
-    return RunResult(
-        suite="s", started_at="t", device="cuda", env=env, layers=layers, complete=True
-    )
+    return gate_run(*layers, env={**ENV, "threads": threads})
 
 
 def differences(report) -> list[tuple[str, object, object]]:
@@ -60,17 +42,17 @@ def differences(report) -> list[tuple[str, object, object]]:
 @pytest.mark.parametrize(
     ("current", "expected"),
     [
-        (run(layer(), threads=4), [("threads", 8, 4)]),
-        (run(layer(timer="cuda-graph")), [("timer (1 layer(s))", "cuda-events", "cuda-graph")]),
+        (run(timed(), threads=4), [("threads", 8, 4)]),
+        (run(timed(timer="cuda-graph")), [("timer (1 layer(s))", "cuda-events", "cuda-graph")]),
         (
-            run(layer(stop_reason="rounds")),
+            run(timed(stop_reason="rounds")),
             [("schedule (1 layer(s))", STOPPING_RULE, FIXED_ROUNDS)],
         ),
     ],
     ids=["threads", "timer", "schedule"],
 )
 def test_a_run_measured_another_way_is_refused_and_named(current, expected):
-    baseline = baseline_from_run(run(layer()))
+    baseline = baseline_from_run(run(timed()))
     refused = gate(current, baseline)
     assert differences(refused) == expected
     assert refused.incomparable and refused.exit_code == ExitCode.BASELINE
@@ -81,17 +63,17 @@ def test_a_run_measured_another_way_is_refused_and_named(current, expected):
 
 
 def test_the_same_measurement_is_comparable_and_survives_the_baseline_file():
-    baseline = baseline_from_dict(baseline_to_dict(baseline_from_run(run(layer()))))
+    baseline = baseline_from_dict(baseline_to_dict(baseline_from_run(run(timed()))))
     assert baseline.env["threads"] == 8 and baseline.entries[0].schedule == STOPPING_RULE
-    report = gate(run(layer()), baseline)
+    report = gate(run(timed()), baseline)
     assert report.env_differences == () and report.exit_code == ExitCode.OK
 
 
 def test_a_baseline_that_did_not_record_the_schedule_cannot_show_it_is_comparable():
-    data = baseline_to_dict(baseline_from_run(run(layer())))
+    data = baseline_to_dict(baseline_from_run(run(timed())))
     for entry in data["entries"]:
         del entry["schedule"]
-    report = gate(run(layer()), baseline_from_dict(data))
+    report = gate(run(timed()), baseline_from_dict(data))
     assert differences(report) == [("schedule (1 layer(s))", "(not recorded)", STOPPING_RULE)]
     assert report.exit_code == ExitCode.BASELINE
 
@@ -99,7 +81,7 @@ def test_a_baseline_that_did_not_record_the_schedule_cannot_show_it_is_comparabl
 def test_compare_refuses_other_threads_unless_allowed_and_says_so(tmp_path: Path):
     def save(name: str, threads: int) -> Path:
         folder = new_run_dir(tmp_path / "reports", "s", name)
-        write_run(run(layer(), threads=threads), folder / "run.json")
+        write_run(run(timed(), threads=threads), folder / "run.json")
         return folder
 
     base, current = save("base", 8), save("current", 4)
