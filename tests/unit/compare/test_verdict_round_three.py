@@ -336,3 +336,31 @@ def test_layer_result_helper_times_are_points():
     # the helpers' equal samples make every interval a point: the checks above are exact
     r = layer_result("m", "x", "linear", (4, 4), 0.25)
     assert r.stats.ci95 == (0.25, 0.25)
+
+
+def test_the_shipped_quickstart_reference_leaves_no_compute_row_unmatched():
+    # reference_timings/ holds ONNX Runtime's own profile of suites/quickstart.yaml: every
+    # compute row is some layer's, every other row the reader's overhead (ORT's inserted
+    # reshapes, transposes, squeezes and reorders)
+    from opbench.spec.load import load_suite, spec_to_dict
+
+    repo = DATA.parents[2]
+    suite = load_suite(repo / "suites" / "quickstart.yaml")
+    results = tuple(
+        layer_result(m.name, layer.name, layer.op, tuple(layer.output_shape), 0.001)
+        for m in suite.models
+        for layer in m.layers
+    )
+    run = RunResult("quickstart", "t", "cpu", layers=results, suite_spec=spec_to_dict(suite))
+    c = compare_run(
+        run,
+        read_reference(
+            repo / "reference_timings" / "quickstart_onnxruntime_cpu.json", "auto", ReaderOptions()
+        ),
+    )
+    assert [u.name for u in c.unmatched if u.side == "reference"] == []
+    verdicts = {m.model: (m.verdict, m.complete) for m in c.models}
+    assert verdicts["mlp"][1] and verdicts["attn"][1]
+    # the cnn's to_nhwc permute is folded into ORT's layout conversion: MISSING, not judged
+    cnn = next(m for m in c.models if m.model == "cnn")
+    assert not cnn.complete and "MISSING from the reference (to_nhwc)" in cnn.reason
