@@ -120,7 +120,6 @@ def match_model(
     _prove_prefixes(model, rows, found)
     absorb_fused(model, rows, found)
     absorb_renamed(model, rows, found)
-    doubt_unaccounted(model, rows, found)
     for pos, layer in align_left_over(
         model, rows, candidates, found.rows() | set(ignored), found.layers()
     ):
@@ -129,6 +128,7 @@ def match_model(
             found.doubt(
                 pos, f"{GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
             )
+    doubt_unaccounted(model, rows, found)
     return ModelMatch(
         model=model.name,
         links=tuple(found.links),

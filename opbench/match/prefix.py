@@ -5,11 +5,11 @@ first, then by its leading components: `conv1`, `fc1`. A link made through such 
 a guess until it proves itself, and is dropped otherwise:
 
 - **module scope**: the rest of the path is op types (`/fc1/MatMul`, `/fc1/Add`,
-  `/act/Erf`), as ONNX exporters name the nodes of a module, and that op type is no other
-  kind than the layer's (a `/conv1/Relu` is no part of a conv); in a profile whose names
-  carry this model's name (`/mlp/attn/MatMul`, as `opbench reference onnxruntime` writes
-  them) whatever its kind: the exporter put the node inside the layer's module (an attention
-  layer's MatMul and Softmax nodes are the attention);
+  `/act/Erf`), as ONNX exporters name the nodes of a module, and that op type is arithmetic or
+  shape glue (`_GLUE`: a bias Add, an attention's Reshape and Softmax), names no op, or names
+  the layer's own kind; a `/conv1/Relu` is no part of a conv. In a profile whose names carry
+  this model's name (`/mlp/attn/MatMul`, as `opbench reference onnxruntime` writes them),
+  whatever its type: the exporter put the node inside the layer's module;
 - **kind and shape or order**: the member's kind is known (the op type its path names, else
   the row's op type, or the kinds it fused, for a row of one member) and agrees with the
   layer's op; and its output shape agrees with the layer's where both are known, or, where
@@ -46,6 +46,15 @@ from opbench.reference.model import ReferenceTiming
 # "Softmax_1", "MatMulAddFusion". Descriptive names ("7x7_s2", "relu_7x7", "norm1") are not.
 _OP_NODE = re.compile(r"^[A-Z][A-Za-z0-9]*(?:_\d+)?$")
 _LEADING_WORD = re.compile(r"^[A-Za-z]+")
+# Op types exporters emit inside any module, whatever the module computes: arithmetic and
+# shape glue (a linear's bias Add, an attention's Reshape, Transpose, MatMul and Softmax, a
+# norm's Pow and ReduceMean). A node of these types under a layer's scope is part of that
+# layer, even where the type names an op of its own (`add`, `transpose`, `softmax`).
+_GLUE = frozenset(
+    """add sub mul div pow sqrt reciprocal neg exp log erf tanh where cast reshape transpose
+    squeeze unsqueeze concat split slice gather expand shape constant identity reducemean
+    reducesum reducemax matmul softmax trilu""".split()
+)
 
 
 @dataclass(frozen=True)
@@ -138,7 +147,8 @@ def proven(
     layer = _layer(model, link.layer)
     kind = member_kind(row, link.rest, link.alone)
     if all(_OP_NODE.match(part) for part in link.rest):
-        if link.member.qualified or kind is None or families_agree(kind, layer.op):
+        glue = _op_type(link.rest[-1]).casefold() in _GLUE
+        if link.member.qualified or glue or kind is None or families_agree(kind, layer.op):
             return True
     kinds = {kind} if kind is not None else set()
     if link.alone:
@@ -154,6 +164,11 @@ def _in_order(row: int, index: int, anchors: list[tuple[int, int]]) -> bool:
     if not anchors:
         return False
     return not any((r < row and i > index) or (r > row and i < index) for r, i in anchors)
+
+
+def _op_type(node: str) -> str:
+    """ "Softmax_1" → "Softmax": the op type an exporter named a node after."""
+    return re.sub(r"_\d+$", "", node)
 
 
 def _layer(model: SuiteModel, name: str) -> SuiteLayer:
