@@ -147,7 +147,9 @@ def test_torch_compiles_the_whole_graph_and_its_outputs_are_checked(monkeypatch)
     model = suite.model("mobilenet_blocks")
     data = ModelData(suite, model, "cpu")
     backend = get_backend("torch-compile")
-    built = {(i,): backend.build([la], [data.weights(i)], "cpu") for i, la in enumerate(model.layers)}
+    built = {
+        (i,): backend.build([la], [data.weights(i)], "cpu") for i, la in enumerate(model.layers)
+    }
     eager, graph = time_end_to_end(
         model, "torch-compile", built, data, RunOptions(device="cuda"), backend
     )
