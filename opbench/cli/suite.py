@@ -73,7 +73,12 @@ def from_onnx_command(
     if dtype not in DTYPES:
         raise InputError(f"--dtype {dtype!r}: one of {', '.join(DTYPES)}")
     started = time.perf_counter()
-    imported = import_onnx(model_path, batch=batch, dims=parse_dims(dim))
+    imported = import_onnx(
+        model_path,
+        batch=batch,
+        dims=parse_dims(dim),
+        log=lambda msg: err_console.print(msg, style="yellow", markup=False),
+    )
     took = time.perf_counter() - started
     if imported.unsupported and not skip_unsupported:
         err_console.print(

@@ -132,10 +132,16 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
         except (Refused, V.NotAView, KeyError) as exc:
             reason = str(exc) if not isinstance(exc, KeyError) else "an input could not be placed"
             w.unsupported_node(node, reason.strip("'\""))
-            try:
-                placeholder(w, node)
-            except (Refused, V.NotAView, KeyError):
-                pass  # its readers say so in turn
+        except Exception as exc:  # noqa: BLE001 - a node this importer cannot read: say which
+            w.unsupported_node(
+                node, f"the importer could not read it ({type(exc).__name__}: {exc})"
+            )
+        else:
+            continue
+        try:
+            placeholder(w, node)
+        except (Refused, V.NotAView, KeyError):
+            pass  # its readers say so in turn
     outputs = []
     for value in graph.outputs:
         try:

@@ -157,5 +157,8 @@ def load(
         raise
     except Exception as exc:  # noqa: BLE001 - a model the folder cannot read is bad input
         raise InputError(f"{path}: constant folding failed ({type(exc).__name__}: {exc})") from None
-    apply_rules(model, log)
+    try:
+        apply_rules(model, log)
+    except Exception as exc:  # noqa: BLE001 - without the patterns, their nodes are listed
+        log(f"onnxscript's rewriter failed ({type(exc).__name__}: {exc}); no pattern folded")
     return loaded
