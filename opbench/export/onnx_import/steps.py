@@ -103,9 +103,14 @@ def view_op(node: Any, vin: V.View, index: int = 0) -> V.View:
         return V.unsqueeze(vin, axes)
     if op == "Gather":
         index_value = _const(_input(node, 1))
+        axis = int(attr(node, "axis", 0)) % rank
+        if index_value is not None and index_value.ndim and _is_arange(index_value, vin.shape[axis]):
+            # every index once, in order (torch exports `as_strided` views this way): a reshape
+            shape = (*vin.shape[:axis], *index_value.shape, *vin.shape[axis + 1 :])
+            return V.reshape(vin, shape)
         if index_value is None or index_value.ndim != 0:
             raise V.NotAView("a Gather of more than one constant index")
-        return V.select(vin, int(attr(node, "axis", 0)), int(index_value))
+        return V.select(vin, axis, int(index_value))
     if op == "Split":
         axis = int(attr(node, "axis", 0)) % rank
         start, end = split_part(node, index, vin.shape[axis])
@@ -116,6 +121,13 @@ def view_op(node: Any, vin: V.View, index: int = 0) -> V.View:
             raise V.NotAView("a strided Slice")
         return _even_part(vin, axis % rank, start, end)
     raise V.NotAView(f"{op} is not a view")
+
+
+def _is_arange(indices: Any, size: int) -> bool:
+    import numpy as np
+
+    flat = np.asarray(indices).reshape(-1)
+    return flat.size == size and bool(np.array_equal(flat % size, np.arange(size)))
 
 
 def _axis0(node: Any, rank: int) -> int:

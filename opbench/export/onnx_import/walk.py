@@ -100,21 +100,53 @@ class Walker:
             return found
         start, steps = self.chains[value]
         if start not in self.canon_of:
-            raise V.NotAView("the batch is folded into another dim of this tensor")
+            if steps:
+                raise V.NotAView("the batch is folded into another dim of this tensor")
+            return self._reshaped(value)
         canon, pos = self.canon_of[start]
-        for step in steps:
+        # Replay only after the last value that is a canonical tensor itself: a transpose and
+        # its inverse on the way make no layers.
+        begin = 0
+        for k, step in enumerate(steps):
             if step.out in self.canon_of:
                 canon, pos = self.canon_of[step.out]
+                begin = k + 1
                 continue
             there = V.canonical_position(self.views[step.out])
             if there is not None:
                 canon, pos = self.tensor(self.views[step.out]), there
-            else:
-                from opbench.export.onnx_import.steps import step_layers
+                self.canon_of[step.out] = (canon, pos)
+                begin = k + 1
+        from opbench.export.onnx_import.steps import step_layers
 
-                canon, pos = step_layers(self, step, canon, pos)
+        for step in steps[begin:]:
+            canon, pos = step_layers(self, step, canon, pos)
             self.canon_of[step.out] = (canon, pos)
         return canon, pos
+
+    def _reshaped(self, value: str) -> tuple[Canon, int]:
+        """A layer's output whose view is its tensor reshaped (a linear on [1, 1, 1, E] whose
+        ONNX output is [1, N]): a reshape layer (a view) gives the tensor the value's shape."""
+        from opbench.export.onnx_import.steps import reshape_layer
+
+        view = self.views[value]
+        canon = self.tensor(view)
+        flat = V.normalise(tuple(a for run in view.dims for a in run))
+        whole = V.identity(canon.id, canon.shape)
+        if view.fixed or flat != V.normalise(tuple(a for run in whole.dims for a in run)):
+            raise V.NotAView("the batch is folded into another dim of this tensor")
+        if self.batch == 1:
+            ones = [i for i, n in enumerate(view.shape) if n == 1]
+            pos = ones[0] if ones else V.ABSENT
+        else:
+            found = V.batch_dim(view)
+            if found is None:
+                raise V.NotAView("the batch is folded into another dim of this tensor")
+            pos = found
+        rest = view.shape if pos == V.ABSENT else view.shape[:pos] + view.shape[pos + 1 :]
+        made = reshape_layer(self, canon, (self.batch, *rest), ())
+        self.canon_of[value] = (made, pos)
+        return made, pos
 
     # ---- layers -------------------------------------------------------------------------
 
