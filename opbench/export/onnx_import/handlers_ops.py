@@ -123,11 +123,15 @@ def global_pool(w: Walker, node: Any) -> None:
         axes = attr(node, "axes")
         if axes is None and len(node.inputs) > 1:
             axes = [int(v) for v in _const(node.inputs[1]).reshape(-1)]
-        if sorted(int(a) % 4 for a in axes or []) != [2, 3] or not attr(node, "keepdims", 1):
-            raise Refused("a mean that is not over H and W keeping dims (nor part of a norm)")
+        if sorted(int(a) % 4 for a in axes or []) != [2, 3]:
+            raise Refused("a mean that is not over H and W (nor part of a norm)")
     params = {"kernel_size": [canon.shape[2], canon.shape[3]]}
     made = w.add_layer("avgpool2d", params, [(canon, x)], (*canon.shape[:2], 1, 1), w.body(node))
-    w.set_canonical(node.outputs[0].name, made, 0)
+    if attr(node, "keepdims", 1):
+        w.set_canonical(node.outputs[0].name, made, 0)
+    else:  # [N, C]: the pooled [N, C, 1, 1] without its unit dims
+        view = V.reshape(V.identity(made.id, made.shape), out_shape(node))
+        w.set_view_of(node.outputs[0].name, view, made)
 
 
 def batchnorm(w: Walker, node: Any) -> None:

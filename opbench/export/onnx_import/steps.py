@@ -104,7 +104,11 @@ def view_op(node: Any, vin: V.View, index: int = 0) -> V.View:
     if op == "Gather":
         index_value = _const(_input(node, 1))
         axis = int(attr(node, "axis", 0)) % rank
-        if index_value is not None and index_value.ndim and _is_arange(index_value, vin.shape[axis]):
+        if (
+            index_value is not None
+            and index_value.ndim
+            and _is_arange(index_value, vin.shape[axis])
+        ):
             # every index once, in order (torch exports `as_strided` views this way): a reshape
             shape = (*vin.shape[:axis], *index_value.shape, *vin.shape[axis + 1 :])
             return V.reshape(vin, shape)
