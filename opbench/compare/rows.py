@@ -210,6 +210,10 @@ def prefix_noise(
 
 def _prefix_pair(profile: ReferenceProfile, pos: int) -> str:
     row = profile.layers[pos]
+    if row.derived_from:  # a graph cut difference: name the cuts it combines
+        from opbench.reference.prefix_graph import describe
+
+        return f"{row.name!r} = {describe(row.derived_from)}"
     previous = next(
         (
             profile.layers[p]

@@ -1,13 +1,21 @@
 """`opbench export onnx`: each model of a suite as ONNX files, its fixed inputs and a manifest.
 
 OUT/
-  manifest.json                  files, layers, input shapes, dtype (see `MANIFEST_VERSION`)
-  <model>/<model>.onnx           the whole model; node names are the suite's layer names
-  <model>/prefix_<k>_<layer>.onnx  the model cut after layer k (k = 1 … n-1; cut n is the
-                                 whole model file), for engines that only time whole models
-  <model>/<input>.npy            the fixed input of each chain start (float32, numpy .npy)
+  manifest.json                  files, layers and their inputs, shapes, dtype (`MANIFEST_VERSION`)
+  <model>/<model>.onnx           the whole model (the graph; its weights are in the next file);
+                                 node names are the suite's layer names
+  <model>/<model>.weights        every weight of the model, once (ONNX external data: the
+                                 .onnx files name their tensors' offsets in it)
+  <model>/cut_<k>_<layer>.onnx   the cut of layer k: the layer and every layer it depends on,
+                                 with one output (export/cuts.py), for engines that time whole
+                                 models only; its weights point into <model>.weights
+  <model>/baseline_<input>.onnx  one model input passed through (Identity): the cost of a call
+                                 with no layer in it
+  <model>/<input>.npy            the fixed data of each model input (float32, numpy .npy)
 
-Model names from sweeps (`mlp[batch=8]`) become directory names with the brackets replaced.
+`onnx.load(path)` and ONNX Runtime (given the path) read the weights from the file beside the
+model. Model names from sweeps (`mlp[batch=8]`) become directory names with the brackets
+replaced.
 """
 
 from __future__ import annotations
@@ -20,11 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError
-from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph
+from opbench.export.cuts import ancestor_cuts, cut_model, externalize, layer_graph, value_shapes
+from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph, layer_reads
 from opbench.export.onnx_ops import emitter_for
 from opbench.spec.model import ModelSpec, SuiteSpec
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: cuts are ancestor sets (`cuts`, not `prefixes`); weights in one file
 MANIFEST = "manifest.json"
 
 
@@ -57,22 +66,125 @@ def file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
 
 
-def _graph_entry(built: BuiltGraph, folder: Path, out: Path) -> dict[str, Any]:
+def _endpoints(built: BuiltGraph, folder: Path, out: Path) -> dict[str, dict[str, Any]]:
+    """Every graph input and output of the whole model, by tensor name, as the manifest
+    writes them."""
+    entries: dict[str, dict[str, Any]] = {}
+    for i in built.inputs:
+        entries[i.name] = {
+            "name": i.name,
+            "layer": i.layer,
+            "shape": list(i.shape),
+            "file": (folder / f"{file_stem(i.name)}.npy").relative_to(out).as_posix(),
+        }
+    for o in built.outputs:
+        entries[o.name] = {"name": o.name, "layer": o.layer, "shape": list(o.shape)}
+    return entries
+
+
+def _baseline(proto: Any, tensor: str, name: str) -> Any:
+    """A model that passes one input through: what a call costs with no layer in it."""
+    from onnx import helper
+
+    value = next(v for v in proto.graph.input if v.name == tensor)
+    out = helper.make_tensor_value_info(f"{tensor}_passed", value.type.tensor_type.elem_type, None)
+    out.type.CopyFrom(value.type)
+    node = helper.make_node("Identity", [tensor], [out.name], name=f"{tensor}_passed")
+    graph = helper.make_graph([node], name, [value], [out])
+    model = helper.make_model(
+        graph, opset_imports=list(proto.opset_import), producer_name="opbench"
+    )
+    model.ir_version = proto.ir_version
+    return model
+
+
+def _layer_entry(model: ModelSpec, built: BuiltGraph, index: int) -> dict[str, Any]:
+    layer = model.layers[index]
+    nodes = built.layer_nodes[(model.name, layer.name)]
+    op_types = {node.name: node.op_type for node in built.proto.graph.node}
+    shapes = tuple(getattr(layer, "input_shapes", ()) or ()) or (layer.input_shape,)
     return {
-        "inputs": [
-            {
-                "name": i.name,
-                "layer": i.layer,
-                "shape": list(i.shape),
-                "file": (folder / f"{file_stem(i.name)}.npy").relative_to(out).as_posix(),
-            }
-            for i in built.inputs
-        ],
-        "outputs": [
-            {"name": o.name, "layer": o.layer, "shape": list(o.shape)} for o in built.outputs
-        ],
-        "opset": built.opset,
+        "name": layer.name,
+        "op": layer.op,
+        "suite_dtype": layer.dtype,
+        "quant": layer.quant,
+        "inputs": list(layer_reads(model, layer)),
+        "input_shape": list(layer.input_shape),
+        "input_shapes": [list(s) for s in shapes],
+        "output_shape": list(layer.output_shape),
+        "onnx_nodes": list(nodes),
+        "onnx_ops": [op_types[node] for node in nodes],
     }
+
+
+def _export_model(
+    model: ModelSpec, data: SeededData, out: Path, log: Callable[[str], None]
+) -> tuple[dict[str, Any], int]:
+    """Write one model's files; its manifest entry and the number of files written."""
+    import numpy as np
+    import onnx
+
+    stem = file_stem(model.name)
+    folder = out / stem
+    folder.mkdir(exist_ok=True)
+    full = build_graph([Part(model, model.layers)], data, LAYER_NAMES, model.name)
+    layers = [(layer.name, full.layer_nodes[(model.name, layer.name)]) for layer in model.layers]
+    graph = layer_graph(full.proto, layers)
+    shapes = value_shapes(full.proto)
+    weights = f"{stem}.weights"
+    weight_bytes = externalize(full.proto, folder, weights)
+    model_file = folder / f"{stem}.onnx"
+    onnx.save(full.proto, str(model_file))
+    for graph_input in full.inputs:
+        np.save(folder / f"{file_stem(graph_input.name)}.npy", full.feeds[graph_input.name])
+    files = 2 + len(full.inputs)
+    ends = _endpoints(full, folder, out)
+    baselines = []
+    for tensor in graph.inputs:
+        path = folder / f"baseline_{file_stem(tensor)}.onnx"
+        onnx.save(_baseline(full.proto, tensor, f"{model.name} baseline"), str(path))
+        files += 1
+        baselines.append(
+            {"input": tensor, "file": path.relative_to(out).as_posix(), "inputs": [ends[tensor]]}
+        )
+    cuts = []
+    found = ancestor_cuts(graph)
+    log(
+        f"{model.name}: {len(model.layers)} layers, {len(found)} cuts, weights {weight_bytes} bytes"
+    )
+    for cut in found:
+        name = graph.names[cut.layer]
+        path = folder / f"cut_{cut.number:03d}_{file_stem(name)}.onnx"
+        onnx.save(
+            cut_model(full.proto, graph, cut, shapes, f"{model.name} cut {cut.number}"), str(path)
+        )
+        files += 1
+        layer = model.layers[cut.layer]
+        cuts.append(
+            {
+                "cut": cut.number,
+                "layer": name,
+                "file": path.relative_to(out).as_posix(),
+                "members": [graph.names[k] for k in cut.members],
+                "inputs": [ends[t] for t in cut.inputs],
+                "outputs": [{"name": cut.output, "layer": name, "shape": list(layer.output_shape)}],
+            }
+        )
+    entry = {
+        "name": model.name,
+        "stem": stem,
+        "batch": model.batch,
+        "file": model_file.relative_to(out).as_posix(),
+        "weights": (folder / weights).relative_to(out).as_posix(),
+        "weights_bytes": weight_bytes,
+        "inputs": [ends[i.name] for i in full.inputs],
+        "outputs": [ends[o.name] for o in full.outputs],
+        "opset": full.opset,
+        "layers": [_layer_entry(model, full, i) for i in range(len(model.layers))],
+        "baselines": baselines,
+        "cuts": cuts,
+    }
+    return entry, files
 
 
 def export_suite(
@@ -82,10 +194,7 @@ def export_suite(
     models: Sequence[str] = (),
     log: Callable[[str], None] = lambda _msg: None,
 ) -> Exported:
-    """Write every chosen model, its prefixes, its inputs and the manifest under OUT."""
-    import numpy as np
-    import onnx
-
+    """Write every chosen model, its cuts, its inputs and the manifest under OUT."""
     chosen = select_models(suite, models)
     for model in chosen:  # every op must have an ONNX form before anything is written
         for layer in model.layers:
@@ -95,62 +204,18 @@ def export_suite(
     entries = []
     files = 0
     for model in chosen:
-        stem = file_stem(model.name)
-        folder = out / stem
-        folder.mkdir(exist_ok=True)
-        log(f"{model.name}: {len(model.layers)} layers, {len(model.layers)} prefix cuts")
-        full = build_graph([Part(model, model.layers)], data, LAYER_NAMES, model.name)
-        model_file = folder / f"{stem}.onnx"
-        onnx.save(full.proto, str(model_file))
-        for graph_input in full.inputs:
-            np.save(folder / f"{file_stem(graph_input.name)}.npy", full.feeds[graph_input.name])
-        files += 1 + len(full.inputs)
-        op_types = {node.name: node.op_type for node in full.proto.graph.node}
-        prefixes = []
-        for k, layer in enumerate(model.layers, start=1):
-            if k == len(model.layers):
-                built, path = full, model_file
-            else:
-                built = build_graph([Part(model, model.layers[:k])], data, LAYER_NAMES, model.name)
-                path = folder / f"prefix_{k:02d}_{file_stem(layer.name)}.onnx"
-                onnx.save(built.proto, str(path))
-                files += 1
-            prefixes.append(
-                {"cut": k, "layer": layer.name, "file": path.relative_to(out).as_posix()}
-                | _graph_entry(built, folder, out)
-            )
-        entries.append(
-            {
-                "name": model.name,
-                "stem": stem,
-                "batch": model.batch,
-                "file": model_file.relative_to(out).as_posix(),
-                **_graph_entry(full, folder, out),
-                "layers": [
-                    {
-                        "name": layer.name,
-                        "op": layer.op,
-                        "suite_dtype": layer.dtype,
-                        "quant": layer.quant,
-                        "input_shape": list(layer.input_shape),
-                        "output_shape": list(layer.output_shape),
-                        "onnx_nodes": list(full.layer_nodes[(model.name, layer.name)]),
-                        "onnx_ops": [
-                            op_types[node] for node in full.layer_nodes[(model.name, layer.name)]
-                        ],
-                    }
-                    for layer in model.layers
-                ],
-                "prefixes": prefixes,
-            }
-        )
+        entry, written = _export_model(model, data, out, log)
+        entries.append(entry)
+        files += written
     manifest = {
         "opbench_export": MANIFEST_VERSION,
         "suite": suite.name,
         "suite_source": suite.source,
         "dtype": "float32",
-        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as float32",
+        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as float32, "
+        "once per model in <model>.weights (ONNX external data)",
         "node_names": "a layer's first node is named like the layer; its other nodes <layer>/<OpType>",
+        "cuts": "cut k holds layer k and every layer it depends on; it has one output, layer k's",
         "models": entries,
     }
     manifest_path = out / MANIFEST

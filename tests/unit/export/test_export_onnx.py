@@ -1,9 +1,10 @@
 """`opbench export onnx`: every file ONNX Runtime runs reproduces the suite's float64 reference.
 
 For each model of suites/quickstart.yaml and suites/cnn.yaml, the whole-model file and every
-prefix file are run by ONNX Runtime on the exported fixed input and compared, output by
-output, with the float64 computation of the ops (`op.forward`) on the same seeded weights and
-input from ModelData. The limit is the suite's float32 tolerance (relative L2 error 1e-4).
+cut file are run by ONNX Runtime on the exported fixed input and compared, output by output,
+with the float64 computation of the ops (`op.forward`) on the same seeded weights and input
+from ModelData. The limit is the suite's float32 tolerance (relative L2 error 1e-4). Every
+cut has one input and one output, and the weights are on disk once.
 
 suites/cnn.yaml runs at batch 32 on 224×224 and 56×56 inputs: several GFLOP per prefix in
 float64 on a 2-core CPU. It is exported here at batch 1 through a temporary copy of the suite
@@ -68,6 +69,13 @@ def rel_l2(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
 
 
+def _run(out: Path, file: str, inputs: list[dict]) -> list:
+    session = ort.InferenceSession(str(out / file))  # by path: the weights file is beside it
+    feeds = {i["name"]: np.load(out / i["file"]) for i in inputs}
+    assert [i["shape"] for i in inputs] == [list(f.shape) for f in feeds.values()]
+    return session.run(None, feeds)
+
+
 def _check_export(suite_path: Path, out: Path) -> int:
     done = runner.invoke(app, ["export", "onnx", str(suite_path), "--out", str(out)])
     assert done.exit_code == 0, done.output
@@ -79,27 +87,35 @@ def _check_export(suite_path: Path, out: Path) -> int:
     checked = 0
     for model, entry in zip(suite.models, manifest["models"], strict=True):
         assert [lay["name"] for lay in entry["layers"]] == [lay.name for lay in model.layers]
-        assert [p["layer"] for p in entry["prefixes"]] == [lay.name for lay in model.layers]
+        assert [c["layer"] for c in entry["cuts"]] == [lay.name for lay in model.layers]
         assert entry["inputs"][0]["shape"] == list(model.layers[0].input_shape)
         expected = float64_outputs(suite, model)
         index = {layer.name: i for i, layer in enumerate(model.layers)}
-        for prefix in entry["prefixes"]:
-            proto = onnx.load(str(out / prefix["file"]))
+        whole = _run(out, entry["file"], entry["inputs"])
+        assert len(whole) == len(entry["outputs"])  # every end of the model is an output
+        for got, meta in zip(whole, entry["outputs"], strict=True):
+            assert rel_l2(got, expected[index[meta["layer"]]]) <= limit
+        for cut in entry["cuts"]:
+            proto = onnx.load(str(out / cut["file"]), load_external_data=False)
             names = {node.name for node in proto.graph.node}
-            cut = [lay.name for lay in model.layers[: prefix["cut"]]]
-            assert set(cut) <= names  # every layer of the cut is a node of its own name
-            assert all(n in cut or n.split("/")[0] in cut for n in names)
-            session = ort.InferenceSession(str(out / prefix["file"]))
-            feeds = {i["name"]: np.load(out / i["file"]) for i in prefix["inputs"]}
-            assert [i["shape"] for i in prefix["inputs"]] == [list(f.shape) for f in feeds.values()]
-            results = session.run(None, feeds)
-            assert len(results) == len(prefix["outputs"])
-            for got, meta in zip(results, prefix["outputs"], strict=True):
-                want = expected[index[meta["layer"]]]
-                assert got.shape == want.shape == tuple(meta["shape"])
-                error = rel_l2(got, want)
-                assert error <= limit, f"{model.name} cut {prefix['cut']} {meta['layer']}: {error}"
-                checked += 1
+            members = cut["members"]
+            assert cut["layer"] == members[-1] and set(members) <= names
+            assert all(n in members or n.split("/")[0] in members for n in names)
+            assert len(cut["inputs"]) == 1 and len(cut["outputs"]) == 1
+            (got,) = _run(out, cut["file"], cut["inputs"])
+            want = expected[index[cut["layer"]]]
+            assert got.shape == want.shape == tuple(cut["outputs"][0]["shape"])
+            error = rel_l2(got, want)
+            assert error <= limit, f"{model.name} cut {cut['cut']} {cut['layer']}: {error}"
+            checked += 1
+        # The weights are written once: the cut files hold the graph only.
+        folder = out / entry["stem"]
+        weights = (out / entry["weights"]).stat().st_size
+        cut_bytes = sum((out / c["file"]).stat().st_size for c in entry["cuts"])
+        model_bytes = (out / entry["file"]).stat().st_size + weights
+        assert weights == entry["weights_bytes"]
+        assert weights + cut_bytes <= 1.5 * model_bytes + 2048 * len(entry["cuts"])
+        assert sorted(p.suffix for p in folder.iterdir()).count(".weights") == 1
     return checked
 
 
@@ -109,9 +125,9 @@ def test_quickstart_export_reproduces_reference(tmp_path: Path):
 
 def test_cnn_export_reproduces_reference(tmp_path: Path):
     suite = _cnn_at_batch_1(tmp_path)
-    # resnet_blocks has three chains (l3_conv2 and l4_conv2 set their own input): later cuts
-    # have one output per finished chain.
-    assert _check_export(suite, tmp_path / "out") == 4 + 10 + 2 + 3 * 5
+    # resnet_blocks has three chains (l3_conv2 and l4_conv2 set their own input): each cut
+    # reads the input of its own chain only.
+    assert _check_export(suite, tmp_path / "out") == 20  # one per layer
 
 
 def test_op_without_onnx_form_is_bad_input(tmp_path: Path, monkeypatch):
@@ -139,7 +155,7 @@ def test_op_with_an_onnx_op_and_no_emitter_exports_one_node(tmp_path: Path, monk
         "name: one_node\nmodels:\n  - name: m\n    batch: 2\n    input: [5, 7]\n    layers:\n"
         "      - {name: fc, op: linear, out_features: 6}\n      - {name: act, op: relu}\n"
     )
-    assert _check_export(suite, tmp_path / "out") == 2  # one output per prefix
+    assert _check_export(suite, tmp_path / "out") == 2  # one output per cut
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["prefixes"][-1]["file"]))
+    proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["cuts"][-1]["file"]))
     assert [(n.name, n.op_type) for n in proto.graph.node if n.name == "act"] == [("act", "Relu")]
