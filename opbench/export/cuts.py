@@ -24,8 +24,9 @@ from typing import Any
 
 from opbench.errors import InputError
 
-# Tensors smaller than this stay inside the .onnx file (shapes, axes, scalars).
-INLINE_BYTES = 1024
+# Tensors smaller than this stay inside each .onnx file (shapes, axes, scalars such as a
+# Clip's bounds, which export reads without loading the weights file).
+INLINE_BYTES = 128
 
 
 @dataclass(frozen=True)

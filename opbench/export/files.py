@@ -21,15 +21,15 @@ replaced.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError
-from opbench.export.cuts import ancestor_cuts, cut_model, externalize, layer_graph, value_shapes
-from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph, layer_reads
+from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph
+from opbench.export.model_files import file_stem as file_stem  # re-exported
+from opbench.export.model_files import write_model_files
 from opbench.export.onnx_ops import emitter_for
 from opbench.spec.model import ModelSpec, SuiteSpec
 
@@ -61,43 +61,6 @@ def select_models(suite: SuiteSpec, wanted: Sequence[str]) -> tuple[ModelSpec, .
     return tuple(chosen)
 
 
-def file_stem(name: str) -> str:
-    """A model or layer name as a portable file name (`mlp[batch=8]` → `mlp_batch_8`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
-
-
-def _endpoints(built: BuiltGraph, folder: Path, out: Path) -> dict[str, dict[str, Any]]:
-    """Every graph input and output of the whole model, by tensor name, as the manifest
-    writes them."""
-    entries: dict[str, dict[str, Any]] = {}
-    for i in built.inputs:
-        entries[i.name] = {
-            "name": i.name,
-            "layer": i.layer,
-            "shape": list(i.shape),
-            "file": (folder / f"{file_stem(i.name)}.npy").relative_to(out).as_posix(),
-        }
-    for o in built.outputs:
-        entries[o.name] = {"name": o.name, "layer": o.layer, "shape": list(o.shape)}
-    return entries
-
-
-def _baseline(proto: Any, tensor: str, name: str) -> Any:
-    """A model that passes one input through: what a call costs with no layer in it."""
-    from onnx import helper
-
-    value = next(v for v in proto.graph.input if v.name == tensor)
-    out = helper.make_tensor_value_info(f"{tensor}_passed", value.type.tensor_type.elem_type, None)
-    out.type.CopyFrom(value.type)
-    node = helper.make_node("Identity", [tensor], [out.name], name=f"{tensor}_passed")
-    graph = helper.make_graph([node], name, [value], [out])
-    model = helper.make_model(
-        graph, opset_imports=list(proto.opset_import), producer_name="opbench"
-    )
-    model.ir_version = proto.ir_version
-    return model
-
-
 def _layer_entry(model: ModelSpec, built: BuiltGraph, index: int) -> dict[str, Any]:
     layer = model.layers[index]
     nodes = built.layer_nodes[(model.name, layer.name)]
@@ -108,7 +71,6 @@ def _layer_entry(model: ModelSpec, built: BuiltGraph, index: int) -> dict[str, A
         "op": layer.op,
         "suite_dtype": layer.dtype,
         "quant": layer.quant,
-        "inputs": list(layer_reads(model, layer)),
         "input_shape": list(layer.input_shape),
         "input_shapes": [list(s) for s in shapes],
         "output_shape": list(layer.output_shape),
@@ -121,70 +83,31 @@ def _export_model(
     model: ModelSpec, data: SeededData, out: Path, log: Callable[[str], None]
 ) -> tuple[dict[str, Any], int]:
     """Write one model's files; its manifest entry and the number of files written."""
-    import numpy as np
-    import onnx
-
-    stem = file_stem(model.name)
-    folder = out / stem
-    folder.mkdir(exist_ok=True)
     full = build_graph([Part(model, model.layers)], data, LAYER_NAMES, model.name)
-    layers = [(layer.name, full.layer_nodes[(model.name, layer.name)]) for layer in model.layers]
-    graph = layer_graph(full.proto, layers)
-    shapes = value_shapes(full.proto)
-    weights = f"{stem}.weights"
-    weight_bytes = externalize(full.proto, folder, weights)
-    model_file = folder / f"{stem}.onnx"
-    onnx.save(full.proto, str(model_file))
-    for graph_input in full.inputs:
-        np.save(folder / f"{file_stem(graph_input.name)}.npy", full.feeds[graph_input.name])
-    files = 2 + len(full.inputs)
-    ends = _endpoints(full, folder, out)
-    baselines = []
-    for tensor in graph.inputs:
-        path = folder / f"baseline_{file_stem(tensor)}.onnx"
-        onnx.save(_baseline(full.proto, tensor, f"{model.name} baseline"), str(path))
-        files += 1
-        baselines.append(
-            {"input": tensor, "file": path.relative_to(out).as_posix(), "inputs": [ends[tensor]]}
-        )
-    cuts = []
-    found = ancestor_cuts(graph)
-    log(
-        f"{model.name}: {len(model.layers)} layers, {len(found)} cuts, weights {weight_bytes} bytes"
-    )
-    for cut in found:
-        name = graph.names[cut.layer]
-        path = folder / f"cut_{cut.number:03d}_{file_stem(name)}.onnx"
-        onnx.save(
-            cut_model(full.proto, graph, cut, shapes, f"{model.name} cut {cut.number}"), str(path)
-        )
-        files += 1
-        layer = model.layers[cut.layer]
-        cuts.append(
-            {
-                "cut": cut.number,
-                "layer": name,
-                "file": path.relative_to(out).as_posix(),
-                "members": [graph.names[k] for k in cut.members],
-                "inputs": [ends[t] for t in cut.inputs],
-                "outputs": [{"name": cut.output, "layer": name, "shape": list(layer.output_shape)}],
-            }
-        )
-    entry = {
-        "name": model.name,
-        "stem": stem,
-        "batch": model.batch,
-        "file": model_file.relative_to(out).as_posix(),
-        "weights": (folder / weights).relative_to(out).as_posix(),
-        "weights_bytes": weight_bytes,
-        "inputs": [ends[i.name] for i in full.inputs],
-        "outputs": [ends[o.name] for o in full.outputs],
-        "opset": full.opset,
-        "layers": [_layer_entry(model, full, i) for i in range(len(model.layers))],
-        "baselines": baselines,
-        "cuts": cuts,
+    layers = [_layer_entry(model, full, i) for i in range(len(model.layers))]
+    entry, files = write_model_files(full.proto, model.name, layers, full.feeds, out, log=log)
+    return {"batch": model.batch, **entry}, files
+
+
+def write_manifest(
+    out: Path, suite: str, source: str | None, entries: Sequence[dict[str, Any]]
+) -> Path:
+    """OUT/manifest.json for these models' entries (write_model_files)."""
+    manifest = {
+        "opbench_export": MANIFEST_VERSION,
+        "suite": suite,
+        "suite_source": source,
+        "dtype": "float32",
+        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as "
+        "float32, once per model in <model>.weights (ONNX external data)",
+        "node_names": "a layer's first node is named like the layer; its other nodes "
+        "<layer>/<OpType>",
+        "cuts": "cut k holds layer k and every layer it depends on; it has one output, layer k's",
+        "models": list(entries),
     }
-    return entry, files
+    path = out / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def export_suite(
@@ -207,17 +130,5 @@ def export_suite(
         entry, written = _export_model(model, data, out, log)
         entries.append(entry)
         files += written
-    manifest = {
-        "opbench_export": MANIFEST_VERSION,
-        "suite": suite.name,
-        "suite_source": suite.source,
-        "dtype": "float32",
-        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as float32, "
-        "once per model in <model>.weights (ONNX external data)",
-        "node_names": "a layer's first node is named like the layer; its other nodes <layer>/<OpType>",
-        "cuts": "cut k holds layer k and every layer it depends on; it has one output, layer k's",
-        "models": entries,
-    }
-    manifest_path = out / MANIFEST
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    manifest_path = write_manifest(out, suite.name, suite.source, entries)
     return Exported(out, manifest_path, tuple(m.name for m in chosen), files + 1)

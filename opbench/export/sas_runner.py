@@ -155,12 +155,12 @@ def substitute(proto, stand_ins):
         sub = by_node.get(node.name)
         if sub is not None:
             node.op_type = sub["op"]
-            del node.input[sub["inputs"]:]
+            del node.input[sub["inputs"] :]
             del node.attribute[:]
     return proto
 
 
-def dlpy_layers(cut, name):
+def dlpy_layers(cut, name, base=HERE):
     """The cut as DLPy layers (DLPy's ONNX import), its weights written to <name>_weights.
     onnxmodel.h5 in the current directory."""
     import onnx
@@ -170,7 +170,7 @@ def dlpy_layers(cut, name):
     from dlpy.model_conversion.sas_onnx_parse import onnx_to_sas
 
     sas = cut.get("sas", {})
-    proto = substitute(onnx.load(str(HERE / cut["file"])), sas.get("stand_ins", []))
+    proto = substitute(onnx.load(str(Path(base) / cut["file"])), sas.get("stand_ins", []))
     output = None
     if sas.get("output_layer", "identity") == "identity":
         output = OutputLayer(name="output", act="IDENTITY", include_bias=False, full_connect=False)
