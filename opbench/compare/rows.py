@@ -201,6 +201,8 @@ def prefix_noise(
         return None
     pairs = "; ".join(_prefix_pair(profile, p) for p in derived)
     if spread:
+        if any(profile.layers[p].derived_from for p in derived):  # graph cuts (sas.md)
+            return f"within the noise of the cut timings it combines: {profile.source} {pairs}"
         return f"within the noise of the two prefix timings: {profile.source} {pairs}"
     return (
         f"the prefix difference is not above zero and {profile.source} gives no spread "

@@ -256,6 +256,16 @@ def jobs(model):
     return out
 
 
+def timed_row(row, kind, reads, times, layer_sas):
+    """The CSV row of a timed cut (its times in ms)."""
+    spread = statistics.stdev(times) if len(times) > 1 else 0.0
+    status = "ok"
+    if (layer_sas or {}).get("status") == "stand-in":
+        status = f"stand-in: {layer_sas['why']}"
+    return [row, kind, reads, f"{statistics.median(times):.6f}", f"{spread:.6f}",
+            f"{min(times):.6f}", len(times), status]  # fmt: skip
+
+
 def time_model(conn, model, args, uploaded):
     out = Path(args.out_dir) / f"sas_prefix_{model['stem']}.csv"
     todo = jobs(model)
@@ -292,13 +302,7 @@ def time_model(conn, model, args, uploaded):
                     writer.writerow([row, kind, reads, "", "", "", "", reason, *tail])
                     print(reason, flush=True)
                 else:
-                    spread = statistics.stdev(times) if len(times) > 1 else 0.0
-                    status = "ok"
-                    if (layer_sas or {}).get("status") == "stand-in":
-                        status = f"stand-in: {layer_sas['why']}"
-                    writer.writerow([row, kind, reads, f"{statistics.median(times):.6f}",
-                                     f"{spread:.6f}", f"{min(times):.6f}", len(times), status,
-                                     *tail])  # fmt: skip
+                    writer.writerow([*timed_row(row, kind, reads, times, layer_sas), *tail])
                     print(f"median {statistics.median(times):.3f} ms over {len(times)} runs "
                           f"({time.time() - started:.1f} s)", flush=True)  # fmt: skip
                 fh.flush()

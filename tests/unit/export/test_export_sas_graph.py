@@ -25,7 +25,7 @@ from opbench.export.model_files import write_model_files
 from opbench.export.sas import annotate_for_sas, write_script
 from opbench.reference.interface import ReaderOptions
 from opbench.reference.sas_prefix import READER
-from tests.unit.export.onnx_graphs import Builder, branching, inverted_residual, residual
+from tests.unit.export.onnx_graphs import Builder, branching, inverted_residual, residual, resnet50
 
 pytest.importorskip("swat")
 pytest.importorskip("dlpy")
@@ -160,3 +160,32 @@ def test_rounds_time_every_cut_again_and_shrink_the_noise(tmp_path: Path):
     for name, want in truth["residual"].items():
         assert derived[name].time_ms == pytest.approx(want, abs=1e-6)
     assert set(rounds.values()) == {2}
+
+
+def test_resnet50_every_conv_and_add_gets_its_own_row(tmp_path: Path):
+    """ResNet-50 at full size: export, the rows the script writes for it (its own `jobs` and
+    `timed_row`, with times the additivity predicts), and the reader: every conv and every
+    add has a row of its own with its own time. (Timing all 122 cuts through DLPy and the
+    stand-in would write 6 GB of HDF5; test_dlpy_rules.py imports a block's cuts.)"""
+    from opbench.export import sas_runner
+
+    b = resnet50()
+    out, notices, timed = export(tmp_path, [b])
+    assert timed == {"resnet50": (122, 122)} and notices == []
+    by_model, truth = canned_times(out)
+    (model,) = json.loads((out / "manifest.json").read_text())["models"]
+    path = out / "sas_prefix_resnet50.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(sas_runner.COLUMNS)
+        for row, kind, reads, _cut, name, layer_sas in sas_runner.jobs(model):
+            times = [by_model[name] + 0.01 * k for k in range(3)]
+            writer.writerow(sas_runner.timed_row(row, kind, reads, times, layer_sas))
+    profile = READER.read(path, ReaderOptions())
+    rows = {t.name: t for t in profile.layers if t.status == "timed"}
+    convs = [n for n, _ in b.layers if b.ops[n] == "conv2d"]
+    adds = [n for n, _ in b.layers if b.ops[n] == "add"]
+    assert (len(convs), len(adds)) == (53, 16)
+    for name in [*convs, *adds]:
+        assert rows[name].time_ms == pytest.approx(truth["resnet50"][name], abs=1e-6), name
+    assert len(rows) == 122

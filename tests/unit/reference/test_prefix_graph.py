@@ -194,3 +194,14 @@ def test_branches_joined_by_a_concat():
     assert dict(solution.derived["cat"].terms) == {"stem": 2, "b1": -1, "b2b": -1, "pool": -1,
                                                    "cat": 1}  # fmt: skip
     assert solution.derived["cat"].noise == pytest.approx(0.01 * math.sqrt(4 + 1 + 1 + 1 + 1))
+
+
+def test_compare_names_the_cuts_of_a_difference_within_noise(tmp_path):
+    from opbench.compare.rows import prefix_noise
+    from opbench.compare.verdict import reference_interval
+
+    profile = read(cut_csv(tmp_path, spread=0.2))
+    pos = next(i for i, t in enumerate(profile.layers) if t.name == "add")
+    why = prefix_noise(profile, [pos], reference_interval(profile.layers[pos]))
+    assert why is not None and "within the noise of the cut timings it combines" in why
+    assert "'add' = T(stem) − T(c3) − T(down) + T(add)" in why
