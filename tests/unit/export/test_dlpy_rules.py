@@ -191,6 +191,18 @@ def test_relu6_is_timed_as_relu(tmp_path: Path):
     assert conv.config["act"] == "RELU"  # the stand-in sits on the conv, as a ReLU would
 
 
+def test_sigmoid_is_dlpys_logistic_activation(tmp_path: Path):
+    proto = _tiny(
+        lambda b: b.conv("d", b.unary("s", b.conv("c", "input", 4), "Sigmoid", "sigmoid"), 4)
+    )
+    assert [p.op for p in problems(proto)] == ["Sigmoid"]
+    (sub,) = stand_ins(proto)
+    assert (sub.node, sub.op) == ("s", "Log")
+    layers = dlpy_import(proto, tmp_path)
+    assert next(x for x in layers if x.name == "c").config["act"] == "LOGISTIC"
+    assert unfaithful(proto, layers) is None
+
+
 def test_the_output_layer_is_identity_and_sized_like_dlpy_sizes_it(tmp_path: Path):
     proto = _tiny(lambda b: b.conv("c", "input", 5, 3, 1, 1))
     layers = dlpy_import(proto, tmp_path)
