@@ -244,9 +244,11 @@ def _flatten(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
     return scope.one("Reshape", [x, shape])
 
 
-def _attention(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+def _attention(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> str:
     p = layer.params
-    if p["packed_qkv"]:
+    if not isinstance(x, str):  # three inputs: q, k and v from separate projections
+        q, k, v = x
+    elif p.get("packed_qkv"):
         q, k, v = scope.node("Split", [x], outputs=3, axis=-1, num_outputs=3)
     else:
         q = k = v = x

@@ -204,4 +204,23 @@ def test_compare_names_the_cuts_of_a_difference_within_noise(tmp_path):
     pos = next(i for i, t in enumerate(profile.layers) if t.name == "add")
     why = prefix_noise(profile, [pos], reference_interval(profile.layers[pos]))
     assert why is not None and "within the noise of the cut timings it combines" in why
-    assert "'add' = T(stem) − T(c3) − T(down) + T(add)" in why
+    assert "'add' (line 8) = T(stem) − T(c3) − T(down) + T(add)" in why
+
+
+def test_a_difference_taken_from_a_cut_that_fell_is_inflated(tmp_path):
+    """On graph cuts, the cut a row subtracts is the one its terms take away, not the row
+    before it in the file: down's difference subtracts the stem's cut only."""
+    from opbench.compare.rows import prefix_noise
+    from opbench.compare.verdict import reference_interval
+
+    times = dict(TIMES, c3=-0.5)  # the cut of c3 is faster than the cut of c2 before it
+    profile = read(cut_csv(tmp_path, times=times, spread=0.001))
+    at = {t.name: i for i, t in enumerate(profile.layers)}
+    assert Flag.NEGATIVE in profile.layers[at["c3"]].flags
+
+    def why(name: str) -> str | None:
+        return prefix_noise(profile, [at[name]], reference_interval(profile.layers[at[name]]))
+
+    assert why("down") is None  # the row before it in the file is c3, but its cut is not
+    assert "taken from a prefix that fell below the one before it" in (why("add") or "")
+    assert "'c3' (line 6)" in (why("add") or "")
