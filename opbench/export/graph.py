@@ -144,13 +144,16 @@ class SeededData:
         return {k: v.to(stored).to(torch.float32).numpy() for k, v in raw.items()}
 
     def input(self, model: ModelSpec, layer: LayerSpec, position: int = 0) -> np.ndarray:
-        """The fixed data of the layer's input number `position` (a tuple where ModelData
-        gives one tensor per input)."""
+        """The fixed data of the layer's input number `position`: what ModelData gives that
+        layer (one tensor per value it reads, where ModelData follows the graph)."""
         import torch
 
-        x = self._model_data(model).input(model.layers.index(layer))
-        if isinstance(x, (tuple, list)):
-            x = x[position]
+        data = self._model_data(model)
+        index = model.layers.index(layer)
+        if hasattr(data, "inputs"):
+            x = data.inputs(index)[position]
+        else:  # a ModelData of chains: one input per layer
+            x = data.input(index)
         return x.to(torch.float32).numpy()
 
 
