@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for
+from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for, layer_hint
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 MODEL_INPUT = "input"  # the model input of the one-input form
@@ -207,6 +207,8 @@ def build_graph(
             tensor_of[layer.name] = emit(
                 scope, xs[0] if single else tuple(xs), data.weights(part.model, layer), layer
             )
+            if scope.principal is not None:
+                scope.principal.doc_string = layer_hint(layer)
             opset = max(opset, scope.opset)
             layer_nodes[(model, layer.name)] = tuple(scope.node_names)
             owners.update(dict.fromkeys(scope.node_names, (model, layer.name)))

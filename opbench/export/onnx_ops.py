@@ -15,8 +15,12 @@ Softmax), and compute exactly what the op's torch `forward` computes:
   Gelu(approximate="tanh");
 - joins (several inputs, in `inputs:` order): add → Add, mul → Mul, matmul → MatMul,
   concat → Concat(axis); reshape → Reshape to (batch, *shape) (a -1 kept as written);
-  slice → Slice(starts, ends, axes, steps); split → one Split into every piece, the layer's
-  output being piece `index` (the others are left unread).
+  slice → Slice(starts, ends, axes, steps); split → the Slice of piece `index`.
+
+Several ops share an ONNX form (permute and transpose are both Transpose, reshape to (…, -1)
+and flatten both Reshape, split and slice both Slice): `layer_hint` writes the layer's op and
+parameters into its first node's doc_string (`opbench {"op": …, "params": …}`), so that an
+importer of opbench's own files gets the same layer back.
 
 An emitter gets its layer's input as one tensor name, or as a tuple of names for an op with
 several inputs (`Op.arity != 1`, as the graph contract passes tensors to `forward`).
@@ -60,6 +64,7 @@ class LayerScope:
         self._initializers = initializers
         self._count: dict[str, int] = {}
         self.node_names: list[str] = []
+        self.principal: Any = None  # the layer's first node
         self.opset = BASE_OPSET
 
     def weight(self, key: str, value: np.ndarray) -> str:
@@ -76,7 +81,10 @@ class LayerScope:
         self._count[op_type] = k + 1
         name = self._name_node(op_type, not self.node_names, k)
         out = [f"{name}_output_{i}" for i in range(outputs)]
-        self._nodes.append(helper.make_node(op_type, inputs, out, name=name, **attrs))
+        made = helper.make_node(op_type, inputs, out, name=name, **attrs)
+        if not self.node_names:
+            self.principal = made
+        self._nodes.append(made)
         self.node_names.append(name)
         self.opset = max(self.opset, _OPSET_OF.get(op_type, BASE_OPSET))
         return out
@@ -217,12 +225,16 @@ def _slice(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
 
 
 def _split(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+    """The one piece the layer is, as a Slice (ONNX's Split would make every piece; the others
+    would be dangling outputs nothing reads). The principal node's hint says it is a split."""
     p = layer.params
-    sizes = list(p["sizes"])
-    pieces = scope.node(
-        "Split", [x, _ints(scope, "split", sizes)], outputs=len(sizes), axis=p["axis"]
-    )
-    return pieces[p["index"]]
+    start = sum(p["sizes"][: p["index"]])
+    inputs = [
+        x,
+        _ints(scope, "starts", [start]),
+        _ints(scope, "ends", [start + p["sizes"][p["index"]]]),
+    ]
+    return scope.one("Slice", [*inputs, _ints(scope, "axes", [p["axis"]])])
 
 
 def _silu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
@@ -289,6 +301,17 @@ def _one_node(onnx_op: str) -> Emitter:
         return scope.one(onnx_op, [x] if isinstance(x, str) else list(x))
 
     return emit
+
+
+HINT = "opbench "
+
+
+def layer_hint(layer: LayerSpec) -> str:
+    """The doc_string of a layer's first node: its op and parameters, as JSON."""
+    import json
+
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in layer.params.items()}
+    return HINT + json.dumps({"op": layer.op, "params": params}, sort_keys=True)
 
 
 def emitter_for(layer: LayerSpec, model: str) -> Emitter:
