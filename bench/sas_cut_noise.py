@@ -5,12 +5,13 @@ adds, max pool, global average pool, flatten, classifier = 122 layers) is cut as
 `opbench export sas` cuts it (each layer and everything it depends on). True per-layer times
 come from a simple cost model (below); a cut's true time is the baseline plus its layers'
 times. Each timing of a cut is that time with a relative noise of NOISE (2%: normal, one
-draw per cut and round, independent). The derived times and their noise come from opbench's
-own reader code (reference/prefix_graph.solve, sas_prefix.round_noise), and the verdict from
-compare's rules: the reference interval is t ± 1.96·noise; a row whose interval reaches zero
-is UNCERTAIN ("within the noise"); otherwise PASS when the speed-up's lower bound reaches the
-target, FAIL when its upper bound stays below it, else UNCERTAIN. opbench's own time is taken
-as exact, at a true speed-up of 2x (and 1.2x) against the target 1.5x.
+draw per cut and round, independent), written as the script writes its CSV (with --rounds
+N+1: a `round` column, the first round a warm-up the reader drops) and read by opbench's own
+reader; the verdicts are compare's own code: `prefix_noise` (the interval reaches zero, the
+reader flagged the difference negative or below its noise, or it subtracts a cut that fell)
+makes a row UNCERTAIN; otherwise PASS when the speed-up's lower bound reaches the target,
+FAIL when its upper bound stays below it, else UNCERTAIN. opbench's own time is taken as
+exact, at a true speed-up of 2x (and 1.2x) against the target 1.5x.
 
     python bench/sas_cut_noise.py [--trials 200] [--batch 1] [--noise 0.02]
 
@@ -22,15 +23,15 @@ the baseline (a call with no layer) costs 10% of the whole model.
 from __future__ import annotations
 
 import argparse
+import csv
 import random
-import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from opbench.reference.prefix_graph import CutRow, solve  # noqa: E402
-from opbench.reference.sas_prefix import round_noise  # noqa: E402
+from opbench.compare.model import Interval  # noqa: E402
 
 Z95 = 1.96
 
@@ -97,48 +98,76 @@ def ancestors(layers) -> dict[str, set[str]]:
     return out
 
 
+def _write_csv(path: Path, layers, draws: dict[str, list[float]], rounds: int) -> None:
+    """The CSV the SAS script writes: one row per cut (and round, with a warm-up round)."""
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        if rounds == 1:
+            writer.writerow(
+                ["layer", "type", "inputs", "prefix_median_ms", "prefix_std_ms", "runs"]
+            )
+            writer.writerow(["input", "input", "", draws["input"][0], NOISE_OF["input"], 10])
+            for name, reads, _f, _b in layers:
+                writer.writerow(
+                    [name, "layer", " ".join(reads), draws[name][0], NOISE_OF[name], 10]
+                )
+            return
+        writer.writerow(["layer", "type", "inputs", "prefix_median_ms", "round"])
+        for r in range(rounds + 1):  # round 0 is the warm-up the reader drops
+            writer.writerow(["input", "input", "", draws["input"][r], r])
+            for name, reads, _f, _b in layers:
+                writer.writerow([name, "layer", " ".join(reads), draws[name][r], r])
+
+
+NOISE_OF: dict[str, float] = {}  # with one round: the spread of a cut's calls, as the CSV says
+
+
 def simulate(batch: int, noise: float, rounds: int, trials: int, speedups: tuple[float, ...],
              seed: int = 0) -> dict[str, float]:  # fmt: skip
+    from opbench.compare.rows import prefix_noise
+    from opbench.compare.verdict import reference_interval, speedup_interval, verdict_of
+    from opbench.reference.interface import ReaderOptions
+    from opbench.reference.sas_prefix import READER
+
     layers = resnet50(batch)
     true = {n: 0.02 + max(f / 2e12, b / 200e9) * 1e3 for n, _r, f, b in layers}
     baseline = 0.1 * sum(true.values()) / 0.9
     sets = ancestors(layers)
     cut_true = {n: baseline + sum(true[m] for m in sets[n]) for n in true}
     cut_true["input"] = baseline
+    NOISE_OF.clear()
+    NOISE_OF.update({n: noise * t for n, t in cut_true.items()})
     rng = random.Random(seed)
     counts = {"rows": 0, "noise": 0, "time": 0.0, "decided_time@2.0": 0.0}
     for s in speedups:
         counts[f"uncertain@{s}"] = counts[f"wrong@{s}"] = 0
+    path = Path(tempfile.mkdtemp()) / "sas_prefix_resnet50.csv"
     for _ in range(trials):
-        draws = {
-            n: [t * (1 + noise * rng.gauss(0, 1)) for _ in range(rounds)]
-            for n, t in cut_true.items()
-        }
-        rows = [CutRow("input", (), statistics.median(draws["input"]),
-                       round_noise(draws["input"]) if rounds > 1 else noise * baseline, True)]  # fmt: skip
-        for name, reads, _f, _b in layers:
-            samples = draws[name]
-            spread = round_noise(samples) if rounds > 1 else noise * cut_true[name]
-            rows.append(CutRow(name, reads, statistics.median(samples), spread))
-        solution = solve(rows)
-        for name, found in solution.derived.items():
-            if name == "flatten":
-                continue  # moves no data: exempt from verdicts in compare
+        draws = {n: [t * (1 + noise * rng.gauss(0, 1)) for _ in range(rounds + 1)]
+                 for n, t in cut_true.items()}  # fmt: skip
+        _write_csv(path, layers, draws, rounds)
+        profile = READER.read(path, ReaderOptions())
+        for pos, row in enumerate(profile.layers):
+            if row.status != "timed" or row.name == "flatten":  # flatten: exempt in compare
+                continue
             counts["rows"] += 1
-            counts["time"] += true[name]
-            lo = found.value - Z95 * (found.noise or 0.0)
-            hi = found.value + Z95 * (found.noise or 0.0)
-            if lo <= 0:
+            counts["time"] += true[row.name]
+            reference = reference_interval(row)
+            noisy = prefix_noise(profile, [pos], reference)
+            if noisy is not None:  # UNCERTAIN whatever opbench's time
                 counts["noise"] += 1
             for s in speedups:
-                ours = true[name] / s  # opbench's time at a true speed-up s
-                if lo <= 0 or not (lo / ours >= 1.5 or hi / ours < 1.5):
+                ours = true[row.name] / s  # opbench's time at a true speed-up s
+                verdict = "UNCERTAIN" if noisy else verdict_of(
+                    speedup_interval(reference, Interval(ours, ours, ours)), 1.5
+                )  # fmt: skip
+                if verdict == "UNCERTAIN":
                     counts[f"uncertain@{s}"] += 1
-                else:
-                    if s == 2.0:
-                        counts["decided_time@2.0"] += true[name]
-                    if (lo / ours >= 1.5) != (s >= 1.5):
-                        counts[f"wrong@{s}"] += 1
+                    continue
+                if s == 2.0:
+                    counts["decided_time@2.0"] += true[row.name]
+                if (verdict == "PASS") != (s >= 1.5):
+                    counts[f"wrong@{s}"] += 1
     rows_total = counts.pop("rows")
     time_total = counts.pop("time")
     shares = {k: v / rows_total for k, v in counts.items() if not k.startswith("decided")}
@@ -155,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"ResNet-50, batch {args.batch}, {args.noise:.0%} noise per cut timing, "
           f"{args.trials} trials; rounds = timed rounds kept (--rounds N+1: the first is warm-up)")  # fmt: skip
-    print("| rounds | within noise | UNCERTAIN at 2x | time judged at 2x | wrong at 2x "
+    print("| rounds | untrusted difference | UNCERTAIN at 2x | time judged at 2x | wrong at 2x "
           "| UNCERTAIN at 1.2x | wrong at 1.2x |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for rounds in args.rounds:

@@ -36,6 +36,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -241,18 +242,23 @@ def drop_tables(conn, name):
         conn.retrieve("table.droptable", _messagelevel="none", name=table, quiet=True)
 
 
+def cas_name(text):
+    """A CAS table or model name: letters, digits and underscores, at most 60 characters."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", text)[:60]
+
+
 def jobs(model):
     """(row name, type, inputs, cut entry, CAS model name, layer status) in the CSV's order:
     each model input's baseline, then one cut per layer in walk order."""
     stem = model["stem"]
     out = []
     for i, base in enumerate(model.get("baselines", [])):
-        out.append((base["input"], "input", "", base, f"opb_{stem}_in{i}"[:60], None))
+        out.append((base["input"], "input", "", base, cas_name(f"opb_{stem}_in{i}"), None))
     layers = {layer["name"]: layer for layer in model["layers"]}
     for cut in model["cuts"]:
         layer = layers[cut["layer"]]
         out.append((layer["name"], layer["op"], " ".join(layer.get("inputs", [])), cut,
-                    f"opb_{stem}_{cut['cut']:03d}"[:60], layer.get("sas", {})))  # fmt: skip
+                    cas_name(f"opb_{stem}_{cut['cut']:03d}"), layer.get("sas", {})))  # fmt: skip
     return out
 
 
@@ -286,7 +292,7 @@ def time_model(conn, model, args, uploaded):
                     if sas.get("status") == "refused":
                         why = (layer_sas or {}).get("why") or sas["problems"][0]["why"]
                         raise PrefixError(f"not timed: {why}")
-                    table = f"opb_in_{model['stem']}_{cut['inputs'][0]['name']}"[:60]
+                    table = cas_name(f"opb_in_{model['stem']}_{cut['inputs'][0]['name']}")
                     upload_input(conn, HERE / cut["inputs"][0]["file"], table, uploaded)
                     try:
                         weighted = import_cut(conn, cut, name, args)
