@@ -10,7 +10,8 @@ Softmax), and compute exactly what the op's torch `forward` computes:
 - avgpool2d: AveragePool with count_include_pad=1 (PyTorch counts the padding);
 - flatten: Flatten(axis=1) for start_dim 1, else a Reshape to (*kept dims, -1);
 - rmsnorm: x / sqrt(mean(x²) + eps) · w, written out (RMSNormalization needs opset 23);
-- attention: Split of packed q|k|v, then ONNX Attention (opset 23), which scales by 1/√D.
+- attention: Split of packed q|k|v (grouped heads: by sizes), then ONNX Attention (opset 23),
+  which scales by 1/√D; a KV cache (kv_len) has no form yet.
 
 An op with no entry here has no ONNX form: `emitter_for` raises InputError naming it.
 """
@@ -195,14 +196,25 @@ def _flatten(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
 
 def _attention(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
     p = layer.params
-    if p["packed_qkv"]:
+    heads = p["heads"]
+    kv_heads = p["kv_heads"] or heads
+    if p["kv_len"] is not None:
+        raise InputError(
+            f"layer {scope.layer!r}: attention over a KV cache (kv_len) has no ONNX form yet"
+        )
+    if p["packed_qkv"] and kv_heads != heads:
+        head_dim = layer.input_shape[-1] // (heads + 2 * kv_heads)
+        sizes = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
+        split = scope.weight("split", np.array(sizes, dtype=np.int64))
+        q, k, v = scope.node("Split", [x, split], outputs=3, axis=-1)
+    elif p["packed_qkv"]:
         q, k, v = scope.node("Split", [x], outputs=3, axis=-1, num_outputs=3)
     else:
         q = k = v = x
-    heads = p["heads"]
     return scope.one(
-        "Attention", [q, k, v], q_num_heads=heads, kv_num_heads=heads, is_causal=int(p["causal"])
-    )
+        "Attention", [q, k, v], q_num_heads=heads, kv_num_heads=kv_heads,
+        is_causal=int(p["causal"]),
+    )  # fmt: skip
 
 
 EMITTERS: dict[str, Emitter] = {

@@ -44,6 +44,25 @@ INT8_TILES: dict[int, list[Tile]] = {
     128: [(128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, True)],
     256: [(64, 32, 4, 3, None, False), (64, 64, 4, 2, None, False)],
 }
+# fp8 (e4m3) QK^T and PV: the 8-bit MMA needs K >= 32 (head dim and key tile). Not yet
+# measured: the candidates bracket the int8 winners (one and two programs per SM, 64- and
+# 128-key steps), all with TMA, which the quantized k8 / vt8 buffers always allow.
+_SMALL_HEAD_FP8_TILES: list[Tile] = [
+    (64, 64, 4, 3, None, True),
+    (128, 64, 8, 3, 128, True),
+    (128, 128, 8, 3, None, True),
+]
+FP8_TILES: dict[int, list[Tile]] = {
+    32: _SMALL_HEAD_FP8_TILES,
+    64: _SMALL_HEAD_FP8_TILES,
+    128: [
+        (128, 64, 8, 2, 128, True),
+        (128, 128, 8, 2, None, True),
+        (64, 64, 4, 3, None, True),
+        (128, 64, 8, 3, None, True),
+    ],
+    256: [(64, 64, 4, 2, None, True), (64, 32, 4, 3, None, True)],
+}
 INTERPRET_TILE: Tile = (32, 16, 4, 1, None, False)
 
 
@@ -71,6 +90,10 @@ def float_candidates(dtype: torch.dtype, head_dim: int, desc_ok: bool) -> list[C
 
 def int8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
     return candidates(INT8_TILES[head_dim], desc_ok)
+
+
+def fp8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
+    return candidates(FP8_TILES[head_dim], desc_ok)
 
 
 def descriptors_usable(*tensors: torch.Tensor) -> bool:

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from opbench.backends.triton_table import check_quant
+from opbench.backends.triton_table import ATTENTION_QUANTS, check_quant
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import Attention as prepare_attention
 from opbench.kernels.attention import attention_forward, split_heads
@@ -99,7 +99,9 @@ def test_allocates_output_and_writes_strided_out() -> None:
 
 def test_unsupported_settings() -> None:
     with pytest.raises(Unsupported, match="quant"):
-        check_quant("attention", "fp8")
+        check_quant("attention", "int4", ATTENTION_QUANTS)
+    with pytest.raises(Unsupported, match="quant"):
+        check_quant("linear", "fp8")
     fn = prepare_attention(heads=2, causal=False, packed_qkv=False)
     with pytest.raises(Unsupported, match="head dim 48"):
         fn(torch.randn(1, 8, 96, dtype=torch.float16))

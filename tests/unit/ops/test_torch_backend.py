@@ -47,6 +47,8 @@ EXTRA_CASES = {
     ),
     "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
     "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
+    "attention-packed-gqa": ("attention", "[5, 24]", "heads: 4, kv_heads: 1, packed_qkv: true"),
+    "attention-decode": ("attention", "[3, 16]", "heads: 4, kv_heads: 2, kv_len: 9, causal: true"),
     "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
 }
 
