@@ -65,12 +65,23 @@ class Attention(Op):
                 "packed_qkv does not go with kv_len: the input is the query, K and V the cache",
                 "packed_qkv",
             )
-        if p["packed_qkv"]:
+        if p["packed_qkv"] and kv_heads == heads:
+            if width % 3:
+                raise ShapeError(
+                    f"packed_qkv needs a last dim divisible by 3, got {width}", "packed_qkv"
+                )
+            if (width // 3) % heads:
+                raise ShapeError(
+                    f"heads={heads} does not divide the embedding size {width // 3}", "heads"
+                )
+            head_dim = width // (3 * heads)
+        elif p["packed_qkv"]:
             parts = heads + 2 * kv_heads
             if width % parts:
-                what = "3" if kv_heads == heads else f"heads + 2 kv_heads = {parts}"
                 raise ShapeError(
-                    f"packed_qkv needs a last dim divisible by {what}, got {width}", "packed_qkv"
+                    f"packed_qkv with kv_heads needs a last dim divisible by heads + 2 kv_heads "
+                    f"= {parts}, got {width}",
+                    "packed_qkv",
                 )
             head_dim = width // parts
         else:

@@ -48,6 +48,8 @@ def test_normative_example_loads() -> None:
         "heads": 12,
         "causal": False,
         "packed_qkv": True,
+        "kv_heads": None,
+        "kv_len": None,
         "quant": "none",
     }
     assert model.layer("ffn_up").params["activation"] == "gelu"
