@@ -25,12 +25,14 @@ At S = 4096, D = 128 the arithmetic intensity is ~1000 FLOP/byte: matrix bound.
 Layout: q, k and v are strided views of the layer input x, [B, S, H, D] (for packed input,
 views into [B, S, 3, H, D]); the kernel writes o straight into [B, S, H, D] = [B, S, E].
 On Hopper the K/V tiles may come through tensor descriptors (TMA), chosen by tuning
-(attention_plans.py).
+(attention_plans.py), and `Attention` also tunes the Gluon kernel of attention_hopper.py
+against this one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -272,20 +274,11 @@ def views_key(q: torch.Tensor, out: torch.Tensor, causal: bool) -> str:
     return f"{q.dtype}|{tuple(q.shape)}|{q.stride()}|{out.stride()}|causal{causal}"
 
 
-def attention_call(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    *,
-    causal: bool,
-    config: Config | dict | None = None,
-) -> tuple[KernelCall, Choice]:
-    """The bound fused kernel on [B, S, H, D] views; q, k and v must share strides.
-
-    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
-    instead of tuning (tests use it to cover each code path).
-    """
+def portable_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[tuple, dict, Callable[[Config], tuple[int, int]], list[Config]]:
+    """What the portable kernel needs on [B, S, H, D] views: positional args, constexprs, the
+    grid of a config, and its tile candidates."""
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
@@ -296,10 +289,27 @@ def attention_call(
                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
                  UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16)  # fmt: skip
     candidates = float_candidates(q.dtype, head_dim, descriptors_usable(q, out))
+    return args, named, lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), candidates
+
+
+def attention_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Config | dict | None = None,
+) -> tuple[KernelCall, Choice]:
+    """The bound portable kernel on [B, S, H, D] views; q, k and v must share strides.
+
+    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
+    instead of tuning (tests use it to cover each code path).
+    """
+    args, named, grid, candidates = portable_launch(q, k, v, out, causal)
     return tuned_call(
-        "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates,
-        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
-        q.device, as_config(config),
+        "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates, grid, args,
+        named, q.device, as_config(config),
     )  # fmt: skip
 
 
@@ -354,5 +364,11 @@ class Attention:
         self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
     ) -> BoundKernels:
         q, k, v, out, out4 = self.output(x, out)
-        call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
+        from opbench.kernels.attention_hopper import hopper_usable, tuned_attention_call
+
+        if config is None and hopper_usable(q, k, v, out4):
+            # Hopper: the Gluon kernel's tiles and the portable kernel's, one tuned choice.
+            call, choice = tuned_attention_call(q, k, v, out4, causal=self.causal)
+        else:
+            call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
         return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])
