@@ -81,7 +81,7 @@ def load_rows(
 @triton.jit
 def online_softmax_update(
     acc, m_i, l_i, qk, qk_offset, qk_scale, v,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     """Fold one key block into the running (acc, m, l) of the online softmax.
 
@@ -89,17 +89,34 @@ def online_softmax_update(
     maximum is taken on qk and each logit costs one FMA; masked entries of qk are -inf.
     Every row has seen a finite logit by the time this runs, so m stays finite.
     P is rounded to V's dtype, as the tensor cores take it.
+
+    LAZY (FlashAttention-4's conditional rescaling): keep the stale maxima, and skip the
+    rescale of acc and l (one multiply per accumulator element per step), until some row's
+    maximum has grown by more than 8; p <= 2^8 meanwhile, which fp16/bf16 P and the fp32
+    sums hold exactly as well. The decision is one reduction over the block's rows.
     """
-    m_new = tl.maximum(m_i, (tl.max(qk, 1) - qk_offset) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - (m_new + qk_offset * qk_scale)[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
+    m_blk = (tl.max(qk, 1) - qk_offset) * qk_scale
+    if LAZY:
+        if tl.max(m_blk - m_i, 0) > 8.0:  # +inf on the first block (m = -inf)
+            m_new = tl.maximum(m_i, m_blk)
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        p = tl.math.exp2(qk * qk_scale - (m_i + qk_offset * qk_scale)[:, None])
+        l_i = l_i + tl.sum(p, 1)
+    else:
+        m_new = tl.maximum(m_i, m_blk)
+        p = tl.math.exp2(qk * qk_scale - (m_new + qk_offset * qk_scale)[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
     p = p.to(v.dtype)
     acc = tl.dot(
         dot_operand(p, UPCAST_DOT), dot_operand(v, UPCAST_DOT), acc, input_precision=DOT_PRECISION
     )
-    return acc, m_new, l_i
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -135,6 +152,7 @@ def _attend_key_blocks(
     stride_xs, stride_xd, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
     USE_DESC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    LAZY: tl.constexpr,
 ):  # fmt: skip
     """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -153,7 +171,7 @@ def _attend_key_blocks(
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
         acc, m_i, l_i = online_softmax_update(
-            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT
+            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT, LAZY
         )
     return acc, m_i, l_i
 
@@ -187,6 +205,7 @@ def _attention_fwd_kernel(
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per inner step; BLOCK_M % BLOCK_N == 0
     USE_DESC: tl.constexpr,  # load K/V (and Q, store O) through tensor descriptors (TMA)
+    LAZY: tl.constexpr,  # conditional rescaling (online_softmax_update)
 ):
     """Grid (cdiv(S, BLOCK_M), B * H): one program per query block of one (batch, head)."""
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
@@ -238,12 +257,12 @@ def _attention_fwd_kernel(
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, 0, unmasked_end,
         seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
     )  # fmt: skip
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, unmasked_end, masked_end,
         seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
     )  # fmt: skip
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
@@ -303,8 +322,8 @@ def attention_call(
 ) -> tuple[KernelCall, Choice]:
     """The bound portable kernel on [B, S, H, D] views; q, k and v must share strides.
 
-    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
-    instead of tuning (tests use it to cover each code path).
+    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, LAZY, num_warps,
+    num_stages) instead of tuning (tests use it to cover each code path).
     """
     args, named, grid, candidates = portable_launch(q, k, v, out, causal)
     return tuned_call(

@@ -66,30 +66,41 @@ FP8_TILES: dict[int, list[Tile]] = {
 INTERPRET_TILE: Tile = (32, 16, 4, 1, None, False)
 
 
-def tile_config(tile: Tile) -> Config:
+def tile_config(tile: Tile, lazy: bool | None = False) -> Config:
+    """The config of a tile; lazy: the LAZY constexpr (conditional rescaling) of the kernels
+    that take it, None for those that do not."""
     bm, bn, warps, stages, maxnreg, desc = tile
+    extra = {} if lazy is None else {"LAZY": lazy}
     return Config.of(BLOCK_M=bm, BLOCK_N=bn, USE_DESC=desc, num_warps=warps, num_stages=stages,
-                     maxnreg=maxnreg)  # fmt: skip
+                     maxnreg=maxnreg, **extra)  # fmt: skip
 
 
-def candidates(tiles: Sequence[Tile], desc_ok: bool) -> list[Config]:
-    """The configs of `tiles`; where descriptors cannot address the tensors, their TMA
-    candidates run with pointer loads instead. Under the interpreter, one small tile."""
+# Conditional rescaling is tried with every 16-bit and int8 tile (not yet measured: the tuner
+# decides per shape whether one reduction per step costs less than the rescales it skips).
+LAZY_CHOICES: tuple[bool, ...] = (False, True)
+
+
+def candidates(
+    tiles: Sequence[Tile], desc_ok: bool, lazy: Sequence[bool | None] = (None,)
+) -> list[Config]:
+    """The configs of `tiles` (each with every `lazy` choice); where descriptors cannot
+    address the tensors, their TMA candidates run with pointer loads instead. Under the
+    interpreter, one small tile."""
     if INTERPRET:
-        return [tile_config(INTERPRET_TILE)]
+        return [tile_config(INTERPRET_TILE, lazy[0] if lazy[0] is None else False)]
     if not desc_ok:
         tiles = [t[:5] + (False,) for t in tiles]
-    return [tile_config(t) for t in dict.fromkeys(tiles)]
+    return [tile_config(t, choice) for t in dict.fromkeys(tiles) for choice in lazy]
 
 
 def float_candidates(dtype: torch.dtype, head_dim: int, desc_ok: bool) -> list[Config]:
     if dtype == torch.float32:
-        return candidates(FP32_TILES, desc_ok=False)
-    return candidates(FP16_TILES[head_dim], desc_ok)
+        return candidates(FP32_TILES, desc_ok=False, lazy=(False,))
+    return candidates(FP16_TILES[head_dim], desc_ok, LAZY_CHOICES)
 
 
 def int8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
-    return candidates(INT8_TILES[head_dim], desc_ok)
+    return candidates(INT8_TILES[head_dim], desc_ok, LAZY_CHOICES)
 
 
 def fp8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
