@@ -117,9 +117,10 @@ def _attention_hopper_kernel(
     stride_ob, stride_os, stride_oh,  # output strides (elements); the last one is 1
     qk_scale,  # log2(e) / sqrt(D)
     HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, num_warps: gl.constexpr,
+    BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
 ):  # fmt: skip
-    """Grid (cdiv(S, BLOCK_M), B * H)."""
+    """Grid (cdiv(S, BLOCK_M), B * H); 4 warps (BLOCK_M 64) or 8 (BLOCK_M 128)."""
+    num_warps: gl.constexpr = gl.num_warps()
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16]

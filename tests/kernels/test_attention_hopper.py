@@ -42,8 +42,7 @@ out = torch.empty(2, 256, 2, head_dim, dtype=torch.float16)
 args = [_descriptor(q, block_m), _descriptor(k, block_n), _descriptor(v, block_n), out,
         256, 2, 1, 1, 1, 0.1]
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
-const = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n,
-             num_warps=warps)
+const = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_M=block_m, BLOCK_N=block_n)
 signature.update(dict.fromkeys(const, "constexpr"))
 compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=warps, num_stages=1))
