@@ -207,7 +207,7 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
 
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
     """Every (kind, case, config) the run binds."""
-    from opbench.kernels.attention_decode import decode_candidates
+    from opbench.kernels.attention_decode import tuning_candidates
     from opbench.kernels.attention_hopper import HOPPER_TILES
     from opbench.kernels.attention_plans import (
         FP8_TILES,
@@ -231,5 +231,7 @@ def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict
                      for lazy in LAZY_CHOICES]  # fmt: skip
             jobs += [("fp8", case, tile_config(t, None)) for t in FP8_TILES[d]]
     for case in decode:
-        jobs += [("decode", case, c) for c in decode_candidates(case["D"], torch.float16)]
+        b, h, g, q, n, d = (case[key] for key in ("B", "H", "Hkv", "q", "N", "D"))
+        configs = tuning_candidates((b, q, h, d), (b, n, g, d), torch.float16, torch.device("cuda"))
+        jobs += [("decode", case, c) for c in configs]
     return jobs

@@ -134,11 +134,12 @@ def key_ranges(
 ):
     """Split the keys of query block [start_m, start_m + BLOCK_M) into two passes:
     [0, unmasked_end) needs no mask at all, [unmasked_end, masked_end) needs `key_mask`.
-    Causal: keys left of the diagonal block are visible to every row; keys right of it to
-    none, so those blocks are never visited. Otherwise only a partial last block is masked.
+    Causal: keys left of the key block holding start_m are visible to every row; keys right
+    of the query block to none, so those blocks are never visited. Otherwise only a partial last block is masked.
     """
     if CAUSAL:
-        unmasked_end = start_m
+        # start_m rounded down to a key block: the same when BLOCK_N divides BLOCK_M.
+        unmasked_end = (start_m // BLOCK_N) * BLOCK_N
         masked_end = tl.minimum(start_m + BLOCK_M, seq_len)
     else:
         unmasked_end = (seq_len // BLOCK_N) * BLOCK_N

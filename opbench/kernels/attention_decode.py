@@ -38,8 +38,8 @@ from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, check_head_dim
 from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
-from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
-from opbench.kernels.tuning import Choice, Config
+from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequence
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # Fewest keys one split walks: below this the combine's traffic and the launch overhead
 # outweigh the parallelism gained.
@@ -48,7 +48,8 @@ MIN_CHUNK = 256
 CHUNK_ALIGN = 128
 # Programs per SM aimed at when choosing the split count (enough waves to balance the tail).
 PROGRAMS_PER_SM = 4
-COMBINE_ROWS = 16
+# Splits' partials merged per load by the combine kernel (a [COMBINE_SPLITS, D] fp32 tile).
+COMBINE_SPLITS = 32
 
 
 @triton.jit
@@ -207,38 +208,40 @@ def _decode_combine_kernel(
     # meta-parameters
     HEAD_DIM: tl.constexpr,
     GROUP: tl.constexpr,
-    BLOCK_R: tl.constexpr,  # rows per program
+    SPLIT_TILE: tl.constexpr,  # splits per load
 ):  # fmt: skip
-    """Grid (cdiv(R, BLOCK_R), B * Hkv): merge the splits of BLOCK_R rows (module docstring)."""
-    pid_r = tl.program_id(0)
+    """Grid (R, B * Hkv): merge the splits of one row (module docstring), SPLIT_TILE splits'
+    partials per load, so a row costs cdiv(splits, SPLIT_TILE) dependent loads, not splits."""
+    row = tl.program_id(0)
     pid_bh = tl.program_id(1)
     batch = pid_bh // kv_heads
     kv_head = pid_bh % kv_heads
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    in_rows = rows < num_rows
     cols = tl.arange(0, HEAD_DIM)
-    base = pid_bh.to(tl.int64) * num_splits * num_rows
-    m_all = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    for s in range(0, num_splits):
-        m_s = tl.load(part_m_ptr + base + s * num_rows + rows, mask=in_rows, other=0.0)
+    base = pid_bh.to(tl.int64) * num_splits * num_rows + row
+    m_all = tl.full([SPLIT_TILE], float("-inf"), dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLIT_TILE):
+        s = s0 + tl.arange(0, SPLIT_TILE)
+        m_s = tl.load(part_m_ptr + base + s * num_rows, mask=s < num_splits, other=float("-inf"))
         m_all = tl.maximum(m_all, m_s)
-    l_all = tl.zeros([BLOCK_R], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_R, HEAD_DIM], dtype=tl.float32)
-    for s in range(0, num_splits):
-        offset = base + s * num_rows + rows
-        m_s = tl.load(part_m_ptr + offset, mask=in_rows, other=0.0)
-        l_s = tl.load(part_l_ptr + offset, mask=in_rows, other=0.0)
-        weight = tl.math.exp2(m_s - m_all)  # 0 for a split the row saw nothing of
+    m_max = tl.max(m_all, 0)  # finite: every row sees key 0, in split 0
+    l_all = tl.zeros([SPLIT_TILE], dtype=tl.float32)
+    acc = tl.zeros([SPLIT_TILE, HEAD_DIM], dtype=tl.float32)
+    for s0 in range(0, num_splits, SPLIT_TILE):
+        s = s0 + tl.arange(0, SPLIT_TILE)
+        in_splits = s < num_splits
+        m_s = tl.load(part_m_ptr + base + s * num_rows, mask=in_splits, other=float("-inf"))
+        l_s = tl.load(part_l_ptr + base + s * num_rows, mask=in_splits, other=0.0)
+        weight = tl.math.exp2(m_s - m_max)  # 0 for a split the row saw nothing of
         l_all += weight * l_s
-        part = tl.load(part_acc_ptr + offset[:, None] * HEAD_DIM + cols[None, :],
-                       mask=in_rows[:, None], other=0.0)  # fmt: skip
+        part = tl.load(part_acc_ptr + (base + s[:, None] * num_rows) * HEAD_DIM + cols[None, :],
+                       mask=in_splits[:, None], other=0.0)  # fmt: skip
         acc += weight[:, None] * part
-    out = (acc / l_all[:, None]).to(out_ptr.dtype.element_ty)
-    pos = rows // GROUP
-    head = kv_head * GROUP + rows % GROUP
-    o_ptrs = (out_ptr + batch.to(tl.int64) * stride_ob + pos[:, None] * stride_os
-              + head[:, None] * stride_oh + cols[None, :] * stride_od)  # fmt: skip
-    tl.store(o_ptrs, out, mask=in_rows[:, None])
+    out = tl.sum(acc, 0) / tl.sum(l_all, 0)
+    pos = row // GROUP
+    head = kv_head * GROUP + row % GROUP
+    o_ptrs = (out_ptr + batch.to(tl.int64) * stride_ob + pos * stride_os + head * stride_oh
+              + cols * stride_od)  # fmt: skip
+    tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
 
 
 _SM_COUNT: dict[int, int] = {}
@@ -280,6 +283,34 @@ def decode_candidates(head_dim: int, dtype: torch.dtype) -> list[Config]:
     ]
 
 
+def split_options(kv_len: int, programs: int, sms: int) -> list[int]:
+    """Split counts worth timing: split_count's, half and twice it (chunks >= CHUNK_ALIGN)."""
+    base, _ = split_count(kv_len, programs, sms)
+    most = cdiv(kv_len, CHUNK_ALIGN)
+    return sorted({max(1, base // 2), base, min(2 * base, most)})
+
+
+def chunk_for(kv_len: int, splits: int) -> tuple[int, int]:
+    """(splits, chunk) with chunk a multiple of CHUNK_ALIGN covering kv_len in `splits` parts."""
+    chunk = cdiv(cdiv(kv_len, splits), CHUNK_ALIGN) * CHUNK_ALIGN
+    return cdiv(kv_len, chunk), chunk
+
+
+def tuning_candidates(
+    q_shape: tuple[int, ...], kv_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device
+) -> list[Config]:
+    """Tile x split count: the split kernel and the combine are timed together."""
+    batch, q_len, heads, head_dim = q_shape
+    kv_len, kv_heads = kv_shape[1], kv_shape[2]
+    rows = q_len * (heads // kv_heads)
+    programs = cdiv(rows, rows_per_block(rows)) * batch * kv_heads
+    options = split_options(kv_len, programs, sm_count(device))
+    if INTERPRET:
+        options = options[1:2] if len(options) > 1 else options
+    return [Config.of(SPLITS=n, num_warps=c.num_warps, num_stages=c.num_stages, **c.kwargs)
+            for c in decode_candidates(head_dim, dtype) for n in options]  # fmt: skip
+
+
 def decode_calls(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -292,8 +323,9 @@ def decode_calls(
 ) -> tuple[list[KernelCall], Choice, list[torch.Tensor]]:
     """The bound split and combine launches on q, out [B, S, H, D] and k, v [B, N, Hkv, D].
 
-    splits: force the number of key chunks (tests); config: force the tile instead of tuning.
-    Returns the calls, the tile choice and the workspace to keep alive.
+    Tuned over key tile x split count (both kernels timed); splits: force the split count
+    (tests); config: force BLOCK_N, SPLITS and the launch options.
+    Returns the calls, the choice and the workspace to keep alive.
     """
     batch, q_len, heads, head_dim = q.shape
     kv_len, kv_heads = k.shape[1], k.shape[2]
@@ -307,39 +339,50 @@ def decode_calls(
     num_rows = q_len * group
     block_m = rows_per_block(num_rows)
     row_blocks = cdiv(num_rows, block_m)
-    if splits is None:
-        splits, chunk = split_count(kv_len, row_blocks * batch * kv_heads, sm_count(q.device))
-    else:
-        chunk = cdiv(cdiv(kv_len, splits), CHUNK_ALIGN) * CHUNK_ALIGN
-        splits = cdiv(kv_len, chunk)
-    split = splits > 1
-    shape = (batch * kv_heads, splits, num_rows) if split else (1,)
-    part_m = torch.empty(shape, dtype=torch.float32, device=q.device)
-    part_l = torch.empty_like(part_m)
-    part_acc = torch.empty((*shape, head_dim) if split else (1,), dtype=torch.float32,
-                           device=q.device)  # fmt: skip
-    args = (q, k, v, out, part_acc, part_m, part_l, q_len, kv_len, kv_heads, num_rows, chunk,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(),
-            LOG2E / math.sqrt(head_dim))  # fmt: skip
-    named = dict(HEAD_DIM=head_dim, GROUP=group, CAUSAL=causal, SPLIT=split,
+    named = dict(HEAD_DIM=head_dim, GROUP=group, CAUSAL=causal,
                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
                  UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, BLOCK_M=block_m)  # fmt: skip
+    scale = LOG2E / math.sqrt(head_dim)
+
+    def make(cfg: Config) -> tuple[list[KernelCall], list[torch.Tensor]]:
+        n_splits, chunk = chunk_for(kv_len, cfg["SPLITS"])
+        split = n_splits > 1
+        shape = (batch * kv_heads, n_splits, num_rows) if split else (1,)
+        part_m = torch.empty(shape, dtype=torch.float32, device=q.device)
+        part_l = torch.empty_like(part_m)
+        part_acc = torch.empty((*shape, head_dim) if split else (1,), dtype=torch.float32,
+                               device=q.device)  # fmt: skip
+        args = (q, k, v, out, part_acc, part_m, part_l, q_len, kv_len, kv_heads, num_rows,
+                chunk, *q.stride(), *k.stride(), *v.stride(), *out.stride(), scale)  # fmt: skip
+        calls = [config_call(_decode_split_kernel, (row_blocks, n_splits, batch * kv_heads),
+                             args, {**named, "SPLIT": split}, cfg)]  # fmt: skip
+        if split:
+            calls.append(KernelCall(
+                _decode_combine_kernel, (num_rows, batch * kv_heads),
+                (part_acc, part_m, part_l, out, kv_heads, num_rows, n_splits, *out.stride()),
+                dict(HEAD_DIM=head_dim, GROUP=group,
+                     SPLIT_TILE=min(COMBINE_SPLITS, next_power_of_2(n_splits))),
+                {"num_warps": 4, "num_stages": 2},
+            ))  # fmt: skip
+        return calls, [part_acc, part_m, part_l]
+
     key = (f"{q.dtype}|q{tuple(q.shape)}|kv{tuple(k.shape)}|{q.stride()}|{k.stride()}|"
-           f"{v.stride()}|{out.stride()}|causal{causal}|splits{splits}")  # fmt: skip
-    call, choice = tuned_call(
-        "attention_decode", _decode_split_kernel, key, decode_candidates(head_dim, q.dtype),
-        lambda cfg: (row_blocks, splits, batch * kv_heads), args, named, q.device,
-        as_config(config),
-    )  # fmt: skip
-    calls = [call]
-    if split:
-        calls.append(KernelCall(
-            _decode_combine_kernel, (cdiv(num_rows, COMBINE_ROWS), batch * kv_heads),
-            (part_acc, part_m, part_l, out, kv_heads, num_rows, splits, *out.stride()),
-            dict(HEAD_DIM=head_dim, GROUP=group, BLOCK_R=COMBINE_ROWS),
-            {"num_warps": 4, "num_stages": 2},
-        ))  # fmt: skip
-    return calls, choice, [part_acc, part_m, part_l]
+           f"{v.stride()}|{out.stride()}|causal{causal}")  # fmt: skip
+    candidates = tuning_candidates(tuple(q.shape), tuple(k.shape), q.dtype, q.device)
+    if splits is not None:
+        candidates = [Config.of(**{**c.kwargs, "SPLITS": splits}, num_warps=c.num_warps,
+                                num_stages=c.num_stages) for c in candidates[:1]]  # fmt: skip
+    forced = as_config(config)
+    if forced is not None:
+        if "SPLITS" not in forced.kwargs:
+            forced = Config.of(**forced.kwargs, SPLITS=candidates[0]["SPLITS"],
+                               num_warps=forced.num_warps, num_stages=forced.num_stages)  # fmt: skip
+        choice = Choice("attention_decode", key, device_tag(q.device), forced, "forced")
+    else:
+        choice = choose("attention_decode", key, candidates, q.device,
+                        lambda cfg: sequence(make(cfg)[0], out))  # fmt: skip
+    calls, workspace = make(choice.config)
+    return calls, choice, workspace
 
 
 def decode_forward(q, k, v, out, *, causal: bool, splits: int | None = None, config=None):

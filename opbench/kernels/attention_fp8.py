@@ -241,7 +241,6 @@ def _attention_fp8_kernel(
     USE_DESC: tl.constexpr,  # k8 / vt8 tiles through tensor descriptors (TMA)
 ):  # fmt: skip
     """Grid (cdiv(S, BLOCK_M), B * H), as the fp16 kernel."""
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)
     tl.static_assert(KEY_BLOCK % BLOCK_N == 0)
     pid_m = tl.program_id(0)
     if CAUSAL:

@@ -143,7 +143,9 @@ def _attention_hopper_kernel(
     col = head * HEAD_DIM
     if CAUSAL:
         hi = gl.minimum(start_m + BLOCK_M, seq_len)
-        mask_from = start_m
+        # Key blocks left of the one holding start_m are visible to every row; from that
+        # one on (it may start before start_m when BLOCK_N > BLOCK_M), rows need the mask.
+        mask_from = (start_m // BLOCK_N) * BLOCK_N
     else:
         hi = seq_len
         mask_from = (seq_len // BLOCK_N) * BLOCK_N

@@ -44,11 +44,13 @@ INT8_TILES: dict[int, list[Tile]] = {
     128: [(128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, True)],
     256: [(64, 32, 4, 3, None, False), (64, 64, 4, 2, None, False)],
 }
-# fp8 (e4m3) QK^T and PV: the 8-bit MMA needs K >= 32 (head dim and key tile). Not yet
-# measured: the candidates bracket the int8 winners (one and two programs per SM, 64- and
-# 128-key steps), all with TMA, which the quantized k8 / vt8 buffers always allow.
+# fp8 (e4m3) QK^T and PV: the 8-bit MMA needs K >= 32 (head dim and key tile). The candidates
+# bracket the int8 winners (one and two programs per SM, 64- and 128-key steps), all with TMA,
+# which the quantized k8 / vt8 buffers always allow; 64 x 64 on 4 warps won every shape of the
+# first H100 run, 64 x 128 was added after it.
 _SMALL_HEAD_FP8_TILES: list[Tile] = [
     (64, 64, 4, 3, None, True),
+    (64, 128, 4, 3, None, True),
     (128, 64, 8, 3, 128, True),
     (128, 128, 8, 3, None, True),
 ]
@@ -60,6 +62,7 @@ FP8_TILES: dict[int, list[Tile]] = {
         (128, 128, 8, 2, None, True),
         (64, 64, 4, 3, None, True),
         (128, 64, 8, 3, None, True),
+        (64, 128, 4, 2, None, True),
     ],
     256: [(64, 64, 4, 2, None, True), (64, 32, 4, 3, None, True)],
 }
@@ -75,9 +78,10 @@ def tile_config(tile: Tile, lazy: bool | None = False) -> Config:
                      maxnreg=maxnreg, **extra)  # fmt: skip
 
 
-# Conditional rescaling is tried with every 16-bit and int8 tile (not yet measured: the tuner
-# decides per shape whether one reduction per step costs less than the rescales it skips).
-LAZY_CHOICES: tuple[bool, ...] = (False, True)
+# Conditional rescaling (LAZY) lost on every shape when tuned beside each tile on an H100
+# (26 fp16/bf16/int8 shapes, docs/perf/attention.md): one CTA-wide reduction per step costs
+# more than the rescales it skips. Kept as a kernel option (tested), not tuned.
+LAZY_CHOICES: tuple[bool, ...] = (False,)
 
 
 def candidates(

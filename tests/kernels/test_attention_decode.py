@@ -14,7 +14,12 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention_decode import CacheAttention, decode_forward, split_count
+from opbench.kernels.attention_decode import (
+    CacheAttention,
+    decode_forward,
+    split_count,
+    split_options,
+)
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
@@ -107,6 +112,8 @@ def test_split_count() -> None:
     assert split_count(kv_len=1000, programs=1, sms=132) == (4, 256)
     assert split_count(kv_len=200, programs=8, sms=132) == (1, 256)
     assert split_count(kv_len=32768, programs=1024, sms=132) == (1, 32768)
+    assert split_options(kv_len=8192, programs=64, sms=132) == [4, 8, 16]
+    assert split_options(kv_len=200, programs=8, sms=132) == [1, 2]  # chunks of >= 128 keys
     for kv_len, programs in [(1, 1), (777, 3), (32768, 8)]:
         splits, chunk = split_count(kv_len, programs, 132)
         assert chunk % 128 == 0 and (splits - 1) * chunk < kv_len <= splits * chunk

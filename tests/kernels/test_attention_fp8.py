@@ -193,17 +193,22 @@ def test_matches_float64_within_the_fp8_budget(
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_descriptor_path_and_wide_key_steps(causal: bool) -> None:
+@pytest.mark.parametrize("block_m,block_n", [(64, 32), (32, 64)])
+def test_descriptor_path_and_other_tiles(causal: bool, block_m: int, block_n: int) -> None:
+    """TMA loads; 64-row blocks over 32-key steps, and 32-row blocks over 64-key steps (a key
+    block then straddles the causal diagonal of every other query block)."""
     batch, seq, heads, head_dim = 1, 100, 2, 64
     x = make_input(batch, seq, heads, head_dim, torch.float16, seed=9, key_bias=2.0)
     out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=torch.float16,
                      device=DEVICE)  # fmt: skip
     q, k, v = split_heads(x, heads, packed_qkv=True)
-    config = {"BLOCK_M": 64, "BLOCK_N": 32, "USE_DESC": True, "num_warps": 4, "num_stages": 2}
+    config = {"BLOCK_M": block_m, "BLOCK_N": block_n, "USE_DESC": True, "num_warps": 4,
+              "num_stages": 2}  # fmt: skip
     attention_fp8_forward(
         q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal, config=config
     )
     assert not torch.isnan(out).any()
+    assert rel_err(out, kernel_model(x, heads, causal, block_m, block_n)) <= MODEL_MATCH
     assert rel_err(out, reference(x, heads, causal, True)) <= TOLERANCE
 
 
