@@ -146,8 +146,9 @@ def env_section() -> dict:
 def prefill_cases() -> list[dict]:
     """Fixed tokens (B S = 16384) and width (H D = 2048); int8/fp8 on QUANT_SHAPES (fp16)."""
     if TINY:
-        return [dict(B=2, S=40, H=2, D=64, causal=c, dtype="fp16", quant=True)
-                for c in (False, True)]
+        return [
+            dict(B=2, S=40, H=2, D=64, causal=c, dtype="fp16", quant=True) for c in (False, True)
+        ]
     cases = []
     for d, seqs in ((128, (2048, 8192, 1024, 4096, 16384)), (64, (1024, 4096, 16384))):
         for s in seqs:
@@ -170,8 +171,6 @@ def decode_cases() -> list[dict]:
     rows += [(8, 32, 32, 1, n, False) for n in (4096, 16384)]
     rows += [(1, 64, 8, 1, 8192, False), (1, 64, 8, 1, 32768, False), (1, 64, 8, 64, 32768, True)]
     return [dict(B=b, H=h, Hkv=g, q=q, N=n, D=128, causal=c) for b, h, g, q, n, c in rows]
-
-
 
 
 # ---- the compile pool's job: compile (never time) one configuration into Triton's cache -----

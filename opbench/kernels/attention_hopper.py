@@ -1,26 +1,25 @@
-"""Flash attention forward for Hopper (sm_90) in Gluon: TMA loads into a shared-memory ring,
-asynchronous warpgroup MMAs, and the next key block's Q K^T in flight during this block's
-softmax (FlashAttention-3's intra-warpgroup pipelining).
+"""Flash attention forward for Hopper (sm_90) in Gluon: TMA loads into shared-memory rings,
+asynchronous warpgroup MMAs, and the softmax of one key block overlapping the P V MMA of the
+previous one (FlashAttention-3's intra-warpgroup pipelining).
 
 Why: the portable kernel (attention.py) waits for every tensor-core op before the softmax
 that follows it (Triton 3.6 emits `warp_group_dot_wait {pendings = 0}` after each dot), so
 the MUFU/FP32 softmax and the MMAs of one program never overlap. Here one program issues,
 per key block j (steady state; FlashAttention-3's order):
 
-    1. S_{j+1} = Q K_{j+1}^T        async (tensor cores)
-    2. O *= alpha_j; O += P_j V_j   async (P_j from registers, from the previous softmax)
-    3. wait for S_{j+1} (the older group); refill its K slot with block j + 3
-    4. softmax of S_{j+1} -> P_{j+1}, alpha_{j+1} (MUFU, FP32 units; overlaps 2)
-    5. wait for P_j V_j; refill its V slot with block j + 2
+    1. S_{j+1} = Q K_{j+1}^T        async (tensor cores); V slot of block j - 1 <- block j + 1
+    2. O *= alpha_j; O += P_j V_j   async (P_j from shared memory, written by softmax j)
+    3. wait for S_{j+1} (the older group); its K slot <- block j + 3
+    4. softmax of S_{j+1} -> P_{j+1} (into the other P buffer), alpha_{j+1}; overlaps 2
+    5. wait for P_j V_j
 so the tensor cores run P_j V_j during the softmax of block j + 1, and S_{j+1} during the
-rescale of O. (The order matters to ptxas too: reading an accumulator after `wait(1)` while
-the other group is in flight is accepted here; the order QK, softmax, wait(0) let ptxas
-hoist the wait above the softmax, and waiting on the PV while a QK was in flight made it
-serialize every wgmma, C7514.)
+rescale of O. The order is what ptxas keeps (tests/kernels/test_attention_hopper.py checks
+the SASS): waiting on the PV while a QK was in flight made it serialize every wgmma (C7514);
+a TMA refill or a P write right after the PV wait made it hoist that wait above the softmax.
 
 K and V each have a two-slot ring with one mbarrier per slot (phase = use count & 1); block i
-lives in slot i % 2. With 8 warps (two warpgroups of 64 rows each) a slot is refilled only
-after a CTA barrier, as the other warpgroup's MMA may still read it.
+lives in slot i % 2; P has two buffers. With 8 warps (two warpgroups of 64 rows each) a slot
+is refilled only after a CTA barrier, as the other warpgroup's MMA may still read it.
 
 Layout: q, k, v are [B, S, H, D] views of one input whose batches are contiguous (packed or
 not); each goes to TMA as a 2-D [B S, H D] matrix, tile (row b S + s, column h D). A tile
@@ -101,8 +100,9 @@ def _softmax_block(s, m_i, l_i, index, mask_from, offs_m, seq_len, qk_scale,
 @gluon.jit
 def _stage_p(p, p_buffer):
     """P_j into shared memory as the PV MMA's A operand. Two buffers alternate, so P_{j+1} is
-    written while P_j V_j still runs; from registers, ptxas hoisted the PV wait above the
-    softmax (the new P's registers were those the running MMA read)."""
+    written while P_j V_j still runs: written to the registers (or the one buffer) that the
+    running MMA reads, the write had to follow the PV wait, and ptxas placed that wait above
+    the softmax."""
     p_buffer.store(p.to(p_buffer.dtype))
     fence_async_shared()
     gl.thread_barrier()
