@@ -99,7 +99,8 @@ def _conv2d(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
-    split-K kernel, which has no quantized form."""
+    split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
+    of those fits their shapes."""
     from opbench.kernels.attention import Attention
     from opbench.kernels.attention_decode import CacheAttention
     from opbench.kernels.attention_fp8 import Fp8Attention
@@ -108,6 +109,12 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)
     heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
+    if p["separate_qkv"]:
+        from opbench.kernels.attention_qkv import SeparateAttention
+
+        qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                                quant=p["quant"])  # fmt: skip
+        return LayerKernel(qkv.bind)
     if p["kv_len"] is not None or kv_heads != heads:
         if p["quant"] != "none":
             raise Unsupported(f"attention quant {p['quant']!r} covers self-attention with "

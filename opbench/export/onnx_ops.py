@@ -198,6 +198,10 @@ def _attention(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
     p = layer.params
     heads = p["heads"]
     kv_heads = p["kv_heads"] or heads
+    if p["separate_qkv"]:
+        raise InputError(
+            f"layer {scope.layer!r}: three-input attention (separate_qkv) has no ONNX form yet"
+        )
     if p["kv_len"] is not None:
         raise InputError(
             f"layer {scope.layer!r}: attention over a KV cache (kv_len) has no ONNX form yet"

@@ -1,6 +1,6 @@
 """Multi-head attention: self-attention over the input, or decode attention over a KV cache.
 
-Three forms, by parameters (D = head size, H = heads, Hkv = kv_heads, G = H / Hkv):
+Four forms, by parameters (D = head size, H = heads, Hkv = kv_heads, G = H / Hkv):
 
 - self-attention, one input [S, E]: q = k = v = the input split into H heads (E = H D);
 - packed self-attention, one input [S, (H + 2 Hkv) D]: q | k | v side by side (with
@@ -11,17 +11,21 @@ Three forms, by parameters (D = head size, H = heads, Hkv = kv_heads, G = H / Hk
   exactly as it reads resident weights). Causal decode aligns the queries with the last S
   cache positions: query i sees keys j <= i + N - S, as `causal_lower_right` in torch.
 
+- three inputs, `separate_qkv: true` with `inputs: [q, k, v]`: q [S, H D], k and v [N, Hkv D]
+  (separate projections, or a cache that is a model input); N comes from k's shape, and
+  causal queries are again the last S of the N positions.
+
 Output [S, H D]; scale 1/sqrt(D); each query head h reads kv head h // G.
 
-Once models are graphs (issue 25's multi-input Op API), the cache can also come in as model
-inputs (q, k, v as three inputs); the kernels already take q, k and v as separate tensors.
+The op is VARIADIC (`input_count` is 3 with separate_qkv, else 1): its methods get one shape
+(tensor) per input; they also take a bare shape (tensor) for the one-input forms.
 """
 
 from __future__ import annotations
 
 import math
 
-from opbench.ops.base import Example, Op, Param, ShapeError
+from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError, numel
 
 QUANT_CHOICES = ("none", "int8", "fp8")
 # Scores of one (batch, head) computed at a time by the written-out reference: bounds its
@@ -31,13 +35,14 @@ REFERENCE_CHUNK = 1 << 24
 
 class Attention(Op):
     name = "attention"
-    summary = "multi-head attention: self, packed q|k|v (GQA), or decode over a KV cache → [S,E]"
+    summary = "multi-head attention: self, packed or separate q,k,v (GQA), decode over a KV cache"
     engine_names = (
         "attention multiheadattention groupqueryattention mha "
         "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention"
     )
     torch_calls = ("torch.nn.functional.scaled_dot_product_attention",)
     reference_written_out = True
+    arity = VARIADIC
     example = Example((5, 6), (5, 6), {"heads": 2, "causal": True})
     params = (
         Param("heads", "pos_int"),
@@ -45,13 +50,28 @@ class Attention(Op):
         Param("packed_qkv", "bool", False),
         Param("kv_heads", "pos_int", None, help="key/value heads (GQA); default: heads"),
         Param("kv_len", "pos_int", None, help="KV-cache length (decode); default: none"),
+        Param("separate_qkv", "bool", False, help="three inputs q, k, v"),
         Param("quant", "choice", "none", QUANT_CHOICES),
     )
 
+    def input_count(self, params) -> int:
+        return 3 if params.get("separate_qkv") else 1
+
     # ---- pure: shapes and costs -------------------------------------------------------
+    @staticmethod
+    def shapes(in_shape) -> tuple[tuple[int, ...], ...]:
+        """One shape per input, from a tuple of shapes or a bare shape."""
+        if in_shape and isinstance(in_shape[0], (tuple, list)):
+            return tuple(tuple(s) for s in in_shape)
+        return (tuple(in_shape),)
+
     @staticmethod
     def dims(in_shape, p) -> tuple[int, int, int, int, int]:
         """(S, H, Hkv, D, N): query length, heads, kv heads, head size, keys per query."""
+        shapes = Attention.shapes(in_shape)
+        if p.get("separate_qkv"):
+            return Attention.separate_dims(shapes, p)
+        in_shape = shapes[0]
         if len(in_shape) != 3:
             raise ShapeError(f"attention needs input [S, E] (plus batch), got {list(in_shape[1:])}")
         seq, width = in_shape[1], in_shape[2]
@@ -102,21 +122,56 @@ class Attention(Op):
         return seq, heads, kv_heads, head_dim, seq if kv_len is None else kv_len
 
     @staticmethod
+    def separate_dims(shapes, p) -> tuple[int, int, int, int, int]:
+        """dims() of the three-input form: q [B, S, H D], k and v [B, N, Hkv D]."""
+        if len(shapes) != 3 or any(len(s) != 3 for s in shapes):
+            got = " and ".join(str(list(s)) for s in shapes)
+            raise ShapeError(f"separate_qkv needs q [S, H D], k and v [N, Hkv D]; got {got} "
+                             "(batch included)", "separate_qkv")  # fmt: skip
+        q, k, v = shapes
+        heads = p["heads"]
+        kv_heads = p.get("kv_heads") or heads
+        if heads % kv_heads:
+            raise ShapeError(f"kv_heads={kv_heads} does not divide heads={heads}", "kv_heads")
+        if p["packed_qkv"]:
+            raise ShapeError("separate_qkv and packed_qkv exclude each other", "packed_qkv")
+        if q[2] % heads:
+            raise ShapeError(f"heads={heads} does not divide q's width {q[2]}", "heads")
+        head_dim = q[2] // heads
+        if k != v or k[0] != q[0] or k[2] != kv_heads * head_dim:
+            raise ShapeError(
+                f"k {list(k)} and v {list(v)} must both be [B, N, kv_heads x {head_dim}] = "
+                f"[{q[0]}, N, {kv_heads * head_dim}] beside q {list(q)} (batch included)",
+                "separate_qkv",
+            )
+        kv_len = k[1]
+        if p.get("kv_len") is not None and p["kv_len"] != kv_len:
+            raise ShapeError(f"kv_len={p['kv_len']} but k has {kv_len} positions", "kv_len")
+        if p["causal"] and kv_len < q[1]:
+            raise ShapeError(
+                f"causal attention needs as many keys as queries ({kv_len} < {q[1]})", "causal"
+            )
+        return q[1], heads, kv_heads, head_dim, kv_len
+
+    @staticmethod
     def embed_dim(in_shape, p) -> int:
         _, heads, _, head_dim, _ = Attention.dims(in_shape, p)
         return heads * head_dim
 
     def infer_shape(self, in_shape, p):
-        e = self.embed_dim(in_shape, p)
-        return (in_shape[0], in_shape[1], e)
+        q = self.shapes(in_shape)[0]
+        return (q[0], q[1], self.embed_dim(in_shape, p))
 
     def weight_shapes(self, in_shape, p):
         """The KV cache of a decode layer, one [B, N, Hkv D] tensor each for K and V."""
-        if p.get("kv_len") is None:
+        if p.get("kv_len") is None or p.get("separate_qkv"):
             return {}
         _, _, kv_heads, head_dim, kv_len = self.dims(in_shape, p)
-        shape = (in_shape[0], kv_len, kv_heads * head_dim)
+        shape = (self.shapes(in_shape)[0][0], kv_len, kv_heads * head_dim)
         return {"k_cache": shape, "v_cache": shape}
+
+    def input_numel(self, in_shape) -> int:
+        return sum(numel(shape) for shape in self.shapes(in_shape))
 
     @staticmethod
     def visible_pairs(seq: int, kv_len: int, causal: bool) -> float:
@@ -128,13 +183,20 @@ class Attention(Op):
         seq, heads, _, head_dim, kv_len = self.dims(in_shape, p)
         # QK^T and PV, 2 FLOPs per multiply-add each.
         pairs = self.visible_pairs(seq, kv_len, p["causal"])
-        return int(4 * in_shape[0] * heads * head_dim * pairs)
+        return int(4 * self.shapes(in_shape)[0][0] * heads * head_dim * pairs)
 
     # ---- torch ----------------------------------------------------------------------------
     def split(self, x, weights, layer):
-        """q [B, H, S, D], k and v [B, Hkv, N, D]: views of the input (or of the cache)."""
-        b, s, _ = x.shape
-        _, h, hkv, d, _ = self.dims(x.shape, layer.params)
+        """q [B, H, S, D], k and v [B, Hkv, N, D]: views of the input(s) (or of the cache)."""
+        xs = x if isinstance(x, (tuple, list)) else (x,)
+        b, s, _ = xs[0].shape
+        _, h, hkv, d, _ = self.dims(tuple(tuple(t.shape) for t in xs), layer.params)
+        if layer.params.get("separate_qkv"):
+            q, k, v = xs
+            return (q.unflatten(-1, (h, d)).transpose(1, 2),
+                    k.unflatten(-1, (hkv, d)).transpose(1, 2),
+                    v.unflatten(-1, (hkv, d)).transpose(1, 2))  # fmt: skip
+        x = xs[0]
         if layer.params.get("kv_len") is not None:
             q = x.view(b, s, h, d).transpose(1, 2)
             k, v = (weights[key].unflatten(-1, (hkv, d)).transpose(1, 2)

@@ -63,6 +63,13 @@ models:
       - {name: gqa, op: attention, heads: 4, kv_heads: 2, packed_qkv: true, causal: true, input: [19, 128]}
       - {name: decode, op: attention, heads: 4, kv_heads: 1, kv_len: 300, causal: true, input: [3, 64]}
       - {name: swap, op: transpose, dims: [1, 2], input: [19, 32]}
+  - name: qkv
+    batch: 2
+    inputs: {q: [3, 64], k: [37, 32], v: [37, 32], x: [37, 32]}
+    dtype: float16
+    layers:
+      - {name: decode, op: attention, heads: 4, kv_heads: 2, causal: true, separate_qkv: true, inputs: [q, k, v]}
+      - {name: self, op: attention, heads: 2, causal: true, separate_qkv: true, inputs: [x, k, v]}
 """
 
 

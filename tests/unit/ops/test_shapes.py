@@ -102,7 +102,7 @@ def test_every_builtin_op_example_infers_its_shape(op_name: str) -> None:
     op = OPS[op_name]
     in_shape = op.shape_arg([(2, *shape) for shape in example.inputs])
     assert op.infer_shape(in_shape, p) == (2, *example.output)
-    assert op.takes(len(example.inputs))
+    assert op.takes(len(example.inputs), p)
 
 
 @pytest.mark.parametrize(
@@ -255,6 +255,30 @@ def test_attention_flops_halve_when_causal() -> None:
     assert op.min_bytes((b, s, 3 * e), (b, s, e), packed, "float16") == 2 * (
         b * s * 3 * e + b * s * e
     )
+
+
+def test_three_input_attention_shapes_and_errors() -> None:
+    """separate_qkv: q [B, S, H D], k and v [B, N, Hkv D]; N from k; the fields named."""
+    op = OPS["attention"]
+    p = params("attention", heads=4, kv_heads=2, causal=True, separate_qkv=True)
+    assert op.input_count(p) == 3 and op.input_count(params("attention", heads=4)) == 1
+    shapes = ((2, 3, 64), (2, 9, 32), (2, 9, 32))
+    assert op.infer_shape(shapes, p) == (2, 3, 64)
+    assert op.flops(shapes, (2, 3, 64), p) == 4 * 2 * 4 * 16 * (3 * 9 - 9 / 2)
+    assert op.weight_shapes(shapes, p) == {}
+    assert op.min_bytes(shapes, (2, 3, 64), p, "float16") == 2 * (2 * 3 * 64 * 2 + 2 * 2 * 9 * 32)
+    for bad, field in [
+        (((2, 3, 64), (2, 9, 32), (2, 8, 32)), "separate_qkv"),  # v differs from k
+        (((2, 3, 64), (2, 9, 48), (2, 9, 48)), "separate_qkv"),  # not kv_heads x 16
+        (((2, 3, 64), (2, 2, 32), (2, 2, 32)), "causal"),  # fewer keys than queries
+        (((2, 3, 64), (2, 9, 32)), "separate_qkv"),  # two inputs
+    ]:
+        with pytest.raises(ShapeError) as info:
+            op.infer_shape(bad, p)
+        assert info.value.field == field, bad
+    with pytest.raises(ShapeError) as info:
+        op.infer_shape(shapes, {**p, "kv_len": 10})
+    assert info.value.field == "kv_len"
 
 
 def test_decode_attention_costs_and_cache() -> None:
