@@ -33,7 +33,9 @@ def test_resnet50_compares_with_its_onnx_runtime_profile(onnx_models, tmp_path: 
     suite = tmp_path / "resnet50.yaml"
     _ok("suite", "from-onnx", onnx_models["resnet50"], "--out", suite)
     _ok("reference", "onnxruntime", suite, "--out", tmp_path / "ort.json", "--runs", "3")
-    _ok("run", suite, "--backend", "torch", "--quick", "--device", "cpu", "--out", tmp_path / "runs")
+    _ok(
+        "run", suite, "--backend", "torch", "--quick", "--device", "cpu", "--out", tmp_path / "runs"
+    )
     _ok(
         "compare", tmp_path / "runs" / "resnet50" / "latest", "--reference", tmp_path / "ort.json",
         "--backend", "torch", "--allow-cpu-times", "--no-gate", "--out", tmp_path / "cmp",
