@@ -152,6 +152,7 @@ class BoundKernels:
     choices: the configuration each kernel runs with, for the result's `plan`.
     calls: the kernel launches `launch` runs, in order.
     keep: tensors the launches use that nothing else holds (workspace, the input's views).
+    extra: further outputs the same launches write (add → norm's sum), fixed at bind like out.
     """
 
     launch: Callable[[], torch.Tensor]
@@ -159,6 +160,7 @@ class BoundKernels:
     choices: tuple[Choice, ...] = ()
     calls: tuple[KernelCall, ...] = ()
     keep: tuple[Any, ...] = field(default=(), repr=False)
+    extra: tuple[torch.Tensor, ...] = ()
 
     @staticmethod
     def of(
@@ -166,9 +168,10 @@ class BoundKernels:
         out: torch.Tensor,
         choices: Sequence[Choice] = (),
         keep: Sequence[Any] = (),
+        extra: Sequence[torch.Tensor] = (),
     ) -> BoundKernels:
         launch = sequence(calls, out) if calls else no_launch(out)
-        return BoundKernels(launch, out, tuple(choices), tuple(calls), tuple(keep))
+        return BoundKernels(launch, out, tuple(choices), tuple(calls), tuple(keep), tuple(extra))
 
     def plan(self) -> dict:
         """The JSON-able plan: one record per chosen kernel configuration."""
