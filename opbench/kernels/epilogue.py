@@ -28,8 +28,9 @@ ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
 # GELU for outputs rounded to 16 bits (see above); chosen by activation_code, never by name.
 GELU_16BIT_OUT = 4
 # SwiGLU over column pairs: a GEMM whose weight rows interleave a gate and an up projection
-# (row 2j = gate j, row 2j+1 = up j) writes column j = silu(gate_j) * up_j (swiglu.py).
-SWIGLU_PAIRS = 5
+# (row 2j = gate j, row 2j+1 = up j) writes column j = silu(gate_j) * up_j (swiglu.py). Kept
+# apart from the elementwise codes: it changes the tile's shape, not its values.
+SWIGLU_PAIRS = 16
 
 
 def activation_code(name: str | None, out_dtype: torch.dtype | None = None) -> int:
@@ -93,7 +94,7 @@ def store_output(
     masked. With SWIGLU_PAIRS the tile's column pairs become half as many output columns:
     splitting the accumulator's last axis in two stays within each thread's registers (an MMA
     accumulator holds neighbouring column pairs in one thread)."""
-    if ACTIVATION == 5:  # SWIGLU_PAIRS
+    if ACTIVATION == 16:  # SWIGLU_PAIRS
         gate, up = tl.split(tl.reshape(y, (y.shape[0], y.shape[1] // 2, 2)))
         gate_cols, _ = tl.split(tl.reshape(offs_n, (offs_n.shape[0] // 2, 2)))
         y = gate / (1.0 + tl.exp(-gate)) * up
