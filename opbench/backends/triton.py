@@ -20,9 +20,10 @@ from opbench.backends.triton_table import (
     ACTIVATION_OPS,
     BUILDERS,
     FLOAT32_WEIGHTS,
-    VIEWS,
     LayerKernel,
+    activation_name,
     conv2d,
+    is_view_layer,
 )
 from opbench.spec.model import LayerSpec, ModelSpec
 
@@ -103,7 +104,7 @@ class TritonBackend:
                 w = (dict(weights[0]) if first.op in FLOAT32_WEIGHTS
                      else cast_weights(weights[0], first.dtype))  # fmt: skip
                 kernel = builder(first, w)
-                note = "view: no kernel launched" if first.op in VIEWS else None
+                note = "view: no kernel launched" if is_view_layer(first) else None
         if os.environ.get("TRITON_INTERPRET") == "1":
             note = "; ".join(filter(None, [note, INTERPRETER_NOTE]))
         return triton_built(kernel, note)
@@ -118,6 +119,6 @@ class TritonBackend:
             if layer.op == "batchnorm2d":
                 batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
             else:
-                activation = layer.op
+                activation = activation_name(layer)
         kernel = _conv2d(conv, cast_weights(weights[0], conv.dtype), batchnorm, activation)
         return kernel, "fused " + " → ".join(f"{layer.name} ({layer.op})" for layer in layers)

@@ -20,7 +20,7 @@ from opbench.spec.model import LayerSpec
 
 Binder = Callable[[Any], Any]  # torch.Tensor -> kernels.launch.BoundKernels
 
-ACTIVATION_OPS = ("relu", "gelu", "silu")
+ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
 QUANTS = ("none", "int8")
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
 # (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
@@ -132,10 +132,19 @@ def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     return LayerKernel(lambda x: bind_norm(x, w["weight"], None, layer.params["eps"], rms=True))
 
 
+def activation_name(layer: LayerSpec) -> str:
+    """The kernels' name of an activation layer's function (kernels/epilogue.py): its op, or
+    gelu_tanh for `gelu` with `approximate: tanh`."""
+    if layer.op == "gelu" and layer.params.get("approximate") == "tanh":
+        return "gelu_tanh"
+    return layer.op
+
+
 def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.activation import bind_activation
 
-    return LayerKernel(lambda x: bind_activation(x, layer.op))
+    name = activation_name(layer)
+    return LayerKernel(lambda x: bind_activation(x, name))
 
 
 def unary(kernel_module: str, binder: str = "bind") -> Builder:
@@ -148,6 +157,43 @@ def unary(kernel_module: str, binder: str = "bind") -> Builder:
         return LayerKernel(getattr(module, binder))
 
     return build
+
+
+def binary(kernel_module: str, binder: str) -> Builder:
+    """The builder of an op whose kernel takes its two inputs alone: `binder(a, b)` of
+    opbench.kernels.<kernel_module>, imported when a layer is built."""
+
+    def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+        bind = getattr(importlib.import_module(f"opbench.kernels.{kernel_module}"), binder)
+        return LayerKernel(lambda a, b: bind(a, b))
+
+    return build
+
+
+def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.concat import bind_concat
+
+    axis = layer.params["axis"]
+    return LayerKernel(lambda *xs: bind_concat(xs, axis))
+
+
+def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any], Any]:
+    """slice / split: the view when the piece is contiguous in the input (no kernel runs,
+    ops/slicing.py decides from the layer's shapes), else the copy kernel."""
+    from opbench.kernels.slicing import bind_slice, slice_view
+    from opbench.ops.registry import get_op
+
+    axis, start, length, step = get_op(layer.op).piece(layer.input_shape, layer.params)
+    end = start + (length - 1) * step + 1
+    if get_op(layer.op).view_layer(layer.input_shape, layer.params):
+        return lambda x: slice_view(x, axis, start, end, step)
+    return LayerKernel(lambda x: bind_slice(x, axis, start, end, step))
+
+
+def _reshape(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
+    shape = tuple(layer.params["shape"])
+    # Contiguous input: the same memory under another shape; no bytes move, no kernel runs.
+    return lambda x: x.view(x.shape[0], *shape)
 
 
 def _pool(is_max: bool) -> Builder:
@@ -193,14 +239,33 @@ BUILDERS: dict[str, Builder] = {
     "relu": _activation,
     "gelu": _activation,
     "silu": _activation,
+    "relu6": _activation,
     "sigmoid": unary("sigmoid", "bind_sigmoid"),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,
     "flatten": _flatten,
+    "add": binary("binary", "bind_add"),
+    "mul": binary("binary", "bind_mul"),
+    "matmul": binary("matmul", "bind_matmul"),
+    "concat": _concat,
+    "reshape": _reshape,
+    "slice": _piece,
+    "split": _piece,
 }
 
-# Ops that run no kernel (a view of their input).
-VIEWS = {"flatten"}
+# Ops that run no kernel (a view of their input); slice and split are views only for some
+# shapes (`is_view_layer`).
+VIEWS = {"flatten", "reshape"}
+
+
+def is_view_layer(layer: LayerSpec) -> bool:
+    """The layer runs no kernel: its output is a view of its input (`Op.view_layer`)."""
+    from opbench.ops.registry import get_op
+
+    op = get_op(layer.op)
+    return layer.op in VIEWS or op.view_layer(op.layer_shape(layer), layer.params)
+
+
 # Ops whose builders keep batchnorm statistics in float32 (folded at build time).
 FLOAT32_WEIGHTS = {"batchnorm2d"}

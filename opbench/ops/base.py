@@ -177,7 +177,8 @@ class Op:
     name: str = ""
     summary: str = ""
     params: tuple[Param, ...] = ()
-    #: The op only re-labels memory (a view); backends need no kernel for it.
+    #: The op only re-labels memory (a view); backends need no kernel for it. An op that is a
+    #: view for some shapes only (slice, split) says so per layer in `view_layer`.
     is_view: bool = False
     #: Engine op or layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch profiler; any
     #: case), separated by spaces, whose reference rows are this op: the match stage's
@@ -245,6 +246,11 @@ class Op:
         """Elements of every input together (`in_shape` as the shape methods get it)."""
         shapes = (in_shape,) if self.arity == 1 else in_shape
         return sum(numel(s) for s in shapes)
+
+    def view_layer(self, in_shape: Any, p: Mapping[str, Any]) -> bool:
+        """Whether a layer with this input (`shape_arg`) and these parameters is a view of its
+        input: no kernel, no bytes, exempt from verdicts. `is_view` unless the op says more."""
+        return self.is_view
 
     # ---- pure: shapes and costs -------------------------------------------------------
     def infer_shape(self, in_shape: Shape, p: Mapping[str, Any]) -> Shape:
