@@ -18,7 +18,9 @@ outputs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,30 @@ import torch
 
 from opbench.kernels.host import INTERPRET
 from opbench.kernels.tuning import Choice, Config
+
+# Set by `tuning.precompile` while it has Triton compile every candidate in parallel: a
+# KernelCall made then only starts its compile (JITFunction.warmup under Triton's
+# AsyncCompileMode) and can never launch.
+_PRECOMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "opbench_precompiling", default=False
+)
+
+
+@contextlib.contextmanager
+def precompiling() -> Iterator[None]:
+    token = _PRECOMPILING.set(True)
+    try:
+        yield
+    finally:
+        _PRECOMPILING.reset(token)
+
+
+def is_precompiling() -> bool:
+    return _PRECOMPILING.get()
+
+
+def _never_launched() -> None:
+    raise RuntimeError("a KernelCall made to precompile was launched")
 
 
 class KernelCall:
@@ -52,7 +78,11 @@ class KernelCall:
         self.args = tuple(args)
         self.named = dict(named)
         self.options = dict(options)
-        self.call: Callable[[], None] = self._jit_call if INTERPRET else self._compiled_call()
+        if _PRECOMPILING.get() and not INTERPRET:
+            self.kernel.warmup(*self.args, grid=self.grid, **self.named, **self.options)
+            self.call: Callable[[], None] = _never_launched
+            return
+        self.call = self._jit_call if INTERPRET else self._compiled_call()
 
     def _jit_call(self) -> None:
         """Through the JIT function (the interpreter's path; also the unbound reference)."""
