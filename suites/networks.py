@@ -40,7 +40,9 @@ def layer_line(layer: Layer) -> str:
     return "      - {" + ", ".join(f"{k}: {flow(v)}" for k, v in layer.items()) + "}"
 
 
-def model_text(name: str, fields: dict[str, Any], layers: Iterable[Layer], comment: str = "") -> str:
+def model_text(
+    name: str, fields: dict[str, Any], layers: Iterable[Layer], comment: str = ""
+) -> str:
     lines = [f"  # {line}".rstrip() for line in comment.splitlines()] if comment else []
     lines.append(f"  - name: {name}")
     lines += [f"    {k}: {flow(v)}" for k, v in fields.items()]
@@ -95,21 +97,24 @@ def bottleneck(name: str, source: str, width: int, stride: int, downsample: bool
     return layers
 
 
-def resnet50() -> list[Layer]:
-    layers = conv_bn("stem", 64, 7, 2)
+def resnet50(blocks: tuple[int, ...] = (3, 4, 6, 3), width: int = 64, image: int = 224,
+             classes: int = 1000) -> list[Layer]:  # fmt: skip
+    """ResNet-50 by default; the tests build narrower, shallower ones of the same structure."""
+    layers = conv_bn("stem", width, 7, 2)
     layers.append({"name": "maxpool", "op": "maxpool2d", "kernel_size": 3, "stride": 2,
                    "padding": 1})  # fmt: skip
     source = "maxpool"
-    for stage, (blocks, width, stride) in enumerate([(3, 64, 1), (4, 128, 2), (6, 256, 2),
-                                                     (3, 512, 2)], start=1):  # fmt: skip
-        for block in range(blocks):
+    for stage, count in enumerate(blocks, start=1):
+        stage_width = width * 2 ** (stage - 1)
+        for block in range(count):
             name = f"l{stage}b{block}"
-            layers += bottleneck(name, source, width, stride if block == 0 else 1, block == 0)
+            stride = 2 if block == 0 and stage > 1 else 1
+            layers += bottleneck(name, source, stage_width, stride, block == 0)
             source = f"{name}_relu"
     layers += [
-        {"name": "avgpool", "op": "avgpool2d", "kernel_size": 7},
+        {"name": "avgpool", "op": "avgpool2d", "kernel_size": image // 32},
         {"name": "flatten", "op": "flatten"},
-        {"name": "fc", "op": "linear", "out_features": 1000},
+        {"name": "fc", "op": "linear", "out_features": classes},
     ]
     return layers
 
@@ -141,10 +146,16 @@ def depthwise_bn(name: str, channels: int, stride: int) -> list[Layer]:
                    "kernel_size": 3, "padding": 1, "groups": channels, "bias": False}  # fmt: skip
     if stride != 1:
         conv["stride"] = stride
-    return [conv, {"name": f"{name}_bn", "op": "batchnorm2d"}, {"name": f"{name}_relu6", "op": "relu6"}]
+    return [
+        conv,
+        {"name": f"{name}_bn", "op": "batchnorm2d"},
+        {"name": f"{name}_relu6", "op": "relu6"},
+    ]
 
 
-def inverted_residual(name: str, source: str, cin: int, cout: int, t: int, stride: int) -> list[Layer]:
+def inverted_residual(
+    name: str, source: str, cin: int, cout: int, t: int, stride: int
+) -> list[Layer]:
     """Expand (1x1, relu6) unless t = 1, depthwise 3x3 (relu6), project (1x1, linear); the
     input is added back when the block keeps the shape (stride 1, cin = cout)."""
     hidden = cin * t
@@ -162,20 +173,22 @@ def inverted_residual(name: str, source: str, cin: int, cout: int, t: int, strid
     return layers
 
 
-def mobilenet_v2() -> list[Layer]:
-    layers = conv_bn("stem", 32, 3, 2, act="relu6")
-    source, cin, index = "stem_relu6", 32, 0
+def mobilenet_v2(divide: int = 1, image: int = 224, classes: int = 1000) -> list[Layer]:
+    """MobileNetV2 by default; `divide` narrows every layer (the tests' tiny variant)."""
+    layers = conv_bn("stem", 32 // divide, 3, 2, act="relu6")
+    source, cin, index = "stem_relu6", 32 // divide, 0
     for t, c, n, s in MOBILENET_V2:
         for repeat in range(n):
             name = f"b{index}"
-            layers += inverted_residual(name, source, cin, c, t, s if repeat == 0 else 1)
+            layers += inverted_residual(name, source, cin, c // divide, t,
+                                        s if repeat == 0 else 1)  # fmt: skip
             source = layers[-1]["name"]
-            cin, index = c, index + 1
-    layers += conv_bn("head", 1280, 1, act="relu6", inputs=[source])
+            cin, index = c // divide, index + 1
+    layers += conv_bn("head", 1280 // divide, 1, act="relu6", inputs=[source])
     layers += [
-        {"name": "avgpool", "op": "avgpool2d", "kernel_size": 7},
+        {"name": "avgpool", "op": "avgpool2d", "kernel_size": image // 32},
         {"name": "flatten", "op": "flatten"},
-        {"name": "classifier", "op": "linear", "out_features": 1000},
+        {"name": "classifier", "op": "linear", "out_features": classes},
     ]
     return layers
 
@@ -199,16 +212,16 @@ folds each batchnorm and relu6 (and the residual add) into the conv before it.
 # ---- BERT-base encoder layer ------------------------------------------------------------------
 
 
-def bert_layer() -> list[Layer]:
+def bert_layer(hidden: int = 768, heads: int = 12, ffn: int = 3072) -> list[Layer]:
     """Post-norm (the original BERT): x + attention → LayerNorm → x + FFN → LayerNorm."""
     return [
-        {"name": "qkv", "op": "linear", "out_features": 2304},
-        {"name": "attn", "op": "attention", "heads": 12, "packed_qkv": True},
-        {"name": "attn_out", "op": "linear", "out_features": 768},
+        {"name": "qkv", "op": "linear", "out_features": 3 * hidden},
+        {"name": "attn", "op": "attention", "heads": heads, "packed_qkv": True},
+        {"name": "attn_out", "op": "linear", "out_features": hidden},
         {"name": "attn_res", "op": "add", "inputs": ["attn_out", "input"]},
         {"name": "ln1", "op": "layernorm", "eps": 1e-12},
-        {"name": "ffn_up", "op": "linear", "out_features": 3072, "activation": "gelu"},
-        {"name": "ffn_down", "op": "linear", "out_features": 768, "reference_name": "FC_2"},
+        {"name": "ffn_up", "op": "linear", "out_features": ffn, "activation": "gelu"},
+        {"name": "ffn_down", "op": "linear", "out_features": hidden, "reference_name": "FC_2"},
         {"name": "ffn_res", "op": "add", "inputs": ["ffn_down", "ln1"]},
         {"name": "ln2", "op": "layernorm", "eps": 1e-12},
     ]
@@ -230,29 +243,30 @@ backend add each residual in the epilogue of the projection before it.
 # ---- LLaMA-7B block ---------------------------------------------------------------------------
 
 
-def llama_mlp(source: str, quant: str | None = None) -> list[Layer]:
+def llama_mlp(source: str, quant: str | None = None, hidden: int = 4096,
+              ffn: int = 11008) -> list[Layer]:  # fmt: skip
     """RMSNorm, then SwiGLU: down(silu(gate(h)) * up(h)), added back to the residual stream."""
     q = {"quant": quant} if quant else {}
     return [
         {"name": "ffn_norm", "op": "rmsnorm", "eps": 1e-6, "inputs": [source]},
-        {"name": "gate", "op": "linear", "out_features": 11008, "bias": False, **q},
-        {"name": "up", "op": "linear", "out_features": 11008, "bias": False, **q,
+        {"name": "gate", "op": "linear", "out_features": ffn, "bias": False, **q},
+        {"name": "up", "op": "linear", "out_features": ffn, "bias": False, **q,
          "inputs": ["ffn_norm"]},
         {"name": "gate_act", "op": "silu", "inputs": ["gate"]},
         {"name": "swiglu", "op": "mul", "inputs": ["gate_act", "up"]},
-        {"name": "down", "op": "linear", "out_features": 4096, "bias": False, **q},
+        {"name": "down", "op": "linear", "out_features": hidden, "bias": False, **q},
         {"name": "ffn_res", "op": "add", "inputs": ["down", source]},
     ]  # fmt: skip
 
 
-def llama_prefill_block() -> list[Layer]:
+def llama_prefill_block(hidden: int = 4096, heads: int = 32, ffn: int = 11008) -> list[Layer]:
     return [
         {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6},
-        {"name": "qkv", "op": "linear", "out_features": 12288, "bias": False},
-        {"name": "attn", "op": "attention", "heads": 32, "causal": True, "packed_qkv": True},
-        {"name": "o_proj", "op": "linear", "out_features": 4096, "bias": False},
+        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False},
+        {"name": "attn", "op": "attention", "heads": heads, "causal": True, "packed_qkv": True},
+        {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False},
         {"name": "attn_res", "op": "add", "inputs": ["o_proj", "input"]},
-        *llama_mlp("attn_res"),
+        *llama_mlp("attn_res", hidden=hidden, ffn=ffn),
     ]
 
 
@@ -270,15 +284,15 @@ each residual in the epilogue of the projection before it.
                       [model])  # fmt: skip
 
 
-def llama_decode_block(quant: str | None) -> list[Layer]:
+def llama_decode_block(quant: str | None, hidden: int = 4096, ffn: int = 11008) -> list[Layer]:
     q = {"quant": quant} if quant else {}
     layers = [
         {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6, "inputs": ["x"]},
-        {"name": "qkv", "op": "linear", "out_features": 12288, "bias": False, **q},
-        {"name": "o_proj", "op": "linear", "out_features": 4096, "bias": False, **q,
+        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False, **q},
+        {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False, **q,
          "inputs": ["attn"]},
         {"name": "attn_res", "op": "add", "inputs": ["o_proj", "x"]},
-        *llama_mlp("attn_res", quant),
+        *llama_mlp("attn_res", quant, hidden, ffn),
     ]  # fmt: skip
     for layer in layers:
         if quant and layer["op"] == "linear":  # PyTorch's own int8 as a peer of these GEMMs
