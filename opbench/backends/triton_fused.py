@@ -130,6 +130,21 @@ def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
     return _by_name(layers, lambda v: kernel.bind(v[source], residual=v[skip]))
 
 
+def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """linear → relu/gelu/silu: the activation in the GEMM's epilogue."""
+    from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_int8 import Int8Linear
+
+    linear, act = layers
+    p = linear.params
+    check_quant("linear", p["quant"])
+    w = cast_weights(weights[0], linear.dtype)
+    cls = Int8Linear if p["quant"] == "int8" else Linear
+    kernel = cls(w["weight"], w.get("bias"), activation=act.op)
+    source = linear.inputs[0]
+    return _by_name(layers, lambda v: kernel.bind(v[source]))
+
+
 def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
     """add → layernorm/rmsnorm: the sum and its normalisation in one pass; the sum is the
     kernel's `extra` output."""
@@ -147,7 +162,7 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
 
 
 FUSED_BUILDERS = {"conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
-                  "add_norm": _add_norm}  # fmt: skip
+                  "linear_act": _linear_act, "add_norm": _add_norm}  # fmt: skip
 
 
 def build_fused(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> tuple[LayerKernel, str]:

@@ -8,7 +8,13 @@ these pieces become one kernel each (kernels named in brackets):
   block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
   then the activation (conv.py; depthwise.py without the add).
 - **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
-  mul(·, up): one GEMM over interleaved weights (swiglu.py).
+  mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
+  (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
+  at M = 16, but 0.80x at M = 2048, where the GEMM is compute-bound and the pair epilogue costs
+  the mainloop registers (255 against 156); larger M take the next rule for the gate instead.
+- **linear + activation**: a projection whose only reader is relu/gelu/silu: the activation
+  runs in the GEMM's epilogue (the SwiGLU gate at prefill sizes: silu(gate) in one GEMM, then
+  the mul).
 - **linear + add**: a projection whose only reader is a residual add: the epilogue adds the
   other operand (linear_kernels.py, epilogue.store_output).
 - **add + norm**: an add whose output a layernorm/rmsnorm reads: both written in one pass
@@ -27,10 +33,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opbench.ops.base import numel
 from opbench.spec.model import LayerSpec, ModelSpec
 
 # The activations a conv's epilogue applies (epilogue.apply_activation).
 CONV_ACTIVATIONS = ("relu", "gelu", "silu", "relu6")
+# The activations a linear layer's epilogue takes (its `activation` parameter's values).
+LINEAR_ACTIVATIONS = ("relu", "gelu", "silu")
+# SwiGLU as one GEMM up to this many rows (tokens): the decode regime, where the weights'
+# bytes bound the GEMM (kernels/linear_plans.SMALL_M; see the module docstring).
+SWIGLU_MAX_ROWS = 64
 NORMS = ("layernorm", "rmsnorm")
 
 
@@ -38,7 +50,7 @@ NORMS = ("layernorm", "rmsnorm")
 class Fusion:
     """One group: its kind and its layer indices in walk order."""
 
-    kind: str  # "single" | "conv" | "swiglu" | "linear_add" | "add_norm"
+    kind: str  # "single" | "conv" | "swiglu" | "linear_add" | "linear_act" | "add_norm"
     layers: tuple[int, ...]
 
 
@@ -100,6 +112,9 @@ class _Planner:
         layer = self.layers[mul]
         if layer.op != "mul" or len(set(layer.inputs)) != 2:
             return None
+        shape = layer.output_shape
+        if numel(shape) // max(shape[-1], 1) > SWIGLU_MAX_ROWS:
+            return None
         a, b = (self.graph.producer(v) for v in layer.inputs)
         if a is None or b is None:
             return None
@@ -145,6 +160,17 @@ class _Planner:
             return None
         return (i, add) if self.other_operand(add, i) is not None else None
 
+    def linear_act(self, i: int) -> tuple[int, ...] | None:
+        layer = self.layers[i]
+        if layer.op != "linear" or layer.params["activation"] != "none":
+            return None
+        act = self.sole_reader(i)
+        if act is None or self.op(act) not in LINEAR_ACTIVATIONS or not self.same_kind(i, act):
+            return None
+        if self.layers[act].params.get("approximate", "none") != "none":
+            return None  # the GEMM epilogue has GELU's erf form only
+        return (i, act)
+
     def add_norm(self, i: int) -> tuple[int, ...] | None:
         if not self.full_add(i):
             return None
@@ -160,7 +186,7 @@ class _Planner:
     def plan(self) -> list[Fusion]:
         found: list[Fusion] = []
         passes = (("swiglu", self.swiglu), ("conv", self.conv), ("linear_add", self.linear_add),
-                  ("add_norm", self.add_norm))  # fmt: skip
+                  ("linear_act", self.linear_act), ("add_norm", self.add_norm))  # fmt: skip
         for kind, pattern in passes:
             for i in self.graph.walk():
                 if i in self.taken:
@@ -197,7 +223,7 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     if "mul" in ops:
         return "swiglu"
     if ops[0] == "linear":
-        return "linear_add"
+        return "linear_add" if ops[-1] == "add" else "linear_act"
     if ops[0] == "add" and ops[-1] in NORMS:
         return "add_norm"
     raise ValueError(f"no fused kernel for the group {' → '.join(ops)}")

@@ -58,12 +58,13 @@ def test_mobilenet_v2_fuses_depthwise_and_projection_with_its_residual() -> None
     assert sum(1 for g in groups if g[-1].endswith("_add")) == 10
 
 
-def test_llama_block_fuses_swiglu_and_both_residual_adds() -> None:
+def test_llama_prefill_adds_both_residuals_in_the_projections() -> None:
     model = load_suite(SUITES / "llama.yaml").models[0]
     check_plan(model)
-    assert named(model, "swiglu") == [("gate", "up", "gate_act", "swiglu")]
     assert named(model, "linear_add") == [("o_proj", "attn_res"), ("down", "ffn_res")]
     assert named(model, "add_norm") == [], "both adds are taken by the projections before them"
+    # 2048 rows: above SWIGLU_MAX_ROWS the gate takes its silu in its own epilogue instead
+    assert named(model, "swiglu") == [] and named(model, "linear_act") == [("gate", "gate_act")]
 
 
 def test_bert_layer_adds_its_residuals_in_the_projections() -> None:
@@ -72,10 +73,11 @@ def test_bert_layer_adds_its_residuals_in_the_projections() -> None:
     assert named(model) == [("attn_out", "attn_res"), ("ffn_down", "ffn_res")]
 
 
-def test_decode_blocks_plan_the_same_at_every_size() -> None:
+def test_decode_blocks_take_swiglu_as_one_gemm_at_every_size() -> None:
     for model in load_suite(SUITES / "decode.yaml").models:
         check_plan(model)
         assert named(model, "swiglu") == [("gate", "up", "gate_act", "swiglu")]
+        assert named(model, "linear_add") == [("o_proj", "attn_res"), ("down", "ffn_res")]
 
 
 GRAPHS = """\
