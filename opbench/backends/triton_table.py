@@ -2,8 +2,10 @@
 weights. This is where the layer's settings (quant, activation, fusion) pick a kernel; the
 kernel modules themselves know nothing of suites or of each other's variants.
 
-A builder returns a `LayerKernel`: `bind(x)` -> `BoundKernels` (kernels/launch.py), the
-once-per-input step, and `kernel(x)` -> the output. Build-time work (casting, quantizing and
+A builder returns a `LayerKernel`: `bind(*xs)` -> `BoundKernels` (kernels/launch.py), the
+once-per-input step, and `kernel(*xs)` -> the output; `xs` are the layer's inputs in its
+`inputs:` order (one for most ops: `LayerKernel(lambda x: ...)`; a join's builder is written
+`LayerKernel(lambda a, b: bind_add(a, b))`). Build-time work (casting, quantizing and
 packing weights, folding batchnorm) happens in the builder, before timing. A builder may also
 return a plain function x -> output (a view, or a test's stand-in): it then has no bind step.
 """
@@ -18,7 +20,7 @@ from typing import Any
 from opbench.kernels import Unsupported
 from opbench.spec.model import LayerSpec
 
-Binder = Callable[[Any], Any]  # torch.Tensor -> kernels.launch.BoundKernels
+Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
 ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
 QUANTS = ("none", "int8")
@@ -28,24 +30,26 @@ SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
 
 
 class LayerKernel:
-    """A built layer: `bind(x)` fixes everything for input x; `kernel(x)` launches the binding
-    of the last input, kept while that same tensor comes back, so a model forward that feeds
-    each layer the previous layer's (bound) output also launches at the floor. Its result is
-    the bound output buffer, overwritten by the next call."""
+    """A built layer: `bind(*xs)` fixes everything for inputs xs; `kernel(*xs)` launches the
+    binding of the last inputs, kept while those same tensors come back, so a model forward
+    that feeds each layer its producers' (bound) outputs also launches at the floor. Its
+    result is the bound output buffer, overwritten by the next call."""
 
     def __init__(self, bind: Binder) -> None:
         self.bind = bind
         self.key: tuple | None = None
-        self.input: Any = None
+        self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
 
-    def __call__(self, x: Any) -> Any:
-        if x is not self.input:
-            key = (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device)
+    def __call__(self, *xs: Any) -> Any:
+        if len(xs) != len(self.inputs) or any(
+            x is not y for x, y in zip(xs, self.inputs, strict=True)
+        ):
+            key = tuple((x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device) for x in xs)
             if key != self.key or self.launch is None:
-                self.launch = self.bind(x).launch
+                self.launch = self.bind(*xs).launch
                 self.key = key
-            self.input = x  # holding x keeps its memory, so no other tensor can take its key
+            self.inputs = xs  # holding them keeps their memory: no other tensor takes a key
         return self.launch()
 
 

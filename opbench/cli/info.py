@@ -58,7 +58,7 @@ def _print_suite(suite: SuiteSpec) -> None:
         title=f"{escape(suite.name)}: {len(suite.models)} model instance(s), {layers} layers",
         title_justify="left",
     )
-    for column in ("model", "layer", "op", "reads", "dtype", "input", "output", "backends"):
+    for column in ("model", "layer", "op", "dtype", "input", "output", "backends", "reads"):
         table.add_column(column)
     for model in suite.models:
         for layer in model.layers:
@@ -66,11 +66,11 @@ def _print_suite(suite: SuiteSpec) -> None:
                 escape(model.name),
                 escape(layer.name),
                 layer.op,
-                escape(", ".join(layer.inputs)),
                 layer.dtype,
                 " ".join(str(list(s)) for s in layer.input_shapes),
                 str(list(layer.output_shape)),
                 ", ".join(layer.backends),
+                escape(", ".join(layer.inputs)),
             )
     console.print(table)
 

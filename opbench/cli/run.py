@@ -311,7 +311,8 @@ def report_plans(run, reused: bool, plans_out: Path | None) -> None:
 
 
 def finish(run, run_path: Path, wall_s: float | None = None) -> None:
-    """Print the tables and exit 3 when a layer errored or failed correctness."""
+    """Print the tables and exit 3 when a layer errored or failed correctness, or a whole
+    model's output failed its check."""
     from opbench.report.run_table import end_to_end_table, failures, run_table
 
     console.print(run_table(run))
@@ -336,4 +337,11 @@ def finish(run, run_path: Path, wall_s: float | None = None) -> None:
         console.print(
             f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}"
         )
+    wrong = [e for e in run.end_to_end if e.correctness is not None and not e.correctness.passed]
+    if wrong:
+        names = escape(", ".join(f"{e.model}/{e.backend}/{e.mode}" for e in wrong[:5]))
+        console.print(
+            f"[bold red]{len(wrong)} whole-model run(s) failed their output check:[/] {names}"
+        )
+    if bad or wrong:
         raise typer.Exit(ExitCode.LAYER_ERROR)

@@ -133,7 +133,12 @@ class ComparisonRow:
 class EndToEndTiming:
     """One backend's whole-model forward in one mode ("eager" or "cuda_graph").
 
-    vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist.
+    vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist
+        and this forward's outputs are right.
+    failures: the whole-model check of this forward (its outputs against the whole graph's
+        reference): why it failed, empty when it passed; None where it was not checked (an
+        older run, or a forward that never ran).
+    rel_l2: the check's relative L2 error (of the output furthest from its limit).
     """
 
     backend: str
@@ -143,6 +148,17 @@ class EndToEndTiming:
     vs_torch: float | None = None
     interpreted: bool = False
     message: str | None = None
+    failures: tuple[str, ...] | None = None
+    rel_l2: float | None = None
+
+    @property
+    def check(self) -> str:
+        """The whole-model check in a few words, for the reports."""
+        if self.failures is None:
+            return "not checked"
+        if self.failures:
+            return "FAIL: " + "; ".join(self.failures)
+        return "ok" if self.rel_l2 is None else f"ok (rel_l2 {self.rel_l2:.1e})"
 
 
 @dataclass(frozen=True)

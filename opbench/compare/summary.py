@@ -82,6 +82,7 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
     for e in mine:
         time = _stats_interval(e) if e.status == Status.OK else None
         base = torch.get(e.mode)
+        failures = e.correctness.reasons if e.correctness is not None else None
         vs_torch = (
             base.value / time.value
             if e.backend != TORCH and base is not None and time is not None and time.value > 0
@@ -93,9 +94,11 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
                 mode=e.mode,
                 status=e.status,
                 time=time,
-                vs_torch=None if e.interpreted else vs_torch,
+                vs_torch=None if e.interpreted or failures else vs_torch,
                 interpreted=e.interpreted,
                 message=e.message,
+                failures=failures,
+                rel_l2=e.correctness.rel_l2 if e.correctness is not None else None,
             )
         )
     return tuple(out)
@@ -186,6 +189,8 @@ def _model_verdict(
     incorrect = [r for r in results if r.status == Status.OK and not r.correct]
     if incorrect:
         return Verdict.FAIL, None, basis, incorrect_reason(incorrect[0])
+    if eager is not None and eager.failures:
+        return Verdict.FAIL, None, basis, f"the whole model's output is wrong: {eager.failures[0]}"
     if eager is not None:
         time, interpreted = eager.time, eager.interpreted
     else:

@@ -4,9 +4,10 @@ Weights and inputs come from `ModelData` (opbench/pipeline/data.py), the one see
 module: the same numbers `opbench run` checks against. Weights are rounded to the layer's
 dtype and stored as float32, as the float64 reference sees them; so is the input.
 
-Layers of a model are chained: a layer takes the previous kept layer's output, or a fresh
-graph input where the suite starts a new chain (the layer sets its own `input`), where the
-model starts, or after a layer that was left out. Every chain end is a graph output, so no
+Layers of a model are chained: a layer takes the previous kept layer's output when that is
+what it reads (`LayerSpec.inputs`), else a fresh graph input (where the model starts, where a
+layer sets its own `input` or reads another branch, or after a layer that was left out). Joins
+(layers reading several values) are refused for now. Every chain end is a graph output, so no
 engine can drop a layer as dead code.
 
 Two naming schemes (`Naming`):
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from opbench.errors import InputError
 from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
@@ -62,13 +64,14 @@ class Part:
     layers: tuple[LayerSpec, ...]
 
     def fresh_inputs(self) -> tuple[bool, ...]:
-        """For each kept layer: does it take a fresh graph input?"""
+        """For each kept layer: does it take a fresh graph input? Yes, unless it reads exactly
+        the previous kept layer's output (a layer reading a model input, another branch, or a
+        layer left out gets its own input, with the data the suite gives it)."""
         out = []
-        previous: int | None = None
+        previous: LayerSpec | None = None
         for layer in self.layers:
-            j = self.model.layers.index(layer)
-            out.append(layer.starts_chain or j == 0 or previous != j - 1)
-            previous = j
+            out.append(previous is None or layer.inputs != (previous.name,))
+            previous = layer
         return tuple(out)
 
 
@@ -145,6 +148,12 @@ def build_graph(
         x: str | None = None
         last: LayerSpec | None = None
         for layer, fresh in zip(part.layers, part.fresh_inputs(), strict=True):
+            if len(layer.inputs) > 1:
+                # Joins need a graph-aware export (the ONNX nodes would read one input).
+                raise InputError(
+                    f"model {model!r}, layer {layer.name!r}: reads {len(layer.inputs)} inputs; "
+                    "the ONNX export does not write joins yet"
+                )
             if fresh:
                 if x is not None and last is not None:
                     outputs.append(Endpoint(x, model, last.name, last.output_shape))

@@ -291,8 +291,9 @@ def _absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Li
         if not families_agree(op_family(kinds[0]), model.layers[start].op):
             continue
         nxt = start + 1
+        prev = model.layers[start]
         for kind in kinds[1:]:
-            span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found)
+            span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found, prev)
             if span is None:
                 continue  # e.g. the bias Add of MatMul+Add is no suite layer of its own
             for layer in span:
@@ -310,6 +311,7 @@ def _absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Li
                     f"reference row {row.name!r} has act=AUTO: the fused {kind} is a guess",
                 )
             nxt = position[span[-1].name] + 1
+            prev = span[-1]
 
 
 def _span_to_kind(
@@ -319,12 +321,17 @@ def _span_to_kind(
     linked: set[str],
     row: int,
     found: _Links,
+    prev: SuiteLayer,
 ) -> list[SuiteLayer] | None:
     """The layers from `start` up to the first one of `kind`, skipping at most MAX_SKIPPED
-    unlinked layers; None when there is none within reach."""
+    unlinked layers, each reading the one before it (from `prev`: a fused row is a path of
+    the model's graph; layers of other branches in between are not on it); None when there is
+    none within reach."""
     family = op_family(kind)
     span: list[SuiteLayer] = []
     for layer in layers[start : start + MAX_SKIPPED + 1]:
+        if not layer.reads(span[-1] if span else prev):
+            continue
         own = any(link.row == row and link.layer == layer.name for link in found.links)
         if layer.name in linked and not own:
             return None
@@ -351,6 +358,8 @@ def _absorb_renamed(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _
             continue
         span: list[SuiteLayer] = []
         for layer in reversed(model.layers[:end]):
+            if not (span[-1] if span else model.layers[end]).reads(layer):
+                continue  # another branch of the graph: not on the fused path
             if layer.name in linked_layers:
                 break
             span.append(layer)

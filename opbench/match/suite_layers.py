@@ -25,6 +25,16 @@ class SuiteLayer:
     #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
     #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
     view: bool | None = None
+    #: The values the layer reads (earlier layers' names, model inputs'), from the suite spec;
+    #: None where the run does not say (older runs: layers then read the one before).
+    inputs: tuple[str, ...] | None = None
+
+    def reads(self, other: SuiteLayer) -> bool:
+        """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
+        does not record it, by list order: the layer just before)."""
+        if self.inputs is not None:
+            return other.name in self.inputs
+        return other.index == self.index - 1
 
     @property
     def moves_data(self) -> bool:
@@ -94,6 +104,7 @@ def suite_models(
                         "output_shape": spec_layer.get("output_shape"),
                         "reference_name": spec_layer.get("reference_name"),
                         "view": _view_of(spec_layer),
+                        "inputs": spec_layer.get("inputs"),
                     },
                 )
     with_results: set[str] = set()
@@ -130,6 +141,7 @@ def suite_models(
                         else None,
                         reference_name=info.get("reference_name"),
                         view=info.get("view"),
+                        inputs=tuple(info["inputs"]) if info.get("inputs") else None,
                     )
                     for i, (layer, info) in enumerate(layers.items())
                 ),

@@ -110,7 +110,14 @@ def _summary(data: dict[str, Any]) -> ModelSummary:
         speedup=_interval(data.get("speedup")),
         end_to_end_speedup=_f(data.get("end_to_end_speedup")),
         end_to_end=tuple(
-            _build(EndToEndTiming, e, time=_interval(e.get("time")), vs_torch=_f(e.get("vs_torch")))
+            _build(
+                EndToEndTiming,
+                e,
+                time=_interval(e.get("time")),
+                vs_torch=_f(e.get("vs_torch")),
+                rel_l2=_f(e.get("rel_l2")),
+                failures=None if e.get("failures") is None else tuple(e["failures"]),
+            )
             for e in data.get("end_to_end") or ()
         ),
         missing=tuple(data.get("missing") or ()),

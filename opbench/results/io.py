@@ -63,21 +63,25 @@ def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
     values["samples_ms"] = tuple(
         tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
     )
-    corr = values.get("correctness")
-    if corr is not None:
-        limit = corr.get("max_abs_limit")
-        values["correctness"] = Correctness(
-            rel_l2=_float(corr["rel_l2"]),
-            max_abs=_float(corr["max_abs"]),
-            nonfinite=int(corr["nonfinite"]),
-            tolerance=_float(corr["tolerance"]),
-            reference=corr.get("reference", "float64-cpu"),
-            max_abs_limit=None if limit is None else _float(limit),
-            unwritten=int(corr.get("unwritten", 0)),
-            failures=tuple(corr.get("failures") or ()),
-            loose_tolerance=bool(corr.get("loose_tolerance", False)),
-        )
+    values["correctness"] = _correctness(values.get("correctness"))
     return LayerResult(**values)
+
+
+def _correctness(corr: dict[str, Any] | None) -> Correctness | None:
+    if corr is None:
+        return None
+    limit = corr.get("max_abs_limit")
+    return Correctness(
+        rel_l2=_float(corr["rel_l2"]),
+        max_abs=_float(corr["max_abs"]),
+        nonfinite=int(corr["nonfinite"]),
+        tolerance=_float(corr["tolerance"]),
+        reference=corr.get("reference", "float64-cpu"),
+        max_abs_limit=None if limit is None else _float(limit),
+        unwritten=int(corr.get("unwritten", 0)),
+        failures=tuple(corr.get("failures") or ()),
+        loose_tolerance=bool(corr.get("loose_tolerance", False)),
+    )
 
 
 def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
@@ -86,6 +90,9 @@ def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
     values["samples_ms"] = tuple(
         tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
     )
+    # Older run files have neither: None, as for a row that was never checked.
+    values["correctness"] = _correctness(values.get("correctness"))
+    values["outputs"] = tuple(values.get("outputs") or ())
     return EndToEnd(**values)
 
 

@@ -148,16 +148,16 @@ def test_every_builtin_op_names_its_torch_calls() -> None:
 def test_eager_forward_makes_the_users_call(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = expected_calls(op)
     layer, built, data = built_layer(op, *example_case(op))
-    x = data.input(0)
+    xs = data.inputs(0)
     spies = [(Spy(monkeypatch, owner, attr), attr, check) for owner, attr, check in expected]
-    out = built.fn(x)
+    out = built.fn(*xs)
     for spy, attr, check in spies:
         assert len(spy.calls) == 1, f"{op}: {attr} called {len(spy.calls)} times"
         args, kwargs = spy.calls[0]
         check(args, kwargs, layer)
     monkeypatch.undo()
     # The spied call's result is the layer's output: nothing recomputes it another way.
-    assert torch.equal(out, built.fn(x))
+    assert torch.equal(out, built.fn(*xs))
     assert tuple(out.shape) == layer.output_shape
 
 
@@ -188,9 +188,9 @@ def test_reference_is_not_the_baseline_call(op: str, monkeypatch: pytest.MonkeyP
         assert spy.calls == [], f"{op}'s reference called {attr}"
     monkeypatch.undo()
     # ... and yet agrees with the baseline's call run in float64 on the same rounded data.
-    x = data.input(0).double()
+    xs = [x.double() for x in data.inputs(0)]
     weights = {k: v.half().double() for k, v in data.weights(0).items()}
-    baseline64 = OPS[op].forward(x, weights, layer)
+    baseline64 = OPS[op].forward(OPS[op].input_arg(xs), weights, layer)
     assert kind == "float64-cpu" and ref.dtype == torch.float64
     torch.testing.assert_close(ref, baseline64, rtol=1e-12, atol=1e-12)
 
