@@ -155,10 +155,12 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     rms = norm.op == "rmsnorm"
     a, b = add.inputs
     eps = norm.params["eps"]
-    return _by_name(
+    kernel = _by_name(
         layers,
         lambda v: bind_norm(v[a], w["weight"], w.get("bias"), eps, rms=rms, residual=v[b]),
     )
+    kernel.extra_names = (add.name,)
+    return kernel
 
 
 FUSED_BUILDERS = {"conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,

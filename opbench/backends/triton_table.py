@@ -33,10 +33,14 @@ class LayerKernel:
     """A built layer: `bind(*xs)` fixes everything for inputs xs; `kernel(*xs)` launches the
     binding of the last inputs, kept while those same tensors come back, so a model forward
     that feeds each layer its producers' (bound) outputs also launches at the floor. Its
-    result is the bound output buffer, overwritten by the next call."""
+    result is the bound output buffer, overwritten by the next call.
 
-    def __init__(self, bind: Binder) -> None:
+    extra_names: a fused group's other outputs, by layer name, in the order of the bound
+    kernels' `extra` buffers (add → norm: the add's sum)."""
+
+    def __init__(self, bind: Binder, extra_names: tuple[str, ...] = ()) -> None:
         self.bind = bind
+        self.extra_names = extra_names
         self.key: tuple | None = None
         self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
