@@ -33,8 +33,9 @@ The epilogue adds bias (with a folded batchnorm: its shift), then optionally a r
 the output's shape (a residual block's skip connection), applies the activation, and stores
 NCHW: for a fixed channel o the pixels of one image are contiguous, so stores run along m.
 
-Shapes and strides are compile-time constants: index math divides by constants, the compiler
-knows which runs are contiguous and aligned, and a launch passes only six pointers.
+Shapes and strides are compile-time constants, except M (the batch's): index math divides by
+constants, the compiler knows which runs are contiguous and aligned, and a launch passes seven
+pointers and M.
 int8 (`conv_int8.py`) runs the same kernel with IS_INT8. Measured figures: docs/perf/conv.md.
 """
 
@@ -69,7 +70,11 @@ K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GAT
            "pointwise": K_POINTWISE}  # fmt: skip
 
 
-@triton.jit
+# M (= N*OH*OW) is the only shape that changes with the batch: not a compile-time constant and
+# not specialized on, so every batch size of a network runs the kernels compiled for the first
+# (a ResNet-50 is ~200 one-second compiles per batch size otherwise). Every other shape stays
+# constant, so index math still divides by constants.
+@triton.jit(do_not_specialize=["M"])
 def _conv2d_kernel(
     # pointers
     x_ptr,  # input, element (n, c, h, w) at n*STRIDE_XN + c*STRIDE_XC + h*STRIDE_XH + w*STRIDE_XW
@@ -80,7 +85,7 @@ def _conv2d_kernel(
     out_ptr,  # output, element (n, o, p) at n*STRIDE_ON + o*STRIDE_OC + p, p = oh*OW + ow
     res_ptr,  # residual, out's shape, (n, o, p) at n*STRIDE_RN + o*STRIDE_RC + p*STRIDE_RP
     # shapes
-    M: tl.constexpr,  # N*OH*OW, rows of the implicit GEMM
+    M,  # N*OH*OW, rows of the implicit GEMM (a run-time value: see above)
     C: tl.constexpr,  # input channels
     H: tl.constexpr,  # input height
     W: tl.constexpr,  # input width
