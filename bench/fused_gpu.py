@@ -5,6 +5,7 @@ Usage (GPU machine, repository root; writes $OUT/fused_gpu.json when $OUT is set
     PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/fused_gpu.py
 CPU check of the plumbing (interpreter, tiny shapes; the numbers mean nothing):
     PYTHONPATH=. python3 bench/fused_gpu.py --cpu-smoke
+Some cases only: --only=conv_res_b1,depthwise_b32 (names in `main`).
 
 Cases (fp16; ResNet-50, MobileNetV2 and LLaMA-7B shapes):
 - conv_res: a bottleneck's conv3 (1x1, 64 → 256, 56x56) → folded bn → + skip → relu, batch 1 and
@@ -246,19 +247,26 @@ def precompile_effect() -> None:
 
 def main() -> int:
     if SMOKE:
-        cases = [lambda: conv_res(1, 8, 12, 5), lambda: linear_res(3, 24, 20),
-                 lambda: swiglu(3, 24, 20), lambda: add_rmsnorm(5, 24),
-                 lambda: depthwise(1, 6, 7)]  # fmt: skip
+        cases = {"conv_res": lambda: conv_res(1, 8, 12, 5), "linear_res": lambda: linear_res(3, 24, 20),
+                 "swiglu": lambda: swiglu(3, 24, 20), "add_rmsnorm": lambda: add_rmsnorm(5, 24),
+                 "depthwise": lambda: depthwise(1, 6, 7)}  # fmt: skip
     else:
-        cases = [precompile_effect,
-                 lambda: conv_res(1, 64, 256, 56), lambda: conv_res(32, 64, 256, 56),
-                 lambda: conv_res(32, 512, 2048, 7),
-                 lambda: swiglu(2048, 4096, 11008), lambda: swiglu(16, 4096, 11008),
-                 lambda: linear_res(2048, 4096, 4096), lambda: linear_res(16, 4096, 4096),
-                 lambda: add_rmsnorm(4096, 4096),
-                 lambda: depthwise(32, 144, 56), lambda: depthwise(1, 144, 56)]  # fmt: skip
+        cases = {"tuning": precompile_effect,
+                 "conv_res_b1": lambda: conv_res(1, 64, 256, 56),
+                 "conv_res_b32": lambda: conv_res(32, 64, 256, 56),
+                 "conv_res_deep": lambda: conv_res(32, 512, 2048, 7),
+                 "swiglu_prefill": lambda: swiglu(2048, 4096, 11008),
+                 "swiglu_decode": lambda: swiglu(16, 4096, 11008),
+                 "linear_res_prefill": lambda: linear_res(2048, 4096, 4096),
+                 "linear_res_decode": lambda: linear_res(16, 4096, 4096),
+                 "add_rmsnorm": lambda: add_rmsnorm(4096, 4096),
+                 "depthwise_b32": lambda: depthwise(32, 144, 56),
+                 "depthwise_b1": lambda: depthwise(1, 144, 56)}  # fmt: skip
+    only = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--only=")), None)
+    if only:
+        cases = {k: v for k, v in cases.items() if k in only.split(",")}
     failed = 0
-    for case in cases:
+    for case in cases.values():
         try:
             case()
         except Exception:  # one case's failure is reported, the others still run

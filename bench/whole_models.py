@@ -73,7 +73,14 @@ def main() -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--conv-autotune", choices=("all", "aten"), default="all",
+                        help="aten: Inductor's max-autotune tries no Triton conv templates "
+                        "(cuDNN convs; GEMMs still autotuned), to fit a session")  # fmt: skip
     args = parser.parse_args()
+    if args.conv_autotune == "aten":
+        import torch._inductor.config as inductor_config
+
+        inductor_config.max_autotune_conv_backends = "ATEN"
     device = args.device or default_device()
     prepare_device(device)
     suite = load_suite(args.suite)
@@ -94,10 +101,11 @@ def main() -> int:
                 if backend_name in COMPILED and row.mode == "eager":
                     continue  # torch eager's layers stood in: not this backend's figure
                 record = asdict(row)
+                stats = row.stats
                 record.update(groups=len(built), build_s=round(build_s, 2),
-                              tune_s=round(tune_s, 2),
+                              tune_s=round(tune_s, 2), correct=row.correct,
                               wall_s=round(time.perf_counter() - start, 2),
-                              median_ms=row.median_ms if row.samples_ms else None)  # fmt: skip
+                              median_ms=stats.median if stats else None)  # fmt: skip
                 rows.append(record)
                 print(json.dumps({k: record[k] for k in ("model", "backend", "mode", "status",
                                   "median_ms", "peak_bytes", "wall_s")}), flush=True)  # fmt: skip
@@ -111,16 +119,20 @@ def main() -> int:
 def print_table(rows: list[dict]) -> None:
     eager_torch = {(r["model"], r["mode"]): r["median_ms"] for r in rows if r["backend"] == "torch"}
     torch_eager_peak = {
-        r["model"]: r.get("peak_bytes") for r in rows if r["backend"] == "torch" and r["mode"] == "eager"
+        r["model"]: r.get("peak_bytes")
+        for r in rows
+        if r["backend"] == "torch" and r["mode"] == "eager"
     }
-    print("| model | backend | mode | ms | × torch (same mode) | peak MiB | × torch eager peak | correct | groups | tune s |")
+    print(
+        "| model | backend | mode | ms | × torch (same mode) | peak MiB | × torch eager peak | correct | groups | tune s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ms = r["median_ms"]
         base = eager_torch.get((r["model"], r["mode"]))
         peak = r.get("peak_bytes")
         base_peak = torch_eager_peak.get(r["model"])
-        correct = (r.get("correctness") or {}).get("passed") if r.get("correctness") else None
+        correct = r["correct"]
         cells = [
             r["model"], r["backend"], r["mode"],
             f"{ms:.4f}" if ms else r["status"],
