@@ -63,11 +63,11 @@ def _concat_kernel(
         length = multiple_of(lengths[k], ALIGN)
         blocks_c = tl.cdiv(length, BLOCK_C)
         if (pid >= first) & (pid < first + blocks_r * blocks_c):
-            column = multiple_of(columns[k], ALIGN)
+            column = multiple_of(columns[k], ALIGN)  # added to int64 cols below
             local = pid - first
-            # int64: rows times a row length can pass 2**31 elements.
+            # int64: a row offset, and even one row, can pass 2**31 elements.
             rows = (local // blocks_c).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-            cols = (local % blocks_c) * BLOCK_C + tl.arange(0, BLOCK_C)
+            cols = (local % blocks_c).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
             mask = (rows < outer)[:, None] & (cols < length)[None, :]
             tile = tl.load(x_ptrs[k] + rows[:, None] * length + cols[None, :], mask=mask)
             tl.store(out_ptr + rows[:, None] * total + (column + cols)[None, :], tile, mask=mask)

@@ -15,8 +15,8 @@ batch index) and tile p % tiles of it, so the batch count has no grid limit. Lea
 broadcast by stride 0 and collapsed (host.collapse_dims) into at most two batch axes, each
 with a stride for a, b and out: [B, H] heads, or a [B, 1] operand shared by H heads.
 
-Rows past M (columns past N) re-read row 0 (column 0) so that the loads need no M/N mask;
-the store mask drops them. K is masked only when BLOCK_K does not divide it (EVEN_K).
+Rows past M (columns past N) wrap around to re-read rows (columns) of the matrix, so that the
+loads need no M/N mask; the store mask drops them. K is masked only when BLOCK_K does not divide it (EVEN_K).
 
 Configurations (Hopper): BLOCK_K is 128 bytes of K (64 fp16/bf16, 32 fp32), the width of the
 128-byte shared-memory swizzle; tiles of 64 to 256 rows and columns on 4 or 8 warps, 3 to 4
@@ -48,9 +48,17 @@ from opbench.kernels.tuning import Config
 HOPPER_SMEM_BYTES = 227 * 1024
 # (BLOCK_M, BLOCK_N, num_warps, num_stages): large tiles for the tensor cores (wgmma wants
 # 64-row multiples, 8 warps at 128x256), smaller ones for small matrices and few rows.
+# Compiled for sm_90 (Triton 3.6, fp16), none of these spills a register.
 TILES = [
     (128, 256, 8, 3), (256, 128, 8, 3), (128, 128, 8, 4), (128, 128, 4, 4), (128, 64, 4, 4),
     (64, 128, 4, 4), (64, 64, 4, 4), (32, 64, 4, 4), (16, 64, 4, 4), (16, 128, 4, 4),
+]  # fmt: skip
+# True fp32 runs on the FMA units, with the accumulator and the operands' fragments in
+# registers: tiles of 128x256, 256x128 and 128x128 on 4 warps spill on sm_90, so fp32 keeps
+# the others.
+TILES_FP32 = [
+    (128, 128, 8, 4), (128, 64, 4, 4), (64, 128, 4, 4), (64, 64, 4, 4), (32, 64, 4, 4),
+    (16, 64, 4, 4), (16, 128, 4, 4),
 ]  # fmt: skip
 
 
@@ -103,8 +111,11 @@ def _matmul_kernel(
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
-    rows = tl.where(offs_m < M, offs_m, 0).to(tl.int64)
-    cols = tl.where(offs_n < N, offs_n, 0).to(tl.int64)
+    # Rows past M and columns past N wrap around (% M, % N) rather than being masked: the loads
+    # need no mask, and `%` by an M or N the compiler knows to be a multiple of 16 keeps the
+    # indices' contiguity, so b's rows (contiguous along N) load as 16-byte vectors.
+    rows = (offs_m % M).to(tl.int64)
+    cols = (offs_n % N).to(tl.int64)
     a_ptrs = a_base + rows[:, None] * a_stride_m + offs_k[None, :] * a_stride_k
     b_ptrs = b_base + offs_k[:, None] * b_stride_k + cols[None, :] * b_stride_n
 
@@ -143,7 +154,7 @@ def tile_candidates(m: int, n: int, element_size: int, gpu: bool = not INTERPRET
     block_k = 128 // element_size
     max_m, max_n = max(16, next_power_of_2(m)), max(16, next_power_of_2(n))
     found: dict[tuple[int, ...], Config] = {}
-    for bm, bn, warps, stages in TILES:
+    for bm, bn, warps, stages in TILES_FP32 if element_size == 4 else TILES:
         bm, bn = min(bm, max_m), min(bn, max_n)
         config = Config.of(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=8,
                            num_warps=warps, num_stages=stages)  # fmt: skip

@@ -22,12 +22,12 @@ class SuiteLayer:
     op: str | None = None
     output_shape: tuple[int, ...] | None = None
     reference_name: str | None = None
-    #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
-    #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
-    view: bool | None = None
     #: The values the layer reads (earlier layers' names, model inputs'), from the suite spec;
     #: None where the run does not say (older runs: layers then read the one before).
     inputs: tuple[str, ...] | None = None
+    #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
+    #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
+    view: bool | None = None
 
     def reads(self, other: SuiteLayer) -> bool:
         """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
@@ -103,8 +103,8 @@ def suite_models(
                         "op": spec_layer.get("op"),
                         "output_shape": spec_layer.get("output_shape"),
                         "reference_name": spec_layer.get("reference_name"),
-                        "view": _view_of(spec_layer),
                         "inputs": spec_layer.get("inputs"),
+                        "view": _view_of(spec_layer),
                     },
                 )
     with_results: set[str] = set()
@@ -140,8 +140,8 @@ def suite_models(
                         if info.get("output_shape")
                         else None,
                         reference_name=info.get("reference_name"),
-                        view=info.get("view"),
                         inputs=tuple(info["inputs"]) if info.get("inputs") else None,
+                        view=info.get("view"),
                     )
                     for i, (layer, info) in enumerate(layers.items())
                 ),

@@ -9,7 +9,9 @@ its first input's, as a residual connection reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from opbench.ops.base import Example, Op, Shape, ShapeError, numel
 
@@ -53,10 +55,14 @@ def check_broadcast_onto(a: Sequence[int], b: Sequence[int]) -> None:
 
 
 class _Binary(Op):
-    """y = a ∘ b, b broadcast onto a (shapes in `inputs:` order, batch included)."""
+    """y = a ∘ b, b broadcast onto a (shapes in `inputs:` order, batch included).
+
+    The baseline is `torch.<name>(a, b)` (torch.add, torch.mul); the reference is `formula`,
+    Python's operator on the float64 tensors."""
 
     arity = 2
     reference_written_out = True
+    formula: Callable[[Any, Any], Any]
 
     def infer_shape(self, in_shape, p):
         a, b = input_shapes(self.name, in_shape, 2)
@@ -68,6 +74,16 @@ class _Binary(Op):
 
     # min_bytes: Op's, every input read once (a broadcast one at its own, smaller size).
 
+    def forward(self, x, weights, layer):
+        import torch
+
+        a, b = x
+        return getattr(torch, self.name)(a, b)
+
+    def reference(self, x, weights, layer):
+        a, b = x
+        return type(self).formula(a, b)
+
 
 class Add(_Binary):
     name = "add"
@@ -76,16 +92,7 @@ class Add(_Binary):
     torch_calls = ("torch.add",)
     onnx_op = "Add"
     example = Example(((3, 5, 7), (3, 5, 7)), (3, 5, 7))
-
-    def forward(self, x, weights, layer):
-        import torch
-
-        a, b = x
-        return torch.add(a, b)
-
-    def reference(self, x, weights, layer):
-        a, b = x
-        return a + b
+    formula = operator.add
 
 
 class Mul(_Binary):
@@ -95,13 +102,4 @@ class Mul(_Binary):
     torch_calls = ("torch.mul",)
     onnx_op = "Mul"
     example = Example(((3, 5, 7), (3, 1, 1)), (3, 5, 7))
-
-    def forward(self, x, weights, layer):
-        import torch
-
-        a, b = x
-        return torch.mul(a, b)
-
-    def reference(self, x, weights, layer):
-        a, b = x
-        return a * b
+    formula = operator.mul

@@ -97,8 +97,7 @@ class Split(_Piece):
             raise ShapeError(f"sizes {sizes} must be positive lengths", "sizes")
         if sum(sizes) != in_shape[axis]:
             raise ShapeError(
-                f"sizes {sizes} add up to {sum(sizes)}, not to axis {axis}'s size "
-                f"{in_shape[axis]}",
+                f"sizes {sizes} add up to {sum(sizes)}, not to axis {axis}'s size {in_shape[axis]}",
                 "sizes",
             )
         index = p["index"]

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from opbench.report.columns import Column, FittedTable
 from opbench.report.style import MARKS, short_backend
-from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
+from opbench.results.model import EndToEnd, LayerResult, Outcome, RunResult, Status
 
 TORCH, TORCH_INT8 = "torch", "torch-int8"
 
@@ -83,19 +83,20 @@ def legend(results: list[LayerResult]) -> str:
     )
 
 
+_OUTCOME_STYLES = {
+    Outcome.OK: "green",
+    Status.UNSUPPORTED: "yellow",
+    Outcome.UNCHECKED: "yellow",
+}
+
+
 def status_text(result: LayerResult) -> Text:
     """ok / unsupported / error / wrong (with the failed checks' reasons)."""
     corr = result.correctness
-    if result.status == Status.UNSUPPORTED:
-        text = Text("unsupported", style="yellow")
-    elif result.status == Status.ERROR:
-        text = Text("error", style="bold red")
-    elif corr is not None and not corr.passed:
-        text = Text("wrong", style="bold red")
-        if corr.failures:
-            text.append(": " + "; ".join(corr.failures), style="red")
-    else:
-        text = Text("ok", style="green")
+    word = result.outcome
+    text = Text(word, style=_OUTCOME_STYLES.get(word, "bold red"))
+    if word == Outcome.WRONG and corr is not None:
+        text.append(": " + "; ".join(corr.reasons), style="red")
     if result.message and result.status != Status.OK:
         text.append(f" {result.message}", style="dim")
     return text

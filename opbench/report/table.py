@@ -219,6 +219,10 @@ def comparison_renderable(c: Comparison, width: int = 160, full: bool = False) -
     parts += _legend(c)
     for note in c.notes:
         parts.append(Text(f"note: {note}", style="dim"))
+    # What the reader found in the file (rows within noise, no spread, …) is part of the
+    # verdicts' story: the terminal shows it as report.md does.
+    for note in c.reference.notes:
+        parts.append(Text(f"reference: {note}", style="dim"))
     return Group(*parts)
 
 

@@ -24,6 +24,14 @@ class Status:
     ERROR = "error"
 
 
+class Outcome:
+    """LayerResult.outcome: a status, refined by the correctness check where the layer ran."""
+
+    OK = "ok"
+    WRONG = "wrong"
+    UNCHECKED = "unchecked"
+
+
 @dataclass(frozen=True)
 class Correctness:
     """One backend's output against the high-precision reference, on the same inputs.
@@ -160,6 +168,17 @@ class LayerResult:
     def correct(self) -> bool:
         """Ran and met its tolerance. A layer that is not correct can never count as a pass."""
         return self.status == Status.OK and self.correctness is not None and self.correctness.passed
+
+    @property
+    def outcome(self) -> str:
+        """One word for how the result ended, the same in the run table and the progress line:
+        "ok", "wrong" (ran, and its output failed a correctness check), "unchecked" (ran, never
+        checked), "unsupported" or "error"."""
+        if self.status != Status.OK:
+            return self.status
+        if self.correctness is None:
+            return Outcome.UNCHECKED
+        return Outcome.OK if self.correctness.passed else Outcome.WRONG
 
     @property
     def tflops(self) -> float | None:

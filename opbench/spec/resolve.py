@@ -26,6 +26,7 @@ from opbench.spec.model import (
 )
 from opbench.spec.problems import Locator, SuiteWarning
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
+from opbench.spec.vocabulary import unknown_backend
 from opbench.spec.wiring import graph_warnings, wire_model
 from opbench.spec.yaml_lines import Path_
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
@@ -54,8 +55,7 @@ def check_backends(
     """Unknown backend names in one level's `backends` (defaults, a model or a layer)."""
     return [
         InputError(
-            f"unknown backend {backend!r}{suggest(backend, backend_names)}; "
-            f"known: {', '.join(backend_names)}",
+            unknown_backend(backend, tuple(backend_names), suggest(backend, backend_names)),
             locate((*path, "backends"), "backends"),
         )
         for backend in ((level.backends or []) if level is not None else [])

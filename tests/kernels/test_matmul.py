@@ -84,6 +84,9 @@ def test_every_gpu_configuration_fits_hopper_shared_memory(element_size: int) ->
             assert config["BLOCK_M"] <= max(16, m) * 2 and config["BLOCK_N"] <= max(16, n) * 2
     big = tile_candidates(4096, 4096, 2, gpu=True)
     assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in big} >= {(128, 256), (256, 128), (128, 128)}
+    # fp32 runs on FMA units: no tile whose accumulator alone fills the registers.
+    big32 = tile_candidates(4096, 4096, 4, gpu=True)
+    assert max(c["BLOCK_M"] * c["BLOCK_N"] // (32 * c.num_warps) for c in big32) <= 64
 
 
 def test_empty_output() -> None:
