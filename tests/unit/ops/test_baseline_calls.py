@@ -54,6 +54,28 @@ def _softmax_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
     assert kwargs["dim"] == layer.params["dim"]
 
 
+def _concat_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert len(args[0]) == len(layer.inputs) and kwargs["dim"] == layer.params["axis"]
+
+
+def _split_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert list(args[1]) == list(layer.params["sizes"]) and kwargs["dim"] == layer.params["axis"]
+
+
+def _gelu_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert kwargs.get("approximate", "none") == layer.params["approximate"]
+
+
+def _reshape_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert args[1:] == (layer.input_shape[0], *layer.params["shape"])
+
+
+def _slice_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    p = layer.params
+    axis = p["axis"] % len(layer.input_shape)
+    assert args[1] == (slice(None),) * axis + (slice(p["start"], p["end"], p["step"]),)
+
+
 def _dims(expected: tuple) -> Check:
     def check(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
         assert args[1:] == expected
@@ -74,6 +96,11 @@ ARGUMENTS: dict[tuple[str, str], Check] = {
     ("permute", "torch.Tensor.permute"): _dims(((0, 3, 1, 2),)),
     ("flatten", "torch.Tensor.flatten"): _dims((2,)),
     ("attention", "torch.nn.functional.scaled_dot_product_attention"): _sdpa_args,
+    ("concat", "torch.cat"): _concat_args,
+    ("split", "torch.split"): _split_args,
+    ("gelu", "torch.nn.functional.gelu"): _gelu_args,
+    ("reshape", "torch.Tensor.reshape"): _reshape_args,
+    ("slice", "torch.Tensor.__getitem__"): _slice_args,
 }
 
 

@@ -54,6 +54,12 @@ EXTRA_CASES = {
     "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
     "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
     "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
+    "gelu-erf": ("gelu", "[5, 7]", "approximate: none"),
+    "add-per-channel": ("add", "{x0: [4, 3, 5], x1: [4, 1, 1]}", ""),
+    "mul-per-row": ("mul", "{x0: [5, 9], x1: [5, 1]}", ""),
+    "matmul-broadcast-batch": ("matmul", "{x0: [1, 5, 7], x1: [3, 7, 4]}", ""),
+    "concat-last-axis": ("concat", "{x0: [5, 2], x1: [5, 7]}", "axis: -1"),
+    "split-first-piece": ("split", "[6, 4]", "axis: 1, sizes: [2, 4], index: 0"),
 }
 
 
