@@ -18,36 +18,14 @@ outputs.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from opbench.kernels.host import INTERPRET
-from opbench.kernels.tuning import Choice, Config
-
-# Set by `tuning.precompile` while it has Triton compile every candidate in parallel: a
-# KernelCall made then only starts its compile (JITFunction.warmup under Triton's
-# AsyncCompileMode) and can never launch.
-_PRECOMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "opbench_precompiling", default=False
-)
-
-
-@contextlib.contextmanager
-def precompiling() -> Iterator[None]:
-    token = _PRECOMPILING.set(True)
-    try:
-        yield
-    finally:
-        _PRECOMPILING.reset(token)
-
-
-def is_precompiling() -> bool:
-    return _PRECOMPILING.get()
+from opbench.kernels.tuning import Choice, Config, is_precompiling
 
 
 def _never_launched() -> None:
@@ -78,7 +56,7 @@ class KernelCall:
         self.args = tuple(args)
         self.named = dict(named)
         self.options = dict(options)
-        if _PRECOMPILING.get() and not INTERPRET:
+        if is_precompiling() and not INTERPRET:  # only start the compile: tuning.precompile
             self.kernel.warmup(*self.args, grid=self.grid, **self.named, **self.options)
             self.call: Callable[[], None] = _never_launched
             return

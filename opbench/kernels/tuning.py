@@ -186,8 +186,6 @@ def choose(
         source = "retuned"
     if len(candidates) == 1 or tag == INTERPRETER_TAG:
         return Choice(kernel, key, tag, candidates[0], source, note)
-    from opbench.kernels.launch import is_precompiling
-
     if is_precompiling():  # a nested choice while another kernel precompiles: nothing is timed
         return Choice(kernel, key, tag, candidates[0], "fixed", "precompile only")
     full_key = f"{tag}|{kernel}|{key}"
@@ -240,6 +238,27 @@ def _tune(
     return candidates[best], timings
 
 
+# Set by `precompile` while Triton compiles every candidate in parallel: a KernelCall made then
+# (kernels/launch.py) only starts its compile (JITFunction.warmup under Triton's
+# AsyncCompileMode) and can never launch; a nested `choose` times nothing.
+_PRECOMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "opbench_precompiling", default=False
+)
+
+
+@contextlib.contextmanager
+def precompiling() -> Iterator[None]:
+    token = _PRECOMPILING.set(True)
+    try:
+        yield
+    finally:
+        _PRECOMPILING.reset(token)
+
+
+def is_precompiling() -> bool:
+    return _PRECOMPILING.get()
+
+
 def precompile(
     candidates: Sequence[Config], make_call: Callable[[Config], Callable[[], None]]
 ) -> None:
@@ -251,8 +270,6 @@ def precompile(
     if len(candidates) < 2 or os.environ.get("OPBENCH_PARALLEL_COMPILE", "1") == "0":
         return
     from concurrent.futures import ThreadPoolExecutor
-
-    from opbench.kernels.launch import precompiling
 
     try:
         from triton.runtime._async_compile import AsyncCompileMode
