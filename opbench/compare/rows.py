@@ -210,8 +210,9 @@ def prefix_noise(
         return None
     source = profile.source
     spread = all(profile.layers[p].noise_ms is not None for p in derived)
+    within = _within(profile, derived)
     if spread and reference.lo <= 0:
-        return f"within the noise of the two prefix timings: {source} {_pairs(profile, derived)}"
+        return f"{within}: {source} {_pairs(profile, derived)}"
     if not spread and reference.value <= 0:
         return (
             f"the prefix difference is not above zero and {source} gives no spread "
@@ -221,13 +222,12 @@ def prefix_noise(
     noisy = [p for p in derived if _flagged(profile.layers[p])]
     if noisy:
         why = "" if spread else f" (under {NOISE_FRACTION:.0%} of its prefix time; no spread given)"
-        return f"within the noise of the two prefix timings{why}: {source} {_pairs(profile, noisy)}"
+        return f"{within}{why}: {source} {_pairs(profile, noisy)}"
     inflated = [
         (q, p)
         for p in derived
-        if (q := _previous_timed(profile, p)) is not None
-        and q not in group
-        and Flag.NEGATIVE in profile.layers[q].flags
+        for q in _subtracted(profile, p)
+        if q not in group and Flag.NEGATIVE in profile.layers[q].flags
     ]
     if inflated:
         q, p = inflated[0]
@@ -243,8 +243,30 @@ def _flagged(row: ReferenceTiming) -> bool:
     return bool({Flag.NEGATIVE, Flag.BELOW_NOISE} & set(row.flags))
 
 
+def _within(profile: ReferenceProfile, positions: Sequence[int]) -> str:
+    if any(profile.layers[p].derived_from for p in positions):  # graph cuts (docs/sas.md)
+        return "within the noise of the cut timings it combines"
+    return "within the noise of the two prefix timings"
+
+
 def _previous_timed(profile: ReferenceProfile, pos: int) -> int | None:
     return next((p for p in range(pos - 1, -1, -1) if profile.layers[p].time_ms is not None), None)
+
+
+def _subtracted(profile: ReferenceProfile, pos: int) -> list[int]:
+    """The rows whose prefix (cut) time this row's difference subtracts: the timed row before
+    it on a chain; on graph cuts, the rows of the cuts its terms take away (a row of several
+    layers stands for the cut of its last one)."""
+    row = profile.layers[pos]
+    if not row.derived_from:
+        previous = _previous_timed(profile, pos)
+        return [] if previous is None else [previous]
+    taken = {name for name, c in row.derived_from if c < 0}
+    return [
+        i
+        for i, other in enumerate(profile.layers)
+        if other.time_kind == TimeKind.DERIVED and other.name.split(" + ")[-1] in taken
+    ]
 
 
 def _named(row: ReferenceTiming) -> str:
@@ -256,10 +278,15 @@ def _pairs(profile: ReferenceProfile, positions: Sequence[int]) -> str:
 
 
 def _prefix_pair(profile: ReferenceProfile, pos: int) -> str:
+    row = profile.layers[pos]
+    if row.derived_from:  # a graph cut difference: name the cuts it combines
+        from opbench.reference.prefix_graph import describe
+
+        return f"{_named(row)} = {describe(row.derived_from)}"
     previous = _previous_timed(profile, pos)
     if previous is None:
-        return f"row {_named(profile.layers[pos])}"
-    return f"rows {_named(profile.layers[previous])} and {_named(profile.layers[pos])}"
+        return f"row {_named(row)}"
+    return f"rows {_named(profile.layers[previous])} and {_named(row)}"
 
 
 def model_layer_results(run: RunResult, model: str, backend: str) -> list[LayerResult]:
