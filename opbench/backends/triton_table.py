@@ -34,10 +34,14 @@ class LayerKernel:
     """A built layer: `bind(*xs)` fixes everything for inputs xs; `kernel(*xs)` launches the
     binding of the last inputs, kept while those same tensors come back, so a model forward
     that feeds each layer its producers' (bound) outputs also launches at the floor. Its
-    result is the bound output buffer, overwritten by the next call."""
+    result is the bound output buffer, overwritten by the next call.
 
-    def __init__(self, bind: Binder) -> None:
+    extra_names: a fused group's other outputs, by layer name, in the order of the bound
+    kernels' `extra` buffers (add → norm: the add's sum)."""
+
+    def __init__(self, bind: Binder, extra_names: tuple[str, ...] = ()) -> None:
         self.bind = bind
+        self.extra_names = extra_names
         self.key: tuple | None = None
         self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
@@ -78,12 +82,23 @@ def conv2d(
     batchnorm: dict[str, Any] | None = None,
     activation: str | None = None,
 ) -> LayerKernel:
-    """The conv, alone or with a folded batchnorm and a fused activation."""
+    """The conv, alone or with a folded batchnorm and a fused activation; a depthwise conv
+    (groups = channels) takes its own kernel (kernels/depthwise.py)."""
     from opbench.kernels.conv import build_conv2d
     from opbench.kernels.conv_int8 import build_conv2d_int8
 
     p = layer.params
     check_quant("conv2d", p["quant"])
+    if p["groups"] != 1 and p["groups"] == layer.input_shape[1] == p["out_channels"]:
+        from opbench.kernels.depthwise import build_depthwise_conv2d
+
+        if p["quant"] != "none":
+            raise Unsupported(f"depthwise conv2d quant {p['quant']!r}: float only")
+        dw = build_depthwise_conv2d(
+            w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
+            dilation=p["dilation"], activation=activation or p["activation"], batchnorm=batchnorm,
+        )  # fmt: skip
+        return LayerKernel(dw.bind)
     build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
     conv = build(
         w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],

@@ -88,7 +88,9 @@ def _span_to_kind(
     none within reach."""
     family = op_family(kind)
     span: list[SuiteLayer] = []
-    for layer in layers[start : start + MAX_SKIPPED + 1]:
+    # Only layers on the path count towards MAX_SKIPPED: a ResNet's downsample branch may stand
+    # between bn3 and the add in the list.
+    for layer in layers[start:]:
         if not layer.reads(span[-1] if span else prev):
             continue
         own = any(link.row == row and link.layer == layer.name for link in found.links)
@@ -97,6 +99,8 @@ def _span_to_kind(
         span.append(layer)
         if families_agree(family, layer.op):
             return span
+        if len(span) > MAX_SKIPPED:
+            return None
     return None
 
 

@@ -27,9 +27,16 @@ class WorkItem:
 
     @property
     def output_layer(self) -> LayerSpec:
-        """The layer whose output is the group's (a fused group has exactly one)."""
-        (index,) = self.model.graph.group_outputs(self.indices)
-        return self.model.layers[index]
+        """The layer whose output is the group's result: its last layer read outside it (a
+        fused group may have others, `extra_outputs`, written by the same launch)."""
+        return self.model.layers[self.model.graph.group_outputs(self.indices)[-1]]
+
+    @property
+    def extra_outputs(self) -> tuple[LayerSpec, ...]:
+        """The group's other layers read outside it (add → norm: the sum)."""
+        return tuple(
+            self.model.layers[i] for i in self.model.graph.group_outputs(self.indices)[:-1]
+        )
 
 
 @dataclass

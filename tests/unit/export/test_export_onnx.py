@@ -30,12 +30,13 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 SUITES = Path(__file__).parents[3] / "suites"
+DATA = Path(__file__).parents[2] / "data" / "suites"  # cnn_chain.yaml: the chain cnn.yaml was
 GRAPHS = Path(__file__).parents[2] / "data" / "suites" / "graphs.yaml"
 runner = CliRunner()
 
 
 def _cnn_at_batch_1(tmp_path: Path) -> Path:
-    raw = yaml.safe_load((SUITES / "cnn.yaml").read_text())
+    raw = yaml.safe_load((DATA / "cnn_chain.yaml").read_text())
     for model in raw["models"]:
         model["batch"] = 1
     path = tmp_path / "cnn.yaml"  # same file name and suite name: the same seeds

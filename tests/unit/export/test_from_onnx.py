@@ -21,6 +21,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 SUITES = Path(__file__).parents[3] / "suites"
+DATA = Path(__file__).parents[2] / "data" / "suites"
 runner = CliRunner()
 
 
@@ -32,10 +33,13 @@ def _layers(model) -> list[tuple]:
     return [(lay.name, lay.op, lay.input_shape, lay.output_shape) for lay in model.layers]
 
 
-@pytest.mark.parametrize("suite_file", ["quickstart.yaml", "cnn.yaml"])
-def test_opbench_export_round_trips(tmp_path: Path, suite_file: str):
-    source = tmp_path / suite_file
-    raw = yaml.safe_load((SUITES / suite_file).read_text())
+# cnn_chain.yaml: the chain suites/cnn.yaml was before it became ResNet-50's graph (joins do
+# not round-trip through the ONNX export yet).
+@pytest.mark.parametrize("suite_path", [SUITES / "quickstart.yaml", DATA / "cnn_chain.yaml"],
+                         ids=lambda p: p.name)  # fmt: skip
+def test_opbench_export_round_trips(tmp_path: Path, suite_path: Path):
+    source = tmp_path / suite_path.name
+    raw = yaml.safe_load(suite_path.read_text())
     for model in raw["models"]:
         batch = model["batch"]  # the shapes matter here, not the size
         model["batch"] = min(min(batch) if isinstance(batch, list) else batch, 2)
