@@ -206,7 +206,7 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
 
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
     """Every (kind, case, config) the run binds."""
-    from opbench.kernels.attention_decode import tuning_candidates
+    from opbench.kernels.attention_decode_plans import tuning_candidates
     from opbench.kernels.attention_hopper import HOPPER_TILES
     from opbench.kernels.attention_plans import (
         FP8_TILES,

@@ -116,10 +116,10 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
     split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
     of those fits their shapes."""
-    from opbench.kernels.attention import Attention
     from opbench.kernels.attention_decode import CacheAttention
     from opbench.kernels.attention_fp8 import Fp8Attention
     from opbench.kernels.attention_int8 import Int8Attention
+    from opbench.kernels.attention_layer import Attention
 
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)

@@ -46,7 +46,7 @@ from opbench.kernels.attention_plans import (
 )
 from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.launch import KernelCall, tuned_call
 from opbench.kernels.tuning import Choice, Config
 
 LOG2E = 1.4426950408889634
@@ -354,41 +354,3 @@ def split_heads(
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     q = x.unflatten(-1, (heads, width // heads))
     return q, q, q
-
-
-class Attention:
-    """Attention of x [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as
-    [3, H, D], into [B, S, E] in x's dtype: `bind(x)` or `attention(x, out=None)`.
-    Settings no kernel covers raise Unsupported (at build time when they are known then,
-    else at bind, when the head dim and dtype are)."""
-
-    def __init__(self, *, heads: int, causal: bool, packed_qkv: bool) -> None:
-        if heads < 1:
-            raise Unsupported(f"attention needs heads >= 1, got {heads}")
-        self.heads, self.causal, self.packed_qkv = heads, causal, packed_qkv
-
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.bind(x, out).launch()
-
-    def output(self, x: torch.Tensor, out: torch.Tensor | None):
-        q, k, v = split_heads(x, self.heads, self.packed_qkv)
-        batch, seq_len, _, head_dim = q.shape
-        embed = self.heads * head_dim
-        if out is None:
-            out = torch.empty((batch, seq_len, embed), dtype=x.dtype, device=x.device)
-        elif out.shape != (batch, seq_len, embed) or out.dtype != x.dtype:
-            raise ValueError(f"out must be {(batch, seq_len, embed)} {x.dtype}")
-        return q, k, v, out, out.unflatten(-1, (self.heads, head_dim))
-
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        from opbench.kernels.attention_hopper import hopper_usable, tuned_attention_call
-
-        if config is None and hopper_usable(q, k, v, out4):
-            # Hopper: the Gluon kernel's tiles and the portable kernel's, one tuned choice.
-            call, choice = tuned_attention_call(q, k, v, out4, causal=self.causal)
-        else:
-            call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
-        return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])

@@ -41,7 +41,6 @@ import triton.language as tl
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import (
     LOG2E,
-    Attention,
     as_config,
     check_head_dim,
     key_mask,
@@ -50,6 +49,7 @@ from opbench.kernels.attention import (
     views_key,
 )
 from opbench.kernels.attention_int8 import KEY_BLOCK, MIN_AMAX, SUM_BLOCK_ROWS, SUM_CHUNK_ROWS
+from opbench.kernels.attention_layer import Attention
 from opbench.kernels.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
