@@ -14,9 +14,13 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 # Relative L2 error limits when a layer sets no `tolerance`.
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
-# W8A8 int8: symmetric rounding of both operands costs ~0.9-1.1e-2 relative L2 each, ~1.3-1.6e-2
-# for their product (docs/suite-format.md works it out); 3e-2 leaves twice that, no more.
-INT8_TOLERANCE = 3e-2
+# Quantized layers (`quant`), each about twice the relative L2 error its rounding costs on the
+# suites' data (docs/suite-format.md works each out; tests/unit/spec/test_tolerance.py computes
+# them): W8A8 int8 ~1.0-1.3e-2 (both operands, 127 steps); fp8 e4m3 ~3.7e-2 (both operands, 3
+# mantissa bits: 2^-4 / sqrt(3) relative each); int8-weight ~0.7-0.9e-2 (the weight alone);
+# int4-weight with groups of 128 ~0.12 (7 steps of each group's max, the weight alone).
+QUANT_TOLERANCE = {"int8": 3e-2, "fp8": 7.5e-2, "int8-weight": 2e-2, "int4-weight": 0.25}
+INT8_TOLERANCE = QUANT_TOLERANCE["int8"]
 # A layer's tolerance above this needs `allow_loose_tolerance: true` on the layer itself.
 LOOSE_TOLERANCE_LIMIT = 0.1
 
@@ -100,7 +104,7 @@ class LayerSpec:
     @property
     def default_tolerance(self) -> float:
         """The relative L2 limit of the layer's dtype (and quantization) when it sets none."""
-        return INT8_TOLERANCE if self.quant == "int8" else DEFAULT_TOLERANCE[self.dtype]
+        return QUANT_TOLERANCE.get(self.quant, DEFAULT_TOLERANCE[self.dtype])
 
     @property
     def effective_tolerance(self) -> float:
@@ -113,14 +117,16 @@ class LayerSpec:
 
 
 def loose_tolerance_problem(layer: LayerSpec) -> str | None:
-    """Why the layer's tolerance is refused, or None: above LOOSE_TOLERANCE_LIMIT a layer must
-    say `allow_loose_tolerance: true`, so that nobody loosens a check by accident."""
+    """Why the layer's tolerance is refused, or None: above LOOSE_TOLERANCE_LIMIT (or above its
+    own default, where that is higher: int4-weight) a layer must say
+    `allow_loose_tolerance: true`, so that nobody loosens a check by accident."""
     tolerance = layer.effective_tolerance
-    if tolerance <= LOOSE_TOLERANCE_LIMIT or layer.allow_loose_tolerance:
+    limit = max(LOOSE_TOLERANCE_LIMIT, layer.default_tolerance)
+    if tolerance <= limit or layer.allow_loose_tolerance:
         return None
-    kind = "int8" if layer.quant == "int8" else layer.dtype
+    kind = layer.quant if layer.quant != "none" else layer.dtype
     return (
-        f"tolerance {tolerance:g} is above {LOOSE_TOLERANCE_LIMIT:g} (the {kind} default is "
+        f"tolerance {tolerance:g} is above {limit:g} (the {kind} default is "
         f"{layer.default_tolerance:g}); set `allow_loose_tolerance: true` on layer "
         f"{layer.name!r} if it really cannot do better"
     )
