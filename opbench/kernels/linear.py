@@ -211,7 +211,8 @@ def gemm_calls(
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
         w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk])
         args = (a_desc, w_desc, *pointers, M, N, K, *out.stride(), programs)
-        named.update(WARP_SPECIALIZE=False)  # a plan's own WARP_SPECIALIZE overrides this
+        specialize = bool(plan.kwargs.get("WARP_SPECIALIZE", False))
+        named.update(WARP_SPECIALIZE=specialize, FLATTEN=not specialize)
         return [config_call(_linear_tma_kernel, (programs,), args, named, plan)], [a_desc, w_desc]
     if kind == "split_k":
         grid = (cdiv(N, bn), plan["SPLIT_K"], cdiv(M, bm))
@@ -227,7 +228,7 @@ def gemm_calls(
                      QUANT_BLOCK_K=max(16, bk * 16 // bm))  # fmt: skip
         return [config_call(_linear_split_k_kernel, grid, args, named, plan)], [partial]
     if kind == "stream":
-        from opbench.kernels.linear_weight_only import stream_calls
+        from opbench.kernels.linear_stream import stream_calls
 
         return stream_calls(plan, a, layer, out)
     raise ValueError(f"unknown plan kind {kind!r}")

@@ -205,6 +205,7 @@ def _linear_tma_kernel(
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,  # Hopper/Blackwell: TMA-load warps apart from the MMA warps
+    FLATTEN: tl.constexpr,  # not WARP_SPECIALIZE (set by the host)
 ):
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
@@ -213,7 +214,7 @@ def _linear_tma_kernel(
     # with WARP_SPECIALIZE the compiler's producer/consumer partition does that instead.
     for tile_id in tl.range(
         tl.program_id(0), num_tiles_m * num_tiles_n, NUM_PROGRAMS,
-        flatten=not WARP_SPECIALIZE, warp_specialize=WARP_SPECIALIZE,
+        flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE,
     ):  # fmt: skip
         tile_m, tile_n = _tile_coords(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
         acc = _zero_accumulator(BLOCK_M, BLOCK_N, IS_INT8)

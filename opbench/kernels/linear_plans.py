@@ -1,9 +1,10 @@
 """Which GEMM kernel and tiles a linear layer runs: its candidate plans and the decode table.
 
-A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k"), the tile
-sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per output tile
-along K), PERSISTENT (tma: one program per SM walking tiles) and FUSED_QUANT (split_k +
-int8: x quantized inside the GEMM, one launch instead of two).
+A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k" | "stream"),
+the tile sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per
+output tile along K), PERSISTENT (tma: one program per SM walking tiles), WARP_SPECIALIZE
+(tma: Triton's producer/consumer warp partition), FUSED_QUANT (split_k + int8: x quantized
+inside the GEMM, one launch instead of two) and, for "stream" (linear_stream.py), USE_DOT.
 
 Decode-sized inputs (M <= SMALL_M) take one plan fixed by `decode_plan`, the same on every
 machine (the rule is in docs/perf/gemm.md); larger inputs are tuned over `tile_candidates`.
@@ -39,11 +40,15 @@ FUSED_QUANT_MAX_M = 0
 def gemm_plan(
     kind: str, block_m: int, block_n: int, block_k: int, num_warps: int, num_stages: int, *,
     group_m: int = 8, split_k: int = 1, persistent: bool = False, fused_quant: bool = False,
+    warp_specialize: bool = False,
 ) -> Config:  # fmt: skip
+    """One GEMM plan; `warp_specialize` (tma only) is recorded only when set, so plans made
+    before it existed read back unchanged."""
+    extra = {"WARP_SPECIALIZE": True} if warp_specialize else {}
     return Config.of(
         KIND=kind, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
         SPLIT_K=split_k, PERSISTENT=persistent, FUSED_QUANT=fused_quant,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **extra,
     )  # fmt: skip
 
 

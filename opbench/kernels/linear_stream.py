@@ -27,11 +27,17 @@ is a CUDA-core multiply-add into a [BLOCK_N, BLOCK_K] fp32 accumulator summed on
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
 import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_operand
+from opbench.kernels.host import INTERPRET, cdiv
+from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.linear_kernels import finish_tile
+from opbench.kernels.tuning import Config
 
 
 @triton.jit
@@ -142,3 +148,36 @@ def _linear_stream_kernel(
         w_scale_ptr, partial_ptr, arrivals_ptr, split, tile_id, SPLIT_K, W_BITS == 8, HAS_BIAS,
         ACTIVATION,
     )  # fmt: skip
+
+
+def stream_calls(
+    plan: Config, x2: torch.Tensor, layer: Any, out2: torch.Tensor
+) -> tuple[list[KernelCall], list]:
+    """The launcher: the one KernelCall of `_linear_stream_kernel` for x2 [M, K] -> out2
+    [M, N] with a "stream" plan, and the workspace it uses (the split-K partials). `layer` is
+    a `linear.Linear` (its weight, scales, bias, activation, w_bits, group_size, counters)."""
+    if x2.stride(1) != 1:
+        raise ValueError("the streaming kernel reads x with unit stride along K")
+    M, K = x2.shape
+    N = layer.out_features
+    w_bits = layer.w_bits
+    bm, bn, bk, split = plan["BLOCK_M"], plan["BLOCK_N"], plan["BLOCK_K"], plan["SPLIT_K"]
+    group = layer.group_size
+    if w_bits == 4 and (group % bk or K % group):
+        raise ValueError(f"int4 plan: BLOCK_K {bk} must divide group_size {group}, which divides K")
+    grid = (cdiv(N, bn), split, cdiv(M, bm))
+    if grid[0] * grid[2] > layer.arrivals.numel():
+        # Many M tiles (a weight-only layer at prefill sizes): one zeroed counter per tile.
+        layer.arrivals = torch.zeros(grid[0] * grid[2], dtype=torch.int32, device=x2.device)
+    unused = out2  # any pointer, for arguments the constexpr flags switch off
+    partial = unused
+    if split > 1:
+        partial = torch.empty(split * M * N, dtype=torch.float32, device=x2.device)
+    scales = layer.col_scale if w_bits == 8 else layer.group_scale if w_bits == 4 else unused
+    bias = layer.bias if layer.bias is not None else unused
+    args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
+            x2.stride(0), layer.weight.stride(0), N, *out2.stride())  # fmt: skip
+    named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0,
+                 HAS_BIAS=layer.bias is not None, ACTIVATION=layer.activation,
+                 UPCAST=INTERPRET and x2.dtype == torch.bfloat16)  # fmt: skip
+    return [config_call(_linear_stream_kernel, grid, args, named, plan)], [partial]

@@ -13,45 +13,12 @@ from __future__ import annotations
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import KernelCall, config_call
+from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear
 from opbench.kernels.linear_plans import sm_count, stream_candidates, stream_plan
-from opbench.kernels.linear_stream import _linear_stream_kernel
+from opbench.kernels.linear_stream import stream_calls
 from opbench.kernels.tuning import Config
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, int4_groups, int8_rows
-
-
-def stream_calls(
-    plan: Config, x2: torch.Tensor, layer: Linear, out2: torch.Tensor
-) -> tuple[list[KernelCall], list]:
-    """The one KernelCall of `_linear_stream_kernel` for x2 [M, K] -> out2 [M, N] with a
-    "stream" plan, and the workspace it uses (the split-K partials)."""
-    if x2.stride(1) != 1:
-        raise ValueError("the streaming kernel reads x with unit stride along K")
-    M, K = x2.shape
-    N = layer.out_features
-    w_bits = layer.w_bits
-    bm, bn, bk, split = plan["BLOCK_M"], plan["BLOCK_N"], plan["BLOCK_K"], plan["SPLIT_K"]
-    group = layer.group_size
-    if w_bits == 4 and (group % bk or K % group):
-        raise ValueError(f"int4 plan: BLOCK_K {bk} must divide group_size {group}, which divides K")
-    grid = (cdiv(N, bn), split, cdiv(M, bm))
-    if grid[0] * grid[2] > layer.arrivals.numel():
-        # Many M tiles (a weight-only layer at prefill sizes): one zeroed counter per tile.
-        layer.arrivals = torch.zeros(grid[0] * grid[2], dtype=torch.int32, device=x2.device)
-    unused = out2  # any pointer, for arguments the constexpr flags switch off
-    partial = unused
-    if split > 1:
-        partial = torch.empty(split * M * N, dtype=torch.float32, device=x2.device)
-    scales = layer.col_scale if w_bits == 8 else layer.group_scale if w_bits == 4 else unused
-    bias = layer.bias if layer.bias is not None else unused
-    args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
-            x2.stride(0), layer.weight.stride(0), N, *out2.stride())  # fmt: skip
-    named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0,
-                 HAS_BIAS=layer.bias is not None, ACTIVATION=layer.activation,
-                 UPCAST=INTERPRET and x2.dtype == torch.bfloat16)  # fmt: skip
-    return [config_call(_linear_stream_kernel, grid, args, named, plan)], [partial]
 
 
 class StreamLinear(Linear):
