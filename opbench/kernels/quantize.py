@@ -6,9 +6,10 @@ every call) and per-channel weights (torch, at build time), both by the rules of
 
 An all-zero row gets s = 0, q = 0.
 
-`_quantize_rows_kernel`: one program per row, a max-reduction pass then a quantize pass over
-the row (the second pass re-reads the row from L1/L2). Bytes for x [M, K] in fp16/bf16:
-reads 2MK (DRAM) + 2MK (cache), writes MK + 4M.
+`_quantize_rows_kernel`: one program per row. A row of up to 16K elements (every LLM width in
+the suites) is read once into registers, its max taken and its codes written; a longer row
+takes a max-reduction pass and then a quantize pass that re-reads it from L1/L2. Bytes for
+x [M, K] in fp16/bf16: reads 2MK, writes MK + 4M.
 """
 
 from __future__ import annotations
@@ -43,34 +44,52 @@ def _quantize_rows_kernel(
     # meta-parameters
     BLOCK_K: tl.constexpr,  # elements per step along the row
     FP8: tl.constexpr,  # False: the int8 rule; True: the fp8 (e4m3) rule
+    ONE_STEP: tl.constexpr,  # K <= BLOCK_K: one pass over the row instead of two
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
     offs = tl.arange(0, BLOCK_K)
 
-    absmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        mask = start + offs < K
-        x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-        absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
-    row_max = tl.max(absmax, axis=0)
-    if FP8:
-        inv_scale = fp8_inverse_scale(row_max)
-        tl.store(scale_ptr + row, row_max / 448.0)
+    if ONE_STEP:  # the whole row in one block: read it once, keep it in registers
+        mask = offs < K
+        x = tl.load(x_row + offs * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        row_max = tl.max(tl.abs(x), axis=0)
+        inv_scale = _store_scale(scale_ptr + row, row_max, FP8)
+        tl.store(q_row + offs, _codes(x * inv_scale, FP8), mask=mask)
     else:
-        inv_scale = inverse_scale(row_max)
-        tl.store(scale_ptr + row, row_max / 127.0)
+        absmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            mask = start + offs < K
+            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
+            absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
+        inv_scale = _store_scale(scale_ptr + row, tl.max(absmax, axis=0), FP8)
+        for start in range(0, K, BLOCK_K):
+            mask = start + offs < K
+            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
+            tl.store(q_row + start + offs, _codes(x.to(tl.float32) * inv_scale, FP8), mask=mask)
 
-    for start in range(0, K, BLOCK_K):
-        mask = start + offs < K
-        x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-        scaled = x.to(tl.float32) * inv_scale
-        if FP8:
-            q = round_to_e4m3(scaled).to(tl.float8e4nv)
-        else:
-            q = round_to_int8(scaled)
-        tl.store(q_row + start + offs, q, mask=mask)
+
+@triton.jit
+def _store_scale(scale_ptr, row_max, FP8: tl.constexpr):
+    """Store the row's scale (max / 448 or max / 127); return the multiplier to its codes."""
+    if FP8:
+        tl.store(scale_ptr, row_max / 448.0)
+        inv_scale = fp8_inverse_scale(row_max)
+    else:
+        tl.store(scale_ptr, row_max / 127.0)
+        inv_scale = inverse_scale(row_max)
+    return inv_scale
+
+
+@triton.jit
+def _codes(scaled, FP8: tl.constexpr):
+    """fp32 values already divided by the scale -> int8 or e4m3 codes (device.py's rules)."""
+    if FP8:
+        q = round_to_e4m3(scaled).to(tl.float8e4nv)
+    else:
+        q = round_to_int8(scaled)
+    return q
 
 
 def row_config(k: int) -> Config:
@@ -91,7 +110,8 @@ def quantize_rows_call(
     fp8 = q.dtype == torch.float8_e4m3fn
     return tuned_call(
         "quantize_rows", _quantize_rows_kernel, f"{x.dtype}|{q.dtype}|K{k}", [config],
-        lambda _: (m,), (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)), {"FP8": fp8},
+        lambda _: (m,), (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)),
+        {"FP8": fp8, "ONE_STEP": k <= config["BLOCK_K"]},
         x.device,
     )  # fmt: skip
 

@@ -114,13 +114,22 @@ def _fp8_gpu() -> str | None:
 @pytest.mark.skipif(_fp8_gpu() is not None, reason=str(_fp8_gpu()))
 @pytest.mark.parametrize("m", [1, 16, 300])
 def test_on_the_gpu(m: int) -> None:
-    """The same two references on the GPU's fp8 tensor cores, every kernel kind, LLaMA-like K."""
+    """The same two references on the GPU's fp8 tensor cores, every kernel kind, LLaMA-like K.
+    A plan too large for the GPU (shared memory) is skipped, as the tuner skips it."""
+    from triton.runtime.errors import OutOfResources
+
     x, w, b = make_inputs(m, 384, 1024, torch.bfloat16, seed=m, device="cuda")
     fn = Fp8Linear(w, b, activation="gelu")
     exact, quantized = references(x.cpu(), w.cpu(), b.cpu(), "gelu")
+    ran = 0
     for plan in fn.candidates(x, every_kind=True):
         out = torch.full((m, 384), float("nan"), dtype=torch.bfloat16, device="cuda")
-        fn.launch(plan, x, out)
+        try:
+            fn.launch(plan, x, out)
+        except OutOfResources:
+            continue
         torch.cuda.synchronize()
+        ran += 1
         assert rel_l2(out, quantized) <= 1e-2, plan  # fast fp8 accumulation on Hopper
         assert rel_l2(out, exact) <= TOLERANCE, plan
+    assert ran >= 3
