@@ -63,7 +63,7 @@ from opbench.kernels.linear_plans import (  # noqa: E402
     stream_candidates,  # noqa: E402
 )
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
-from opbench.kernels.quantize import quantize_rows  # noqa: E402
+from opbench.kernels.quantize import quantize_rows, quantize_rows_call  # noqa: E402
 from opbench.ops.quant import fp8_rows, int8_rows, quantized_weight  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"
@@ -108,23 +108,33 @@ def over_budget() -> bool:
 FLUSH = None
 
 
-def gpu_ms(fn: Callable[[], object], reps: int) -> tuple[float, float]:
-    """(median, IQR) in ms of fn on the device, each sample after an L2 flush."""
+def flush_l2(mode: str) -> None:
+    """Evict L2 with 512 MiB of other data: "write" (a memset, as triton's do_bench does: L2
+    is left full of dirty lines that the timed kernel's reads must write back) or "read" (a
+    sum over the buffer: L2 left holding clean lines)."""
     global FLUSH
+    if FLUSH is None:
+        FLUSH = torch.ones(128 * 2**20, dtype=torch.float32, device=DEV)
+    if mode == "write":
+        FLUSH.fill_(1.0)
+    else:
+        FLUSH.sum()
+
+
+def gpu_ms(fn: Callable[[], object], reps: int, flush: str = "write") -> tuple[float, float]:
+    """(median, IQR) in ms of fn on the device, each sample after an L2 flush."""
     if OPTS.tiny:
         fn()
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e3, 0.0
-    if FLUSH is None:
-        FLUSH = torch.empty(512 * 2**20, dtype=torch.uint8, device=DEV)
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
              for _ in range(reps)]  # fmt: skip
     for start, end in pairs:
-        FLUSH.zero_()
+        flush_l2(flush)
         start.record()
         fn()
         end.record()
@@ -219,15 +229,22 @@ def checked(name: str, p: Problem, quant: str, run: Callable[[], torch.Tensor],
 
 def measure(section: str, name: str, p: Problem, quant: str, run: Callable, out, *,
             bytes_moved: float, flops: float, peak_key: str | None, plan: str = "",
-            reps: int = 30, check: bool = True, graph: bool = False) -> dict | None:  # fmt: skip
-    """Check, time and record one variant; errors are recorded, never raised."""
+            reps: int = 30, check: bool = True, graph: bool = False, make: bool = False,
+            clean_l2: bool = False) -> dict | None:  # fmt: skip
+    """Check, time and record one variant; errors are recorded, never raised.
+    make: `run` makes the launch (binding inside the guard). clean_l2: the primary time
+    follows a read flush (`ms`), the memset flush's time goes to `ms_dirty_l2`."""
     row = {"section": section, "variant": name, "plan": plan, "M": p.m, "K": p.k, "N": p.n,
            "quant": quant}  # fmt: skip
     try:
+        if make:
+            run = run()
         if check:
             row.update(checked(name, p, quant, run, out))
         fn = graph_of(run) if graph else run
-        ms, iqr = gpu_ms(fn, reps)
+        ms, iqr = gpu_ms(fn, reps, "read" if clean_l2 else "write")
+        if clean_l2:
+            row["ms_dirty_l2"] = gpu_ms(fn, reps, "write")[0]
         row.update(ms=ms, iqr_ms=iqr, tflops=flops / ms / 1e9, tbps=bytes_moved / ms / 1e9)
         if peak_key:
             row["pct_peak"] = 100 * row["tflops"] / PEAK[peak_key]
@@ -275,7 +292,7 @@ def prefill_plans() -> list:
     return plans
 
 
-def describe(plan) -> str:
+def describe(plan) -> str:  # noqa: C901
     kw = plan.kwargs
     text = f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages}"
     if kw.get("SPLIT_K", 1) > 1:
@@ -288,6 +305,8 @@ def describe(plan) -> str:
         text += f" g{kw['GROUP_M']}"
     if kw["KIND"] == "stream" and not kw.get("USE_DOT", True):
         text += " cuda-core"
+    if kw["KIND"] == "stream" and "FAST_UNPACK" in kw and not kw["FAST_UNPACK"]:
+        text += " cvt"
     return text
 
 
@@ -300,8 +319,9 @@ def quantized_gemm_variants(p: Problem, cls, quant: str, section: str, plans) ->
     out = torch.empty(p.m, p.n, dtype=p.dtype, device=DEV)
     flops = 2.0 * p.m * p.n * p.k
     quant_bytes = 3.0 * p.m * p.k + 4 * p.m
-    measure(section, f"ours {quant} quantize x", p, quant, lambda: quantize_rows(p.x, xq, sx, qdtype)[0],
-            None, bytes_moved=quant_bytes, flops=0, peak_key=None, check=False)  # fmt: skip
+    quantize = quantize_rows_call(p.x, xq, sx)[0].call  # bound once, as in the layer's call
+    measure(section, f"ours {quant} quantize x", p, quant, quantize, None,
+            bytes_moved=quant_bytes, flops=0, peak_key=None, check=False)  # fmt: skip
     gemm_bytes = p.m * p.k + p.n * p.k + 2.0 * p.m * p.n
     best = None
     for plan in plans:
@@ -397,28 +417,29 @@ def section_decode() -> None:
             io = 2.0 * (m * k + m * n)
             measure("decode", "torch fp16 F.linear", p, "none", lambda: F.linear(p.x, p.w), None,
                     bytes_moved=io + weight_bytes("none", n, k), flops=flops, peak_key=None,
-                    reps=100)  # fmt: skip
+                    reps=100, clean_l2=True)  # fmt: skip
             out = torch.empty(m, n, dtype=torch.float16, device=DEV)
             layers = {"none": Linear(p.w, None), "int8-weight": Int8WeightLinear(p.w, None),
                       "int4-weight": Int4WeightLinear(p.w, None, group_size=GROUP)}  # fmt: skip
             split = decode_plan(m, n, k, 2, False, sms)
             measure("decode", "ours fp16 split-K (decode table)", p, "none",
-                    layers["none"].bind(p.x, out, config=split).launch, out,
+                    lambda: layers["none"].bind(p.x, out, config=split).launch, out,
                     bytes_moved=io + weight_bytes("none", n, k), flops=flops, peak_key=None,
-                    plan=describe(split), reps=100)  # fmt: skip
+                    plan=describe(split), reps=100, make=True, clean_l2=True)  # fmt: skip
             for quant, layer in layers.items():
                 bits = {"none": 16, "int8-weight": 8, "int4-weight": 4}[quant]
                 for i, plan in enumerate(stream_candidates(m, n, k, bits, GROUP, sms)):
                     name = f"ours {'fp16 gemv' if quant == 'none' else quant} stream"
                     measure("decode", name + (" (rule)" if i == 0 else ""), p, quant,
-                            layer.bind(p.x, out, config=plan).launch, out,
-                            bytes_moved=io + weight_bytes(quant, n, k), flops=flops,
-                            peak_key=None, plan=describe(plan), reps=100)  # fmt: skip
+                            lambda layer=layer, plan=plan: layer.bind(p.x, out, config=plan).launch,
+                            out, bytes_moved=io + weight_bytes(quant, n, k), flops=flops,
+                            peak_key=None, plan=describe(plan), reps=100, make=True,
+                            clean_l2=True)  # fmt: skip
             for cls, quant in ((Int8Linear, "int8"), (Fp8Linear, "fp8")):
-                layer = cls(p.w, None)
                 measure("decode", f"ours {quant} W8A8 (decode table, 2 launches)", p, quant,
-                        layer.bind(p.x, out).launch, out, bytes_moved=io + n * k + 4.0 * n,
-                        flops=flops, peak_key=None, reps=100)  # fmt: skip
+                        lambda cls=cls: cls(p.w, None).bind(p.x, out).launch, out,
+                        bytes_moved=io + n * k + 4.0 * n, flops=flops, peak_key=None, reps=100,
+                        make=True, clean_l2=True)  # fmt: skip
             xq, sx = fp8_rows(p.x)
             wq, sw = fp8_rows(p.w)
             wt, sa, sb = wq.t(), sx[:, None].contiguous(), sw[None, :].contiguous()
@@ -426,7 +447,7 @@ def section_decode() -> None:
                     lambda: torch._scaled_mm(xq, wt, scale_a=sa, scale_b=sb,
                                              out_dtype=torch.float16, use_fast_accum=True),
                     None, bytes_moved=io + n * k, flops=flops, peak_key=None,
-                    reps=100)  # fmt: skip
+                    reps=100, clean_l2=True)  # fmt: skip
 
 
 def section_block() -> None:
@@ -453,7 +474,8 @@ def section_block() -> None:
             first = next(iter(problems.values()))
             measure("block", f"{'torch fp16' if quant == 'torch' else 'ours ' + quant} block graph",
                     first, "none", step, None, bytes_moved=wbytes, flops=total_flops,
-                    peak_key=None, reps=50, check=False, graph=True, plan=f"M={m}")  # fmt: skip
+                    peak_key=None, reps=50, check=False, graph=True, plan=f"M={m}",
+                    clean_l2=True)  # fmt: skip
 
 
 def block_runs(quant: str, problems: dict) -> list:

@@ -165,6 +165,7 @@ def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     block_n: int = 64, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int = STREAM_PROGRAMS_PER_SM,
+    fast_unpack: bool = True,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
@@ -192,7 +193,8 @@ def stream_plan(
         split_k *= 2
     return Config.of(
         KIND="stream", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-        USE_DOT=use_dot, num_warps=num_warps, num_stages=num_stages,
+        USE_DOT=use_dot, FAST_UNPACK=fast_unpack and w_bits != 16, num_warps=num_warps,
+        num_stages=num_stages,
     )  # fmt: skip
 
 
@@ -211,6 +213,8 @@ def stream_candidates(
                     {"num_stages": 6}, {"programs_per_sm": 4}, {"programs_per_sm": 1}]  # fmt: skip
     if m == 1:
         variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
+    if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
+        variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 4}]
     plans: list[Config] = []
     for variant in variants:
         plan = stream_plan(m, n, k, w_bits, group_size, sm_count, **variant)

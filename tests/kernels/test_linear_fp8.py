@@ -104,6 +104,13 @@ def test_rejects_float32() -> None:
 
 
 def _fp8_gpu() -> str | None:
+    from opbench.kernels.host import INTERPRET
+
+    if INTERPRET:  # tests/conftest.py sets it for every test session, GPU or not
+        return (
+            "Triton's interpreter is on (tests/conftest.py): the fp8 tensor-core path is "
+            "checked on the GPU by bench/quant_gpu.py (docs/perf/gemm.md)"
+        )
     if not torch.cuda.is_available():
         return "no GPU: the fp8 tensor-core path runs on a GPU of compute capability 8.9+"
     if torch.cuda.get_device_capability() < (8, 9):
