@@ -433,7 +433,7 @@ def section_decode() -> None:
                     measure("decode", name + (" (rule)" if i == 0 else ""), p, quant,
                             lambda layer=layer, plan=plan: layer.bind(p.x, out, config=plan).launch,
                             out, bytes_moved=io + weight_bytes(quant, n, k), flops=flops,
-                            peak_key=None, plan=describe(plan), reps=100, make=True,
+                            peak_key=None, plan=describe(plan), reps=60, make=True,
                             clean_l2=True)  # fmt: skip
             for cls, quant in ((Int8Linear, "int8"), (Fp8Linear, "fp8")):
                 measure("decode", f"ours {quant} W8A8 (decode table, 2 launches)", p, quant,
@@ -503,9 +503,10 @@ def compile_worker(index: int, count: int) -> None:
             for bits in (16, 8, 4):
                 for plan in stream_candidates(m, n, k, bits, GROUP, sms):
                     jobs.append(("stream", bits, k, n, m, plan))
-        for plan in prefill_plans():
-            for quant in ("fp8", "int8"):
-                jobs.append(("gemm", quant, k, n, 256, plan))
+        if "prefill" in OPTS.only:
+            for plan in prefill_plans():
+                for quant in ("fp8", "int8"):
+                    jobs.append(("gemm", quant, k, n, 256, plan))
     for job in jobs:
         kind, what, k, n, m, plan = job
         # One worker per distinct compile (kernel, format, plan, EVEN_K, BLOCK_M): the first
@@ -537,7 +538,7 @@ def precompile() -> None:
         return
     t0 = time.perf_counter()
     cmd = [sys.executable, __file__, "--compile-worker"]
-    procs = [subprocess.Popen([*cmd, f"{i}/{OPTS.workers}", "--out", OPTS.out])
+    procs = [subprocess.Popen([*cmd, f"{i}/{OPTS.workers}", "--out", OPTS.out, "--only", OPTS.only])
              for i in range(OPTS.workers)]  # fmt: skip
     for proc in procs:
         proc.wait()
