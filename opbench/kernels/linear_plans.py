@@ -157,26 +157,38 @@ def _index(device: torch.device) -> int:
 GEMV_MAX_M = 16
 # Bytes of one W row each program reads per step: two full 128-byte lines.
 STREAM_ROW_BYTES = 256
-STREAM_PROGRAMS_PER_SM = 2
+# Tile width and programs per SM by weight format, the rule's choice among the variants of
+# `stream_candidates` measured side by side on the H100 (2026-11-25, docs/perf/gemm.md; M <= 16,
+# four LLaMA-7B shapes; geometric mean of each variant's time over the best one's): fp16 64
+# columns at 2 per SM (1.02-1.03); int8 32 columns for M = 2..16 (1.03, against 1.07 for 64)
+# and 64 for one row (1.08, against 1.19 for 32); int4 4 per SM, i.e. twice the K splits
+# (1.005-1.014, against 1.14-1.24 for 2 per SM).
+STREAM_BLOCK_N = {16: 64, 8: 32, 4: 64}
+STREAM_PROGRAMS = {16: 2, 8: 2, 4: 4}
 MAX_STREAM_SPLIT = 8
 
 
 def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
-    block_n: int = 64, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
-    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int = STREAM_PROGRAMS_PER_SM,
+    block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
+    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
     fast_unpack: bool = True,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
     One M tile of M rounded up to a power of two (at least 16 for the tensor cores, at most
-    SMALL_M; exactly 1 for the CUDA-core GEMV, which takes M = 1 only); `row_bytes` of each W row
-    per step (int4: at most one group); SPLIT_K, with a single M tile only, the largest power of
-    two up to MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM and every
-    split at least MIN_STEPS_PER_SPLIT steps long: enough loads in flight to stream W.
+    SMALL_M; exactly 1 for the CUDA-core GEMV, which takes M = 1 only); `block_n` columns
+    (default STREAM_BLOCK_N of the format); `row_bytes` of each W row per step (int4: at most
+    one group); SPLIT_K, with a single M tile only, the largest power of two up to
+    MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
+    STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
+    enough loads in flight to stream W.
     Under the interpreter, small tiles that still take the split-K path."""
     if not use_dot and m != 1:
         raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
+    if block_n is None:
+        block_n = 64 if m == 1 else STREAM_BLOCK_N[w_bits]
+    programs_per_sm = STREAM_PROGRAMS[w_bits] if programs_per_sm is None else programs_per_sm
     block_m = small_m_block(min(m, SMALL_M)) if use_dot else 1
     if INTERPRET:
         block_n, row_bytes, num_warps, num_stages = 16, 32 * w_bits // 8, 4, 1
@@ -205,16 +217,17 @@ def stream_candidates(
     each): tile width, bytes per step, pipeline depth, programs per SM, and the CUDA-core GEMV
     for one row. The rule's own plan comes first."""
     variants = [
-        {}, {"block_n": 32}, {"block_n": 128, "num_warps": 8}, {"row_bytes": 512, "num_stages": 3},
-        {"row_bytes": 128, "num_stages": 6}, {"programs_per_sm": 4}, {"programs_per_sm": 1},
+        {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
+        {"row_bytes": 512, "num_stages": 3}, {"row_bytes": 128, "num_stages": 6},
+        {"programs_per_sm": 4}, {"programs_per_sm": 1},
     ]  # fmt: skip
     if w_bits == 4:  # one group per step whatever row_bytes says: vary the tile instead
         variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
-                    {"num_stages": 6}, {"programs_per_sm": 4}, {"programs_per_sm": 1}]  # fmt: skip
+                    {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
     if m == 1:
         variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
     if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
-        variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 4}]
+        variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
     plans: list[Config] = []
     for variant in variants:
         plan = stream_plan(m, n, k, w_bits, group_size, sm_count, **variant)
