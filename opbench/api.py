@@ -5,7 +5,9 @@ Importing this module needs neither a GPU nor triton (torch is imported only by 
 methods that compute).
 
 - `Backend`: runs layers of existing or plugin ops with your kernels.
-- `Op`: a new layer type: its parameters, shapes, costs, torch baseline and reference.
+- `Op`: a new layer type: its parameters, shapes, costs, torch baseline and reference; with
+  `arity` above 1 (or `VARIADIC`), a join of several inputs (shape methods get a tuple of
+  shapes, `forward` / `reference` a tuple of tensors, in the layer's `inputs:` order).
 - `Layer`: the resolved layer a backend and an op receive.
 - `Param`, `REQUIRED`: an op parameter as written in a suite, and "no default".
 - `ShapeError`: raised by an op that cannot take an input shape or parameters.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from opbench.backends.base import Bound, Built, Unsupported
-from opbench.ops.base import ITEMSIZE, REQUIRED, Param, ShapeError, numel
+from opbench.ops.base import ITEMSIZE, REQUIRED, VARIADIC, Param, ShapeError, numel
 
 if TYPE_CHECKING:
     import torch
@@ -40,6 +42,7 @@ __all__ = [
     "Shape",
     "ShapeError",
     "Unsupported",
+    "VARIADIC",
 ]
 
 Shape = tuple[int, ...]
@@ -54,7 +57,10 @@ class Layer:
     dtype: "float32", "float16" or "bfloat16": the input's, the output's and the weights'.
     params: the op's parameters, defaults filled in (read-only).
     quant: "none", or "int8" when the layer asks for int8 weights.
-    input_shape / output_shape: full shapes, batch dimension first.
+    input_shape / output_shape: full shapes, batch dimension first; input_shape is the first
+        input's.
+    inputs: what the layer reads, in order: earlier layers' names or model inputs' names.
+    input_shapes: one full shape per input (for a one-input layer, `(input_shape,)`).
     """
 
     name: str
@@ -64,6 +70,8 @@ class Layer:
     quant: str
     input_shape: Shape
     output_shape: Shape
+    inputs: tuple[str, ...] = ()
+    input_shapes: tuple[Shape, ...] = ()
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -96,16 +104,18 @@ class Backend:
 
     def build(
         self, layer: Layer, weights: Mapping[str, torch.Tensor], device: str
-    ) -> Callable[[torch.Tensor], torch.Tensor] | Built:
+    ) -> Callable[..., torch.Tensor] | Built:
         """Prepare `layer` once, before any timing: return `x -> y`, or a `Built`.
 
         weights: the layer's weights (see the op's `weight_shapes`), in `layer.dtype`, on
             `device`. Quantize, transpose or pack them here: build time is never timed.
         The callable gets the input (`layer.input_shape`, `layer.dtype`, on `device`) and must
         return the output (`layer.output_shape`, `layer.dtype`, on `device`): opbench checks
-        all three, then the values against the op's high-precision reference.
+        all three, then the values against the op's high-precision reference. A layer with
+        several inputs (an op whose `arity` is not 1) is called `fn(*xs)`, one tensor per
+        input in `layer.inputs` order, shapes `layer.input_shapes`.
         Return `Built(fn, bind=...)` to do per-input work (output buffers, grids) once in
-        `bind(x) -> Bound(launch, out)`, so that only `launch()` is timed.
+        `bind(*xs) -> Bound(launch, out)`, so that only `launch()` is timed.
         """
         raise NotImplementedError(f"backend {self.name!r} does not override build()")
 
@@ -120,10 +130,17 @@ class Op:
     summary: ClassVar[str] = ""
     #: The parameters a layer of this op takes, e.g. `Param("beta", "pos_float", 1.0)`.
     params: ClassVar[Sequence[Param]] = ()
+    #: How many data inputs a layer of this op reads: 1 (the default), a fixed number, or
+    #: VARIADIC (two or more). With arity != 1, `input_shape` below is a tuple of shapes and
+    #: `x` a tuple of tensors, one per input, in the layer's `inputs:` order.
+    arity: ClassVar[int] = 1
 
     # ---- pure Python: called while a suite is validated, with no torch ----------------
     def output_shape(self, input_shape: Shape, params: Mapping[str, Any]) -> Shape:
-        """The output shape (batch first). Raise ShapeError for an input it cannot take."""
+        """The output shape (batch first). Raise ShapeError for an input it cannot take
+        (for a join, say which shapes: "inputs [2, 8] and [2, 5] do not broadcast")."""
+        if self.arity != 1:
+            return tuple(input_shape[0])  # type: ignore[arg-type]
         return tuple(input_shape)
 
     def weight_shapes(self, input_shape: Shape, params: Mapping[str, Any]) -> dict[str, Shape]:
@@ -137,11 +154,13 @@ class Op:
     def min_bytes(
         self, input_shape: Shape, output_shape: Shape, params: Mapping[str, Any], dtype: str
     ) -> int:
-        """Bytes one call must move at least, for the reports' GB/s: by default the input and
-        output once and every weight once, in `dtype`."""
+        """Bytes one call must move at least, for the reports' GB/s: by default every input
+        and the output once and every weight once, in `dtype`."""
         size = ITEMSIZE[dtype]
         weights = sum(numel(s) for s in self.weight_shapes(input_shape, params).values())
-        return (numel(input_shape) + numel(output_shape) + weights) * size
+        shapes = (input_shape,) if self.arity == 1 else input_shape
+        inputs = sum(numel(s) for s in shapes)  # type: ignore[arg-type]
+        return (inputs + numel(output_shape) + weights) * size
 
     # ---- torch: called when layers run ---------------------------------------------------
     def make_weights(self, layer: Layer, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -149,16 +168,17 @@ class Op:
         the shapes of `weight_shapes`. Override to scale them (keep outputs of order 1)."""
         import torch
 
+        shape_arg = layer.input_shape if self.arity == 1 else layer.input_shapes
         return {
             key: torch.randn(shape, generator=generator, dtype=torch.float32)
-            for key, shape in self.weight_shapes(layer.input_shape, layer.params).items()
+            for key, shape in self.weight_shapes(shape_arg, layer.params).items()
         }
 
     def forward(
         self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: Layer
     ) -> torch.Tensor:
         """The torch baseline: the call a PyTorch user writes, in the layer's dtype. The
-        `torch` and `torch-compile` backends run it."""
+        `torch` and `torch-compile` backends run it. `x` is a tuple for arity != 1."""
         raise NotImplementedError(f"op {self.name!r} does not override forward()")
 
     def reference(

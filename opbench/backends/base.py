@@ -1,5 +1,8 @@
-"""The backend protocol: turn one layer (or a fused group of consecutive layers) into a
-zero-argument-ready callable. Backends know nothing about timing or checking."""
+"""The backend protocol: turn one layer (or a fused group: a connected piece of the model's
+graph) into a callable of its inputs. Backends know nothing about timing or checking.
+
+A layer, or a group, takes one tensor per input: a one-input layer `fn(x)`, a join `fn(a, b)`,
+a group its external inputs in order of first use (`Graph.external_inputs`)."""
 
 from __future__ import annotations
 
@@ -21,9 +24,9 @@ from opbench.kernels import Unsupported  # noqa: E402,F401
 
 @dataclass
 class Bound:
-    """A built layer bound to one input: the once-per-input work is done.
+    """A built layer bound to its inputs: the once-per-input work is done.
 
-    launch: runs the layer on the bound input and returns its output; the timed call. For
+    launch: runs the layer on the bound inputs and returns its output; the timed call. For
         kernels bound at the floor it only launches (buffers, grid and kernel fixed at bind).
     out: the output buffer `launch` writes into when the backend allocated it at bind time,
         else None. The checker poisons it before a checked call, so an unwritten element shows.
@@ -37,10 +40,10 @@ class Bound:
 class Built:
     """A layer ready to run.
 
-    fn: the unbound callable, input tensor → output tensor.
-    bind: the once-per-input step: input tensor → `Bound`. None means the backend has no
-        separate bind step, and `bind_input` wraps `fn`.
-    prepare_input: applied once to the input before timing, for layouts the previous layer
+    fn: the unbound callable, input tensors → output tensor (`fn(*xs)`, one per input).
+    bind: the once-per-input step: input tensors → `Bound` (`bind(*xs)`). None means the
+        backend has no separate bind step, and `bind_input` wraps `fn`.
+    prepare_input: applied once to each input before timing, for layouts the producing layer
         would already have produced (e.g. channels_last); None for none.
     note: what a reader should know (internal layout, fusion, etc.).
     tuning_s: one-off tuning/compile time measured at build, never counted in layer time.
@@ -48,19 +51,28 @@ class Built:
         plain JSON-able data, recorded with the result; None when nothing was tuned.
     """
 
-    fn: Callable[[torch.Tensor], torch.Tensor]
+    fn: Callable[..., torch.Tensor]
     prepare_input: Callable[[torch.Tensor], torch.Tensor] | None = None
     note: str | None = None
     tuning_s: float | None = None
-    bind: Callable[[torch.Tensor], Bound] | None = None
+    bind: Callable[..., Bound] | None = None
     plan: Mapping[str, object] | None = None
 
-    def bind_input(self, x: torch.Tensor) -> Bound:
-        """The layer bound to `x`: the backend's own bind step, or `fn` closed over `x`."""
+    def bind_input(self, *xs: torch.Tensor) -> Bound:
+        """The layer bound to its inputs `xs`: the backend's own bind step, or `fn` closed
+        over them."""
         if self.bind is not None:
-            return self.bind(x)
+            return self.bind(*xs)
         fn = self.fn
-        return Bound(launch=lambda: fn(x))
+        if len(xs) == 1:
+            (x,) = xs
+            return Bound(launch=lambda: fn(x))
+        return Bound(launch=lambda: fn(*xs))
+
+    def prepared(self, xs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The inputs after `prepare_input` (each of them), or as they are."""
+        prepare = self.prepare_input
+        return tuple(xs) if prepare is None else tuple(prepare(x) for x in xs)
 
 
 class Backend(Protocol):
@@ -70,10 +82,13 @@ class Backend(Protocol):
         """None when the backend can run on `device`, else why not."""
 
     def plan(self, model: ModelSpec) -> list[tuple[int, ...]]:
-        """Groups of consecutive layer indices built as one unit (fusion); singles by default."""
+        """Groups of layer indices built as one unit (fusion), each a connected piece of the
+        model's graph with one output (`model.graph.is_connected`, `group_outputs`), in walk
+        order within the group; singles by default."""
 
     def build(self, layers: Sequence[LayerSpec], weights: Sequence[Weights], device: str) -> Built:
-        """Build the layers of one group. Weights arrive as float32 on `device`."""
+        """Build the layers of one group (walk order). Weights arrive as float32 on `device`.
+        The Built takes the group's external inputs (`model.graph.external_inputs`)."""
 
 
 def singles(model: ModelSpec) -> list[tuple[int, ...]]:

@@ -54,11 +54,14 @@ class TorchCompile(TorchEager):
         from opbench.backends.base import torch_dtype
         from opbench.ops.inputs import make_input
 
-        probe = make_input(layer.input_shape, 0).to(device=device, dtype=torch_dtype(layer.dtype))
-        if eager.prepare_input is not None:
-            probe = eager.prepare_input(probe)
+        probes = eager.prepared(
+            [
+                make_input(shape, 0).to(device=device, dtype=torch_dtype(layer.dtype))
+                for shape in layer.input_shapes
+            ]
+        )
         start = time.perf_counter()
-        compiled(probe)
+        compiled(*probes)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return Built(

@@ -60,14 +60,21 @@ class TorchEager:
                 return x.contiguous(memory_format=torch.channels_last)
 
             notes.append(
-                "channels_last: input converted before timing, as if the previous layer produced it"
+                "channels_last: input converted before timing, as if the layer producing it did"
             )
 
         if static_weights:
             for tensor in w.values():
                 torch._dynamo.mark_static_address(tensor)
 
-        def run(x: torch.Tensor) -> torch.Tensor:
-            return op.forward(x, w, layer)
+        if op.arity == 1:
+
+            def run(x: torch.Tensor) -> torch.Tensor:
+                return op.forward(x, w, layer)
+
+        else:
+
+            def run(*xs: torch.Tensor) -> torch.Tensor:  # a join: one tensor per input
+                return op.forward(xs, w, layer)
 
         return Built(fn=run, prepare_input=prepare, note="; ".join(notes) or None)

@@ -6,7 +6,9 @@ Build → bind → launch: `build` gives a `Built` whose `bind` fixes, for one i
 and workspace buffers, the plan, and every kernel argument (kernels/launch.py); the bound
 launch only launches. `Built.plan` holds the plan of the last `bind`.
 
-With `fuse: true` on a model, conv2d → batchnorm2d → activation runs as one fused conv.
+With `fuse: true` on a model, conv2d → batchnorm2d → activation runs as one fused conv: a
+piece of the model's graph (spec/graph.py) where each layer is the only reader of the one
+before, found by `fusion_groups`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from opbench.backends.triton_table import (
     ACTIVATION_OPS,
     BUILDERS,
     FLOAT32_WEIGHTS,
-    VIEWS,
     LayerKernel,
+    activation_name,
     conv2d,
+    is_view_layer,
 )
 from opbench.spec.model import LayerSpec, ModelSpec
 
@@ -32,23 +35,41 @@ _conv2d = conv2d
 
 
 def fusion_groups(model: ModelSpec) -> list[tuple[int, ...]]:
-    """conv2d [→ batchnorm2d] [→ relu|gelu|silu] chains, when the model sets `fuse: true`."""
+    """conv2d [→ batchnorm2d] [→ relu|gelu|silu] pieces of the graph, when the model sets
+    `fuse: true`: each next layer reads only the one before it in the piece, and is the only
+    reader of it (an output read elsewhere too must exist in memory: it is not fused away).
+    The layers need not be next to each other in the list."""
     if not model.fuse:
         return singles(model)
-    groups: list[tuple[int, ...]] = []
+    graph = model.graph
     layers = model.layers
-    i = 0
-    while i < len(layers):
+
+    def sole_reader(i: int, op_names: tuple[str, ...]) -> int | None:
+        """The layer that alone reads layer i's output, reading nothing else, if its op is one
+        of op_names."""
+        readers = graph.consumers[i]
+        if len(readers) != 1:
+            return None
+        (reader,) = readers
+        if layers[reader].op not in op_names or graph.reads[reader] != (graph.names[i],):
+            return None
+        return reader
+
+    taken: set[int] = set()
+    groups: list[tuple[int, ...]] = []
+    for i in graph.walk():
+        if i in taken:
+            continue
         group = [i]
         if layers[i].op == "conv2d" and layers[i].params["activation"] == "none":
-            j = i + 1
-            if j < len(layers) and layers[j].op == "batchnorm2d" and not layers[j].starts_chain:
-                group.append(j)
-                j += 1
-            if j < len(layers) and layers[j].op in ACTIVATION_OPS and not layers[j].starts_chain:
-                group.append(j)
+            bn = sole_reader(i, ("batchnorm2d",))
+            if bn is not None:
+                group.append(bn)
+            act = sole_reader(group[-1], ACTIVATION_OPS)
+            if act is not None:
+                group.append(act)
+        taken.update(group)
         groups.append(tuple(group))
-        i = group[-1] + 1
     return groups
 
 
@@ -60,9 +81,9 @@ def triton_built(kernel: LayerKernel | Callable[[Any], Any], note: str | None) -
 
     plan: dict[str, Any] = {}
 
-    def bind(x: Any) -> Bound:
+    def bind(*xs: Any) -> Bound:
         tuned_before = TUNING_SECONDS[0]
-        bound = kernel.bind(x)
+        bound = kernel.bind(*xs)
         plan.clear()
         plan.update(bound.plan())
         # Tuning happens at the first bind of a shape: count it as tuning, not as the check
@@ -103,7 +124,7 @@ class TritonBackend:
                 w = (dict(weights[0]) if first.op in FLOAT32_WEIGHTS
                      else cast_weights(weights[0], first.dtype))  # fmt: skip
                 kernel = builder(first, w)
-                note = "view: no kernel launched" if first.op in VIEWS else None
+                note = "view: no kernel launched" if is_view_layer(first) else None
         if os.environ.get("TRITON_INTERPRET") == "1":
             note = "; ".join(filter(None, [note, INTERPRETER_NOTE]))
         return triton_built(kernel, note)
@@ -118,6 +139,6 @@ class TritonBackend:
             if layer.op == "batchnorm2d":
                 batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
             else:
-                activation = layer.op
+                activation = activation_name(layer)
         kernel = _conv2d(conv, cast_weights(weights[0], conv.dtype), batchnorm, activation)
         return kernel, "fused " + " → ".join(f"{layer.name} ({layer.op})" for layer in layers)

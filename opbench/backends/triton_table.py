@@ -2,8 +2,10 @@
 weights. This is where the layer's settings (quant, activation, fusion) pick a kernel; the
 kernel modules themselves know nothing of suites or of each other's variants.
 
-A builder returns a `LayerKernel`: `bind(x)` -> `BoundKernels` (kernels/launch.py), the
-once-per-input step, and `kernel(x)` -> the output. Build-time work (casting, quantizing and
+A builder returns a `LayerKernel`: `bind(*xs)` -> `BoundKernels` (kernels/launch.py), the
+once-per-input step, and `kernel(*xs)` -> the output; `xs` are the layer's inputs in its
+`inputs:` order (one for most ops: `LayerKernel(lambda x: ...)`; a join's builder is written
+`LayerKernel(lambda a, b: bind_add(a, b))`). Build-time work (casting, quantizing and
 packing weights, folding batchnorm) happens in the builder, before timing. A builder may also
 return a plain function x -> output (a view, or a test's stand-in): it then has no bind step.
 """
@@ -18,9 +20,9 @@ from typing import Any
 from opbench.kernels import Unsupported
 from opbench.spec.model import LayerSpec
 
-Binder = Callable[[Any], Any]  # torch.Tensor -> kernels.launch.BoundKernels
+Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
-ACTIVATION_OPS = ("relu", "gelu", "silu")
+ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
 QUANTS = ("none", "int8")  # conv2d and attention; linear also takes LINEAR_QUANTS
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
 # (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
@@ -28,24 +30,26 @@ SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
 
 
 class LayerKernel:
-    """A built layer: `bind(x)` fixes everything for input x; `kernel(x)` launches the binding
-    of the last input, kept while that same tensor comes back, so a model forward that feeds
-    each layer the previous layer's (bound) output also launches at the floor. Its result is
-    the bound output buffer, overwritten by the next call."""
+    """A built layer: `bind(*xs)` fixes everything for inputs xs; `kernel(*xs)` launches the
+    binding of the last inputs, kept while those same tensors come back, so a model forward
+    that feeds each layer its producers' (bound) outputs also launches at the floor. Its
+    result is the bound output buffer, overwritten by the next call."""
 
     def __init__(self, bind: Binder) -> None:
         self.bind = bind
         self.key: tuple | None = None
-        self.input: Any = None
+        self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
 
-    def __call__(self, x: Any) -> Any:
-        if x is not self.input:
-            key = (x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device)
+    def __call__(self, *xs: Any) -> Any:
+        if len(xs) != len(self.inputs) or any(
+            x is not y for x, y in zip(xs, self.inputs, strict=True)
+        ):
+            key = tuple((x.data_ptr(), tuple(x.shape), x.stride(), x.dtype, x.device) for x in xs)
             if key != self.key or self.launch is None:
-                self.launch = self.bind(x).launch
+                self.launch = self.bind(*xs).launch
                 self.key = key
-            self.input = x  # holding x keeps its memory, so no other tensor can take its key
+            self.inputs = xs  # holding them keeps their memory: no other tensor takes a key
         return self.launch()
 
 
@@ -146,10 +150,19 @@ def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     return LayerKernel(lambda x: bind_norm(x, w["weight"], None, layer.params["eps"], rms=True))
 
 
+def activation_name(layer: LayerSpec) -> str:
+    """The kernels' name of an activation layer's function (kernels/epilogue.py): its op, or
+    gelu_tanh for `gelu` with `approximate: tanh`."""
+    if layer.op == "gelu" and layer.params.get("approximate") == "tanh":
+        return "gelu_tanh"
+    return layer.op
+
+
 def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.activation import bind_activation
 
-    return LayerKernel(lambda x: bind_activation(x, layer.op))
+    name = activation_name(layer)
+    return LayerKernel(lambda x: bind_activation(x, name))
 
 
 def unary(kernel_module: str, binder: str = "bind") -> Builder:
@@ -162,6 +175,43 @@ def unary(kernel_module: str, binder: str = "bind") -> Builder:
         return LayerKernel(getattr(module, binder))
 
     return build
+
+
+def binary(kernel_module: str, binder: str) -> Builder:
+    """The builder of an op whose kernel takes its two inputs alone: `binder(a, b)` of
+    opbench.kernels.<kernel_module>, imported when a layer is built."""
+
+    def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+        bind = getattr(importlib.import_module(f"opbench.kernels.{kernel_module}"), binder)
+        return LayerKernel(lambda a, b: bind(a, b))
+
+    return build
+
+
+def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.concat import bind_concat
+
+    axis = layer.params["axis"]
+    return LayerKernel(lambda *xs: bind_concat(xs, axis))
+
+
+def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any], Any]:
+    """slice / split: the view when the piece is contiguous in the input (no kernel runs,
+    ops/slicing.py decides from the layer's shapes), else the copy kernel."""
+    from opbench.kernels.slicing import bind_slice, slice_view
+    from opbench.ops.registry import get_op
+
+    axis, start, length, step = get_op(layer.op).piece(layer.input_shape, layer.params)
+    end = start + (length - 1) * step + 1
+    if get_op(layer.op).view_layer(layer.input_shape, layer.params):
+        return lambda x: slice_view(x, axis, start, end, step)
+    return LayerKernel(lambda x: bind_slice(x, axis, start, end, step))
+
+
+def _reshape(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
+    shape = tuple(layer.params["shape"])
+    # Contiguous input: the same memory under another shape; no bytes move, no kernel runs.
+    return lambda x: x.view(x.shape[0], *shape)
 
 
 def _pool(is_max: bool) -> Builder:
@@ -207,14 +257,33 @@ BUILDERS: dict[str, Builder] = {
     "relu": _activation,
     "gelu": _activation,
     "silu": _activation,
+    "relu6": _activation,
     "sigmoid": unary("sigmoid", "bind_sigmoid"),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,
     "flatten": _flatten,
+    "add": binary("binary", "bind_add"),
+    "mul": binary("binary", "bind_mul"),
+    "matmul": binary("matmul", "bind_matmul"),
+    "concat": _concat,
+    "reshape": _reshape,
+    "slice": _piece,
+    "split": _piece,
 }
 
-# Ops that run no kernel (a view of their input).
-VIEWS = {"flatten"}
+# Ops that run no kernel (a view of their input); slice and split are views only for some
+# shapes (`is_view_layer`).
+VIEWS = {"flatten", "reshape"}
+
+
+def is_view_layer(layer: LayerSpec) -> bool:
+    """The layer runs no kernel: its output is a view of its input (`Op.view_layer`)."""
+    from opbench.ops.registry import get_op
+
+    op = get_op(layer.op)
+    return layer.op in VIEWS or op.view_layer(op.layer_shape(layer), layer.params)
+
+
 # Ops whose builders keep batchnorm statistics in float32 (folded at build time).
 FLOAT32_WEIGHTS = {"batchnorm2d"}

@@ -1,154 +1,48 @@
 """`opbench compare [RUN]`: a run against another engine's timings (--reference, the speed-up
 target) and/or against a baseline (--baseline, the CI regression gate), in one command.
 
-Reads everything first (run, reference, map, baseline), then compares, prints, and writes
-every output at once: bad input stops before anything is written (exit 2). Two gates, each
-giving an exit code, combined by `combine_exit_codes` (2 > 3 > 4 > 1 > 0):
+Reads everything first (run, reference, map, baseline), then judges, writes every file, and
+only then prints: bad input stops before anything is written (exit 2), and a closed stdout
+(`| head -1`) loses no file and changes no exit code. Two gates, each giving an exit code,
+combined by `combine_exit_codes` (2 > 3 > 4 > 1 > 0):
 
-    target      exit 1 when a row of the gated backend FAILs its target (unless --no-gate);
-                exit 3 when a layer of that backend crashed or failed correctness
-    regression  opbench/cli/gate.py: exit 1 regression, 3 crash, 4 baseline missing or taken
-                on another environment (docs/ci.md)
+    target      cli/target.py: exit 1 when a row or a model of the gated backend FAILs its
+                target (unless --no-gate); exit 3 when one is ERROR or failed correctness
+    regression  cli/gate.py: exit 1 regression, 3 crash, 4 baseline missing or taken on
+                another environment or another way of timing (docs/ci.md)
 """
 
 from __future__ import annotations
 
 import os
-from contextvars import ContextVar
-from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 
-from opbench.cli.console import console, err_console, handles_errors
+from opbench.cli.console import console, err_console, handles_errors, write_line
+from opbench.cli.gate import (
+    GateRequest,
+    baseline_written_line,
+    combine_exit_codes,
+    gate_exit_code,
+    prepare_gate,
+    write_updated_baseline,
+)
 from opbench.cli.plugins import load_plugins, plugin_option
-from opbench.compare.model import Comparison, Verdict
+from opbench.cli.runs import resolve_run_path, run_folder
+from opbench.cli.target import (
+    FULL_TABLES,
+    CompareRequest,
+    announce_outcome,
+    comparison_outcome,
+    load_and_compare,
+    show_comparison,
+    write_comparison,
+)
 from opbench.errors import ExitCode, InputError
-from opbench.results.io import find_latest_run, read_run
-from opbench.results.model import RunResult
+from opbench.results.io import read_run
 
-REPORTS_ROOT = Path("reports")
-# --wide, for the command being run: every column, whatever the width (a display preference,
-# read where the table is printed).
-FULL_TABLES: ContextVar[bool] = ContextVar("full_tables", default=False)
 FORMATS_HELP = "auto|sas|sas-prefix|onnxruntime|tensorrt|openvino|torch-profiler"
-
-
-def resolve_run_path(run: Path | None) -> Path:
-    """RUN as given (a run folder or its run.json), else the newest run under reports/."""
-    if run is not None:
-        return run
-    latest = find_latest_run(REPORTS_ROOT)
-    if latest is None:
-        raise InputError(
-            f"no run found under {REPORTS_ROOT}/: run `opbench run SUITE` first, or name a run folder"
-        )
-    return latest
-
-
-def run_folder(run: Path) -> Path:
-    """The folder of a run; `<suite>/latest` is followed to the run it names."""
-    folder = run if run.is_dir() else run.parent
-    if folder.is_symlink():
-        folder = folder.parent / os.readlink(folder)
-    return folder
-
-
-@dataclass(frozen=True)
-class CompareRequest:
-    """Everything `compare` was asked, parsed."""
-
-    run: Path | None
-    reference: Path | None
-    format: str = "auto"
-    time_column: str | None = None
-    unit: str | None = None
-    skip_runs: int | None = None
-    map_path: Path | None = None
-    backend: str = "triton"
-    target: float | None = None
-    model: str | None = None
-    out: Path | None = None
-    gate: bool = True
-    allow_missing: bool = False
-    allow_cpu_times: bool = False
-
-
-def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Path]:
-    """Read run, reference and map; compare. Raises InputError on bad input; writes nothing."""
-    from opbench.compare.compare import compare_run
-    from opbench.match.namemap import read_name_map
-    from opbench.reference.interface import ReaderOptions
-    from opbench.reference.registry import read_reference
-
-    run_path = resolve_run_path(request.run)
-    run = read_run(run_path)
-    given = {
-        "time_column": request.time_column,
-        "unit": request.unit,
-        "skip_runs": request.skip_runs,
-    }
-    options = ReaderOptions(**{key: value for key, value in given.items() if value is not None})
-    profile = read_reference(request.reference, request.format, options)
-    name_map = read_name_map(request.map_path) if request.map_path else None
-    comparison = compare_run(
-        run,
-        profile,
-        backend=request.backend,
-        target=request.target,
-        model=request.model,
-        name_map=name_map,
-        allow_missing=request.allow_missing,
-        allow_cpu_times=request.allow_cpu_times,
-        run_label=str(run_folder(run_path)),
-        detected=request.format.strip().lower() == "auto",
-    )
-    return comparison, run, run_folder(run_path)
-
-
-def speedup_gate(comparison: Comparison) -> list[str]:
-    """Every row of the gated backend that FAILs its target (NOT-MEASURED, MISSING and
-    UNCERTAIN rows never do: they are no measured miss)."""
-    return [
-        f"{row.model}/{row.label}: {row.primary.reason or 'below target'}"
-        for row in comparison.rows
-        if row.primary.verdict == Verdict.FAIL
-    ]
-
-
-def gate_exit_code(comparison: Comparison, gate: bool = True) -> int:
-    """The target gate's exit 1 (--no-gate turns it off)."""
-    if speedup_gate(comparison) and gate:
-        return ExitCode.FAILED_GATE
-    return ExitCode.OK
-
-
-def target_exit_code(comparison: Comparison, run: RunResult, gate: bool = True) -> int:
-    """Exit 3 when a compared layer of the gated backend crashed or failed correctness, whatever
-    --no-gate says; else the target gate's code."""
-    from opbench.results.model import crashed_results
-
-    models = {row.model for row in comparison.rows}
-    crashed = [r for r in crashed_results(run, comparison.backend) if r.model in models]
-    if crashed:
-        names = ", ".join(f"{r.model}/{'+'.join(r.members)}" for r in crashed[:5])
-        err_console.print(
-            f"{len(crashed)} {comparison.backend} result(s) crashed or failed correctness: {names}",
-            style="bold red",
-            markup=False,
-        )
-        return ExitCode.LAYER_ERROR
-    return gate_exit_code(comparison, gate)
-
-
-def announce_reference(comparison: Comparison) -> None:
-    ref = comparison.reference
-    how = "detected" if ref.detected else "given"
-    console.print(
-        f"reference: {ref.source} · format [bold]{ref.format}[/] ({how}) · engine {ref.engine} · {ref.layers} rows",
-        markup=True,
-        highlight=False,
-    )
 
 
 @handles_errors
@@ -203,6 +97,12 @@ def compare_command(
         "--allow-cpu-times",
         help="Judge CPU-timed results against a GPU engine's times (else NOT-MEASURED).",
     ),
+    partial: bool = typer.Option(
+        False,
+        "--partial",
+        help="The suite times part of the profiled model: reference rows that match no layer "
+        "are expected (else most rows matching nothing is another model's profile, exit 2).",
+    ),
     wide: bool = typer.Option(
         False, "--wide", help="Print every column of the tables, whatever the terminal width."
     ),
@@ -240,13 +140,13 @@ def compare_command(
     allow_env_change: bool = typer.Option(
         False,
         "--allow-env-change",
-        help="Gate even when GPU, driver, torch, triton or kernel code differ from the baseline.",
+        help="Gate even when the environment (GPU, driver, torch, triton, kernel code, CPU "
+        "threads) or how the layers were timed (timer, fixed rounds or stopping rule) differs "
+        "from the baseline's.",
     ),
     plugin: list[str] = plugin_option(),
 ) -> None:
     """Compare a run with another engine's timings and/or gate it against a baseline."""
-    from opbench.cli.gate import GateRequest, compare_and_gate
-
     load_plugins(plugin)
     request = CompareRequest(
         run=run,
@@ -263,6 +163,7 @@ def compare_command(
         gate=not no_gate,
         allow_missing=allow_missing,
         allow_cpu_times=allow_cpu_times,
+        partial=partial,
     )
     FULL_TABLES.set(wide)
     gate_request = GateRequest(
@@ -280,32 +181,94 @@ def compare_command(
         raise typer.Exit(code)
 
 
-def show_comparison(comparison: Comparison, out_dir: Path, *, with_json: bool = True) -> None:
-    """Print the comparison and write every report file."""
-    from opbench.report.files import write_reports
-    from opbench.report.table import print_comparison
-
-    announce_reference(comparison)
-    print_comparison(console, comparison, full=FULL_TABLES.get())
-    written = write_reports(comparison, out_dir, with_json=with_json)
-    console.print(
-        f"reports: {out_dir}/ ({', '.join(p.name for p in written)})", highlight=False, markup=False
+def compare_and_gate(request: CompareRequest, gate_request: GateRequest) -> int:
+    """`opbench compare` from its parsed options: read everything, judge, write every file,
+    then print; return the exit code."""
+    from opbench.cli.gate_confirm import judge
+    from opbench.cli.gate_outputs import (
+        annotation_lines,
+        append_summaries,
+        print_gate,
+        summaries,
+        write_junit_file,
     )
 
-
-def announce_target(comparison: Comparison, gate: bool) -> None:
-    failures = speedup_gate(comparison)
-    if failures:
-        label = "gate failed" if gate else "below target (not gated)"
-        err_console.print(
-            f"{label}: {len(failures)} layer(s) FAIL", style="bold red" if gate else "yellow"
+    gating = gate_request.baseline is not None or gate_request.update_baseline
+    if request.reference is None and not gating:
+        raise InputError(
+            "nothing to compare: give --reference FILE (speed-up target), --baseline BASE "
+            "(regression gate) or --update-baseline"
         )
+    if request.reference is not None:
+        comparison, run, folder = load_and_compare(request)
+    else:
+        comparison, run_path = None, resolve_run_path(request.run)
+        run, folder = read_run(run_path), run_folder(run_path)
+    inputs = prepare_gate(gate_request, run) if gating else None
+    if inputs is None and gate_request.threshold is not None:
+        prepare_gate(gate_request, run)  # a bad --threshold is bad input even when unused
+    # Everything is read. Judge; then write every file; only then print.
 
+    codes: dict[str, int] = {}
+    outcome = None
+    if comparison is not None:
+        outcome = comparison_outcome(comparison, run, request.gate)
+        codes["target"] = outcome.code
+    report = None
+    if inputs is not None and inputs.baseline is not None:
+        report = judge(
+            inputs.baseline,
+            inputs.options,
+            run,
+            model=request.model,
+            confirm_layers=gate_request.confirm,
+        )
+    if inputs is not None:
+        codes["regression gate"] = gate_exit_code(report, inputs, run)
 
-def finish(comparison: Comparison, out_dir: Path, *, gate: bool, with_json: bool = True) -> None:
-    """Print, write every report file, and exit with the target gate's code (`opbench report`)."""
-    show_comparison(comparison, out_dir, with_json=with_json)
-    code = gate_exit_code(comparison, gate)
-    announce_target(comparison, gate)
-    if code != ExitCode.OK:
-        raise typer.Exit(code)
+    out_dir = request.out or folder
+    written = write_comparison(comparison, out_dir) if comparison is not None else []
+    if gate_request.junit is not None:
+        write_junit_file(gate_request.junit, run, report, inputs, comparison)
+    bmf_count = None
+    if gate_request.bmf is not None:
+        from opbench.report.bmf import write_bmf
+
+        bmf_count = len(write_bmf(gate_request.bmf, run))
+    new_baseline = write_updated_baseline(inputs, run) if inputs is not None else None
+    summary_path = append_summaries(summaries(run, report, inputs, comparison, new_baseline))
+
+    if comparison is not None and outcome is not None:
+        show_comparison(comparison, written, out_dir)
+        announce_outcome(outcome, request.gate)
+    if gate_request.confirm and gate_request.baseline is None:
+        err_console.print("warning: --confirm needs --baseline; ignored", style="yellow")
+    if inputs is not None:
+        if inputs.problem is not None and inputs.destination is None:
+            err_console.print("error: ", style="bold red", end="")
+            err_console.print(str(inputs.problem), markup=False, soft_wrap=True)
+        elif inputs.problem is not None:
+            console.print(
+                f"no usable baseline ({inputs.problem}): not gated; --update-baseline writes one",
+                style="yellow",
+                markup=False,
+            )
+        if report is not None:
+            print_gate(report, waived=inputs.destination is not None)
+    if gate_request.junit is not None:
+        console.print(f"JUnit: {gate_request.junit}", markup=False)
+    if bmf_count is not None:
+        console.print(f"BMF: {gate_request.bmf} ({bmf_count} benchmarks)", markup=False)
+    if new_baseline is not None and inputs is not None:
+        console.print(baseline_written_line(inputs, run, new_baseline), markup=False, style="bold")
+    if summary_path is not None:
+        console.print("step summary appended to $GITHUB_STEP_SUMMARY", markup=False)
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        for line in annotation_lines(report, inputs, comparison, run):
+            write_line(line)  # one physical line each: never through rich's wrapping
+
+    code = combine_exit_codes(*codes.values())
+    if len(codes) > 1:
+        parts = ", ".join(f"{name} {value}" for name, value in codes.items())
+        console.print(f"exit {code} ({parts}; precedence 2 > 3 > 4 > 1 > 0)", markup=False)
+    return code

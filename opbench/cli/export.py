@@ -44,7 +44,8 @@ def export_onnx_command(
     out: Path = typer.Option(..., "--out", help="Directory to write (created if needed)."),
     model: list[str] = MODEL_OPT,
 ) -> None:
-    """Each model as ONNX with the suite's seeded weights, one file per prefix, and a manifest."""
+    """Each model as ONNX with the suite's seeded weights (written once), one file per cut
+    (a layer and everything it depends on), and a manifest."""
     from opbench.spec.load import load_suite
 
     suite = load_suite(suite_path)
@@ -63,7 +64,8 @@ def export_sas_command(
     out: Path = typer.Option(..., "--out", help="Directory to write (created if needed)."),
     model: list[str] = MODEL_OPT,
 ) -> None:
-    """The ONNX export plus time_sas_prefixes.py, which times each prefix in SAS Viya."""
+    """The ONNX export plus time_sas_prefixes.py, which times each cut in SAS Viya; names
+    every layer DLPy's ONNX import cannot take, with what can be done."""
     from opbench.spec.load import load_suite
 
     suite = load_suite(suite_path)
@@ -71,13 +73,22 @@ def export_sas_command(
     from opbench.export.sas import export_sas
 
     done = export_sas(suite, out, models=model, log=_say)
-    for name, layer, why in done.refused:
+    for notice in done.notices:
         console.print(
-            f"warning: {name}: prefixes from layer {layer!r} on will fail in SAS ({why}); "
-            "the script records their error and times the others",
-            style="yellow",
+            f"{notice.level}: {notice.model}: {notice.text}",
+            style="yellow" if notice.level == "warning" else None,
             markup=False,
         )
+    for name, (timed, layers) in done.timed.items():
+        rest = (
+            ""
+            if timed == layers
+            else f"; the script records the other {layers - timed} as not timed"
+        )
+        _say(f"{name}: SAS can time {timed} of {layers} layers{rest}")
+        remedies = dict.fromkeys(n.remedy for n in done.notices if n.model == name and n.remedy)
+        for remedy in remedies:
+            _say(f"  {remedy}")
     _say(f"wrote {done.onnx.files} files and {done.script} under {done.onnx.out}")
     _say(
         f"next, where SAS Viya is reachable: cd {done.onnx.out} && "

@@ -1,14 +1,13 @@
-"""The regression gate inside `opbench compare`: baseline, --confirm re-run, CI outputs.
-
-compare.py reads the run (and the reference); this module adds what concerns the baseline,
-in the order the command runs it:
+"""The regression gate's inputs inside `opbench compare`: its options, the baseline, where
+--update-baseline writes, and the gate's part of the exit code. `opbench compare`
+(cli/compare.py) runs the gate in this order:
 
     read     prepare_gate: parse --threshold, read BASE, pick where --update-baseline writes
              (bad input raises before anything is written: exit 2)
     judge    gate_confirm.judge: gate(); with --confirm, re-time the inconclusive layers
-    show     gate_outputs.print_gate: the verdict table, environment differences, notes
     CI       gate_outputs: write_junit_file, summaries, annotation_lines
     refresh  write_updated_baseline
+    show     gate_outputs.print_gate: the verdict table, environment differences, notes
 
 Every part returns an exit code; `combine_exit_codes` keeps the most important one:
 2 (bad input) > 3 (crash) > 4 (baseline missing or incomparable) > 1 (regression or missed
@@ -17,19 +16,9 @@ target) > 0.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from opbench.cli.console import console
-from opbench.cli.gate_confirm import judge
-from opbench.cli.gate_outputs import (
-    annotation_lines,
-    append_summaries,
-    print_gate,
-    summaries,
-    write_junit_file,
-)
 from opbench.compare.baseline import (
     Baseline,
     BaselineError,
@@ -151,102 +140,13 @@ def gate_exit_code(report: GateReport | None, inputs: GateInputs, run: RunResult
 
 
 def write_updated_baseline(inputs: GateInputs, run: RunResult) -> Baseline | None:
-    """--update-baseline: merge with the file there when compatible, write, say where."""
+    """--update-baseline: merge with the file there when compatible, and write it."""
     if inputs.destination is None:
         return None
-    written = update_baseline_file(inputs.destination, run)
+    return update_baseline_file(inputs.destination, run)
+
+
+def baseline_written_line(inputs: GateInputs, run: RunResult, written: Baseline) -> str:
     left_out = len(crashed_results(run))
     extra = f"; {left_out} crashed or incorrect result(s) left out" if left_out else ""
-    console.print(
-        f"baseline written: {inputs.destination} ({len(written.entries)} entries{extra})",
-        markup=False,
-        style="bold",
-    )
-    return written
-
-
-# ----------------------------------------------------------------------------------------------
-# The command
-# ----------------------------------------------------------------------------------------------
-
-
-def compare_and_gate(request, gate_request: GateRequest) -> int:
-    """`opbench compare` from its parsed options (a CompareRequest and a GateRequest): read
-    everything, then compare and gate, print, write the outputs; return the exit code."""
-    from opbench.cli.compare import (
-        announce_target,
-        load_and_compare,
-        resolve_run_path,
-        run_folder,
-        show_comparison,
-        target_exit_code,
-    )
-    from opbench.cli.console import err_console
-    from opbench.results.io import read_run
-
-    gating = gate_request.baseline is not None or gate_request.update_baseline
-    if request.reference is None and not gating:
-        raise InputError(
-            "nothing to compare: give --reference FILE (speed-up target), --baseline BASE "
-            "(regression gate) or --update-baseline"
-        )
-    if request.reference is not None:
-        comparison, run, folder = load_and_compare(request)
-    else:
-        comparison, run_path = None, resolve_run_path(request.run)
-        run, folder = read_run(run_path), run_folder(run_path)
-    inputs = prepare_gate(gate_request, run) if gating else None
-    if inputs is None and gate_request.threshold is not None:
-        prepare_gate(gate_request, run)  # a bad --threshold is bad input even when unused
-    # Everything is read: from here on, outputs.
-
-    codes: dict[str, int] = {}
-    if comparison is not None:
-        show_comparison(comparison, request.out or folder)
-        announce_target(comparison, request.gate)
-        codes["target"] = target_exit_code(comparison, run, request.gate)
-    report = None
-    if gate_request.confirm and gate_request.baseline is None:
-        err_console.print("warning: --confirm needs --baseline; ignored", style="yellow")
-    if inputs is not None:
-        if inputs.problem is not None and inputs.destination is None:
-            err_console.print("error: ", style="bold red", end="")
-            err_console.print(str(inputs.problem), markup=False, soft_wrap=True)
-        elif inputs.problem is not None:
-            console.print(
-                f"no usable baseline ({inputs.problem}): not gated; --update-baseline writes one",
-                style="yellow",
-                markup=False,
-            )
-        if inputs.baseline is not None:
-            report = judge(
-                inputs.baseline,
-                inputs.options,
-                run,
-                model=request.model,
-                confirm_layers=gate_request.confirm,
-            )
-            print_gate(report, waived=inputs.destination is not None)
-        codes["regression gate"] = gate_exit_code(report, inputs, run)
-
-    if gate_request.junit is not None:
-        write_junit_file(gate_request.junit, run, report, inputs, comparison)
-        console.print(f"JUnit: {gate_request.junit}", markup=False)
-    if gate_request.bmf is not None:
-        from opbench.report.bmf import write_bmf
-
-        data = write_bmf(gate_request.bmf, run)
-        console.print(f"BMF: {gate_request.bmf} ({len(data)} benchmarks)", markup=False)
-    written = write_updated_baseline(inputs, run) if inputs is not None else None
-    parts = summaries(run, report, inputs, comparison, written)
-    if append_summaries(parts) is not None:
-        console.print("step summary appended to $GITHUB_STEP_SUMMARY", markup=False)
-    if os.environ.get("GITHUB_ACTIONS") == "true":
-        for line in annotation_lines(report, inputs, comparison, run):
-            print(line, flush=True)  # one physical line each: never through rich's wrapping
-
-    code = combine_exit_codes(*codes.values())
-    if len(codes) > 1:
-        parts = ", ".join(f"{name} {value}" for name, value in codes.items())
-        console.print(f"exit {code} ({parts}; precedence 2 > 3 > 4 > 1 > 0)", markup=False)
-    return code
+    return f"baseline written: {inputs.destination} ({len(written.entries)} entries{extra})"

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
 from opbench.cli.console import console
+from opbench.cli.gate import GateInputs
 from opbench.compare.baseline import Baseline
 from opbench.compare.gate import GateReport, GateVerdict, Verdict
 from opbench.compare.model import Comparison
@@ -23,10 +23,6 @@ from opbench.report.github import escape_data, escape_property
 from opbench.report.junit import JUnitCase, Outcome, cases_from_gate, gate_properties, write_junit
 from opbench.report.style import fmt_ms, fmt_x
 from opbench.results.model import RunResult, crashed_results
-
-if TYPE_CHECKING:
-    from opbench.cli.gate import GateInputs
-
 
 # ----------------------------------------------------------------------------------------------
 # The terminal
@@ -129,15 +125,18 @@ def _target_outcome(row, run: RunResult) -> Outcome:
     crashed = {(r.model, m) for r in crashed_results(run, p.backend) for m in r.members}
     if any((row.model, layer) in crashed for layer in row.layers) or p.correct is False:
         return Outcome.ERROR
-    return {
-        Target.PASS: Outcome.PASSED,
-        Target.FAIL: Outcome.FAILURE,
-    }.get(p.verdict, Outcome.SKIPPED)
+    return _OUTCOMES.get(p.verdict, Outcome.SKIPPED)
+
+
+# A verdict's JUnit outcome follows its exit code: FAIL fails (1), ERROR errors (3), the rest
+# never fail.
+_OUTCOMES = {Target.PASS: Outcome.PASSED, Target.FAIL: Outcome.FAILURE, Target.ERROR: Outcome.ERROR}
 
 
 def target_cases(comparison: Comparison, run: RunResult) -> list[JUnitCase]:
-    """One case per comparison row of the gated backend: PASS passes, FAIL fails, a crash or
-    failed correctness errors, UNCERTAIN and rows without a time are skipped."""
+    """One case per comparison row of the gated backend, then one per model verdict: PASS
+    passes, FAIL fails, a crash or failed correctness errors, UNCERTAIN, NOT-MEASURED and
+    MISSING are skipped."""
     cases = []
     for row in comparison.rows:
         p = row.primary
@@ -159,6 +158,25 @@ def target_cases(comparison: Comparison, run: RunResult) -> list[JUnitCase]:
                     "reference_engine": comparison.reference.engine,
                     "reference_ms": row.reference.value if row.reference else None,
                     "run_ms": p.time.value if p.time else None,
+                },
+            )
+        )
+    for m in comparison.models:
+        cases.append(
+            JUnitCase(
+                name=f"model {m.model} ({m.backend}) target {m.target:g}x",
+                classname=f"{comparison.suite}.{m.model}",
+                outcome=_OUTCOMES.get(m.verdict, Outcome.SKIPPED),
+                message=m.reason
+                or f"{m.verdict}: speed-up {fmt_x(m.speedup.value if m.speedup else None)}",
+                details=m.reason or "",
+                properties={
+                    "verdict": m.verdict,
+                    "basis": m.basis,
+                    "speedup": m.speedup.value if m.speedup else None,
+                    "speedup_low": m.speedup.lo if m.speedup else None,
+                    "speedup_high": m.speedup.hi if m.speedup else None,
+                    "target": m.target,
                 },
             )
         )
@@ -243,6 +261,17 @@ def annotation_lines(
         if len(failing) > 10:
             more = len(failing) - 10
             lines.append(_command("error", f"opbench: {more} more", f"{more} more missed targets"))
+        for m in comparison.models:
+            if m.verdict == Target.FAIL:
+                lines.append(
+                    _command(
+                        "error",
+                        f"opbench missed target: model {m.model} ({m.backend})",
+                        m.reason
+                        or f"speed-up {fmt_x(m.speedup.value if m.speedup else None)} "
+                        f"({m.basis}) below the target {m.target:g}x",
+                    )
+                )
     return lines
 
 

@@ -23,8 +23,9 @@ def validate_command(
     suite_paths: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite YAML file(s)."),
     plugin: list[str] = plugin_option(),
 ) -> None:
-    """Check suites without running them: structure, ops, parameters and every shape. Every
-    mistake of every file is reported, one line each; exit 2 if there is any."""
+    """Check suites without running them: structure, ops, parameters, what each layer reads
+    and every shape. Every mistake of every file is reported, one line each; exit 2 if there
+    is any. Warnings (a model in disconnected pieces, an output nothing reads) do not fail."""
     load_plugins(plugin)
     problems: list[OpbenchError] = []
     for suite_path in suite_paths:
@@ -37,6 +38,9 @@ def validate_command(
             problems.append(exc)
             continue
         _print_suite(suite)
+        for warning in suite.warnings:
+            err_console.print("warning: ", style="bold yellow", end="")
+            err_console.print(str(warning), markup=False, soft_wrap=True)
         console.print(f"[green]{escape(str(suite_path))} is valid[/]")
     if problems:
         for problem in problems:
@@ -54,18 +58,19 @@ def _print_suite(suite: SuiteSpec) -> None:
         title=f"{escape(suite.name)}: {len(suite.models)} model instance(s), {layers} layers",
         title_justify="left",
     )
-    for column in ("model", "layer", "op", "dtype", "input", "output", "backends"):
+    for column in ("model", "layer", "op", "dtype", "input", "output", "backends", "reads"):
         table.add_column(column)
     for model in suite.models:
         for layer in model.layers:
             table.add_row(
                 escape(model.name),
-                layer.name,
+                escape(layer.name),
                 layer.op,
                 layer.dtype,
-                str(list(layer.input_shape)),
+                " ".join(str(list(s)) for s in layer.input_shapes),
                 str(list(layer.output_shape)),
                 ", ".join(layer.backends),
+                escape(", ".join(layer.inputs)),
             )
     console.print(table)
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from opbench.cli.compare import FULL_TABLES, finish, resolve_run_path
 from opbench.cli.console import handles_errors
+from opbench.cli.runs import resolve_run_path
+from opbench.cli.target import FULL_TABLES, finish
 from opbench.report.csvjson import JSON_FILE, read_comparison
 
 
@@ -38,4 +39,6 @@ def report_command(
     path = comparison_path(resolve_run_path(run))
     comparison = read_comparison(path)
     FULL_TABLES.set(wide)
+    # A re-render judges nothing anew: it exits 0 on good input, whatever the verdicts say
+    # (`opbench compare` gave their exit code).
     finish(comparison, out or path.parent, gate=False, with_json=out is not None)

@@ -7,12 +7,12 @@ import time
 from pathlib import Path
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from opbench.cli.console import console, handles_errors
 from opbench.cli.plugins import load_plugins, plugin_option
-from opbench.errors import ExitCode, InputError, Location
+from opbench.cli.run_output import device_peaks, finish, report_plans
+from opbench.errors import InputError, Location
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run
 from opbench.spec.load import load_suite
 
@@ -82,12 +82,12 @@ def run_command(
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
+    from opbench.spec.vocabulary import unknown_backend
 
     for name in backend:
         if name not in backend_names():
             raise InputError(
-                f"unknown backend {name!r}{suggest(name, backend_names())}; "
-                f"known: {', '.join(backend_names())}",
+                unknown_backend(name, backend_names(), suggest(name, backend_names())),
                 Location(field="--backend"),
             )
     known_models = {m.name for m in suite.models} | {m.base_name for m in suite.models}
@@ -229,7 +229,8 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
             if not console.is_terminal:
                 result = payload
                 console.print(
-                    f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.status}",
+                    f"  {result.model} · {'+'.join(result.members)} · {result.backend}: "
+                    f"{result.outcome}",
                     markup=False,
                 )
 
@@ -249,93 +250,3 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
     point_latest(run_dir)
     report_plans(run, bool(options.plans), plans_out)
     finish(run, run_path, wall_s=time.perf_counter() - started)
-
-
-def device_peaks(device: str) -> dict | None:
-    """The GPU's measured ceilings for the roofline (about a second); None on the CPU."""
-    if not device.startswith("cuda"):
-        return None
-    from opbench.measure.peaks import measure_peaks
-
-    try:
-        return measure_peaks(device)
-    except Exception as exc:  # an OOM here must not stop the run: the roofline goes without
-        console.print(f"[dim]device peaks not measured: {type(exc).__name__}: {exc}[/]")
-        return None
-
-
-def time_split(run, wall_s: float | None = None) -> str | None:
-    """Where the wall time went: building, tuning, checking and timing, summed over results."""
-    from opbench.results.stats import median
-
-    phases = [r.phases_s for r in run.layers if r.phases_s]
-    if not phases:
-        return None
-    totals = {k: sum(p.get(k, 0.0) for p in phases) for k in ("build", "tune", "check", "time")}
-    parts = [f"{k} {v:.1f} s" for k, v in totals.items()]
-    text = "time split: " + " · ".join(parts)
-    if wall_s is not None:
-        other = wall_s - sum(totals.values())
-        text += (
-            f" · other (data, end to end, writing) {max(other, 0.0):.1f} s of {wall_s:.1f} s wall"
-        )
-    per_result = median([sum(p.values()) for p in phases])
-    return text + f"; {len(phases)} results, median {per_result:.2f} s per result"
-
-
-def timing_warnings(run) -> list[str]:
-    """Results whose timer said their samples look pre-empted or the machine was loaded."""
-    from opbench.measure.stopping import WARNING_MARKERS
-
-    return [
-        f"{r.model}/{'+'.join(r.members)}/{r.backend}: {r.note}"
-        for r in run.layers
-        if r.note and any(marker in r.note for marker in WARNING_MARKERS)
-    ]
-
-
-def report_plans(run, reused: bool, plans_out: Path | None) -> None:
-    """Say which handed-in plans did not fit (tuned again), and write --plans-out."""
-    if reused:
-        for result in run.layers:
-            for choice in (result.plan or {}).get("choices", []):
-                if choice.get("source") == "retuned":
-                    console.print(
-                        f"[yellow]plan not reused[/] for {escape(result.model)}/"
-                        f"{escape(result.layer)}/{result.backend} ({choice['kernel']}): "
-                        f"{escape(choice.get('note', ''))}; tuned again"
-                    )
-    if plans_out is not None:
-        from opbench.pipeline.plans import write_plans
-
-        count = write_plans(run.layers, plans_out)
-        console.print(f"{count} plan(s) written to [bold]{escape(str(plans_out))}[/]")
-
-
-def finish(run, run_path: Path, wall_s: float | None = None) -> None:
-    """Print the tables and exit 3 when a layer errored or failed correctness."""
-    from opbench.report.run_table import end_to_end_table, failures, run_table
-
-    console.print(run_table(run))
-    e2e = end_to_end_table(run)
-    if e2e is not None:
-        console.print(e2e)
-    warned = timing_warnings(run)
-    if warned:
-        console.print(
-            f"[bold yellow]{len(warned)} timing(s) may be inflated[/] (pre-empted or loaded):"
-        )
-        for line in warned:
-            console.print(f"  {escape(line)}")
-    split = time_split(run, wall_s)
-    if split:
-        console.print(f"[dim]{split}[/]")
-    console.print(f"run written to [bold]{run_path}[/]")
-    bad = failures(run)
-    if bad:
-        names = escape(", ".join(f"{r.model}/{'+'.join(r.members)}/{r.backend}" for r in bad[:5]))
-        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
-        console.print(
-            f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}"
-        )
-        raise typer.Exit(ExitCode.LAYER_ERROR)

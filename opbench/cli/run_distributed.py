@@ -10,7 +10,7 @@ import typer
 
 from opbench import distributed as dist_run
 from opbench.cli.console import console
-from opbench.cli.run import device_peaks, finish, report_plans
+from opbench.cli.run_output import device_peaks, finish, report_plans
 from opbench.errors import ExitCode
 from opbench.exclusive import HostTurns, lock_path
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, write_run

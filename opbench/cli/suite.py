@@ -41,7 +41,9 @@ def from_onnx_command(
     if not model_path.is_file():
         raise InputError(f"no such ONNX file: {model_path}")
     try:
-        proto = onnx.load(str(model_path), load_external_data=False)
+        # weights kept beside the model (ONNX external data, as `opbench export` writes them)
+        # are read from there
+        proto = onnx.load(str(model_path))
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad input file
         raise InputError(f"{model_path}: not an ONNX model ({type(exc).__name__})") from None
     chain = read_chain(proto, batch=batch, skip_unsupported=skip_unsupported)

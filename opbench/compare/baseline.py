@@ -18,7 +18,6 @@ to. A previous run.json is accepted as a baseline too: `load_baseline` tells the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -26,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import ExitCode, InputError, Location, OpbenchError
-from opbench.results.fingerprint import ENV_KEYS, env_differences
+from opbench.measure.stopping import STOP_ROUNDS
+from opbench.results.fingerprint import GATE_KEYS, env_differences
 from opbench.results.io import RUN_FILE, run_from_dict, write_json_atomic
+from opbench.results.jsonfile import read_json_object
 from opbench.results.model import LayerResult, RunResult
 
 BASELINE_KIND = "opbench-baseline"
@@ -62,6 +63,8 @@ class BaselineEntry:
     round_medians_ms: the median of each timing round, in round order: what the gate tests.
     median_ms: the median of all samples; cv: CV of the round medians (both for readers).
     threshold: the layer's regression_threshold when the baseline was taken, else None.
+    timer / schedule: how it was timed ("cuda-events", "cuda-graph", "perf_counter"; "fixed
+        rounds" or "stopping rule", "" where not recorded): the gate compares them.
     """
 
     model: str
@@ -76,6 +79,7 @@ class BaselineEntry:
     timer: str = ""
     interpreted: bool = False
     covers: tuple[str, ...] = ()
+    schedule: str = ""
 
     @property
     def key(self) -> Key:
@@ -125,13 +129,26 @@ def entry_from_layer(result: LayerResult) -> BaselineEntry | None:
         timer=result.timer,
         interpreted=result.interpreted,
         covers=tuple(result.covers),
+        schedule=schedule_of(result),
     )
+
+
+FIXED_ROUNDS = "fixed rounds"
+STOPPING_RULE = "stopping rule"
+
+
+def schedule_of(result: LayerResult) -> str:
+    """How many samples a result took: a fixed number of rounds (`timing.rounds`, --rounds,
+    --quick), or rounds until the stopping rule held; "" where the run did not record it."""
+    if not result.stop_reason:
+        return ""
+    return FIXED_ROUNDS if result.stop_reason == STOP_ROUNDS else STOPPING_RULE
 
 
 def baseline_from_run(run: RunResult, path: str | None = None) -> Baseline:
     """The baseline a run makes: its correct, timed layers (errors and failures are left out)."""
     entries = tuple(e for e in (entry_from_layer(r) for r in run.layers) if e is not None)
-    env = {k: run.env[k] for k in ENV_KEYS + INFO_KEYS if k in run.env}
+    env = {k: run.env[k] for k in GATE_KEYS + INFO_KEYS if k in run.env}
     return Baseline(
         suite=run.suite,
         env=env,
@@ -150,7 +167,11 @@ def updated_baseline(run: RunResult, previous: Baseline | None = None) -> Baseli
     measure (a run limited with --model/--layer, a shard) are kept; otherwise it is replaced.
     """
     new = replace(baseline_from_run(run), source="baseline")
-    if previous is None or previous.suite != run.suite or env_differences(run.env, previous.env):
+    if (
+        previous is None
+        or previous.suite != run.suite
+        or env_differences(run.env, previous.env, keys=GATE_KEYS)
+    ):
         return new
     fresh = {e.key for e in new.entries} | {r.key for r in run.layers}
     kept = tuple(e for e in previous.entries if e.key not in fresh)
@@ -181,6 +202,7 @@ def baseline_to_dict(baseline: Baseline) -> dict[str, Any]:
                 "timer": e.timer,
                 "interpreted": e.interpreted,
                 "covers": list(e.covers),
+                "schedule": e.schedule,
             }
             for e in sorted(baseline.entries, key=lambda e: e.key)
         ],
@@ -212,6 +234,7 @@ def baseline_from_dict(data: Mapping[str, Any], path: str | None = None) -> Base
                 timer=str(raw.get("timer", "")),
                 interpreted=bool(raw.get("interpreted", False)),
                 covers=tuple(raw.get("covers") or ()),
+                schedule=str(raw.get("schedule", "")),
             )
         )
     return Baseline(
@@ -255,23 +278,13 @@ def load_baseline(path: Path | str) -> Baseline:
     if path.is_dir():
         path = path / RUN_FILE
     where = Location(file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BaselineError(
-            "no baseline file here; create it with `opbench compare RUN --baseline PATH --update-baseline`",
-            where,
-        ) from None
-    except OSError as exc:
-        raise BaselineError(f"cannot read baseline: {exc.strerror}", where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"baseline is not valid JSON: {exc.msg}", Location(file=str(path), line=exc.lineno)
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError("a baseline holds a JSON object", where)
+    data = read_json_object(
+        path,
+        "baseline",
+        missing="no baseline file here; create it with "
+        "`opbench compare RUN --baseline PATH --update-baseline`",
+        unreadable=BaselineError,
+    )
     try:
         if data.get("kind") == BASELINE_KIND:
             return baseline_from_dict(data, str(path))

@@ -46,6 +46,8 @@ class CompareOptions:
     backend: the primary (gated) backend; target: a speed-up for every row (None: the suite's).
     model: compare this model instance only. allow_missing: a model may PASS with timed
     layers no reference row covers. allow_cpu_times: judge CPU times against a GPU engine.
+    partial: the suite times part of the profiled model: most rows matching nothing is no
+    sign of another model's profile (and no model is judged whole).
     """
 
     backend: str = "triton"
@@ -54,6 +56,7 @@ class CompareOptions:
     name_map: NameMap | None = None
     allow_missing: bool = False
     allow_cpu_times: bool = False
+    partial: bool = False
 
 
 def compare_run(
@@ -66,6 +69,7 @@ def compare_run(
     name_map: NameMap | None = None,
     allow_missing: bool = False,
     allow_cpu_times: bool = False,
+    partial: bool = False,
     run_label: str = "",
     detected: bool = False,
     now: datetime | None = None,
@@ -74,15 +78,23 @@ def compare_run(
     ambiguous or unmatched reference, a map naming layers that do not exist) raises
     InputError."""
     options = CompareOptions(
-        backend or "triton", target, model, name_map, allow_missing, allow_cpu_times
+        backend or "triton", target, model, name_map, allow_missing, allow_cpu_times, partial
     )
     backends = check_inputs(run, profile, options)
     models = suite_models(run.suite_spec, run.layers)
     matched = match(models, profile, options)
-    rows, summaries, exempt = judge_models(run, profile, models, matched, backends, options)
     unmatched, overhead = account_rows(profile, models, matched)
+    rows, summaries, exempt = judge_models(
+        run, profile, models, matched, backends, options, unmatched
+    )
     whole_ref, whole_source = whole_reference_total(profile)
     compared = {mm.model for mm in matched.matches}
+    complete = (
+        all(m.complete for m in summaries)
+        and not unmatched
+        and not _foreign(matched)
+        and not partial
+    )
     return Comparison(
         suite=run.suite,
         run=run_label,
@@ -116,6 +128,8 @@ def compare_run(
         env=dict(run.env),
         allow_missing=options.allow_missing,
         allow_cpu_times=options.allow_cpu_times,
+        partial=options.partial,
+        complete=complete,
     )
 
 
@@ -145,7 +159,7 @@ def match(
     input."""
     if options.name_map is not None:
         check_name_map(options.name_map, models)
-    return match_reference(models, profile.layers, options.name_map, options.model)
+    return match_reference(models, profile.layers, options.name_map, options.model, options.partial)
 
 
 def judge_models(
@@ -155,8 +169,11 @@ def judge_models(
     matched: MatchResult,
     backends: tuple[str, ...],
     options: CompareOptions,
+    unmatched: Sequence[Unmatched] = (),
 ) -> tuple[list[ComparisonRow], list[ModelSummary], list[Unmatched]]:
-    """Every compared model's rows and summary, and the layers exempt from matching."""
+    """Every compared model's rows and summary, and the layers exempt from matching.
+    unmatched: the timed reference rows no layer covers (account_rows); a model's own (all of
+    them when it is compared alone) keep it from being judged whole."""
     gpu_reference = profile.device == Device.GPU and not options.allow_cpu_times
     row_options = RowOptions(backends, options.target, gpu_reference)
     by_name = {m.name: m for m in models}
@@ -180,6 +197,13 @@ def judge_models(
             target=options.target,
             gpu_reference=gpu_reference,
             allow_missing=options.allow_missing,
+            layers=model.layer_names(),
+            unmatched=tuple(
+                u.name
+                for u in unmatched
+                if (single or u.model in (model.name, None)) and u.time_ms and u.time_ms > 0
+            ),
+            partial=options.partial,
         )
         rows += model_rows_
         summaries.append(summarise_model(model.name, model_rows_, run, context))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from opbench.compare.baseline import Baseline, BaselineEntry
+from opbench.compare.gate_env import gate_differences
 from opbench.compare.gate_model import (
     CODE_VERDICT,
     CV_FLOOR_FACTOR,
@@ -49,7 +50,7 @@ from opbench.compare.gate_model import (
     pct,
 )
 from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test
-from opbench.results.fingerprint import EnvDifference, env_differences
+from opbench.results.fingerprint import EnvDifference
 from opbench.results.model import LayerResult, RunResult, Status
 
 # Names other modules import from here: the gate's one public face.
@@ -212,11 +213,9 @@ def gate(
 ) -> GateReport:
     """Judge every layer of `current` against `baseline`; layers on one side only are listed."""
     options = options or GateOptions()
-    diffs = env_differences(current.env, baseline.env, ignore=options.ignore_env_keys)
-    if baseline.suite != current.suite:
-        diffs.insert(0, EnvDifference("suite", baseline.suite, current.suite))
-    incomparable = bool(diffs) and not options.allow_env_change
     wanted = (lambda b: True) if options.backends is None else (lambda b: b in options.backends)
+    diffs = gate_differences(current, baseline, wanted, ignore=options.ignore_env_keys)
+    incomparable = bool(diffs) and not options.allow_env_change
     confirmed = set(confirmed)
     final: dict[Key, GateVerdict] = {}
     pending: list[_Pending] = []

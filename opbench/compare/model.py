@@ -132,7 +132,12 @@ class ComparisonRow:
 class EndToEndTiming:
     """One backend's whole-model forward in one mode ("eager" or "cuda_graph").
 
-    vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist.
+    vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist
+        and this forward's outputs are right.
+    failures: the whole-model check of this forward (its outputs against the whole graph's
+        reference): why it failed, empty when it passed; None where it was not checked (an
+        older run, or a forward that never ran).
+    rel_l2: the check's relative L2 error (of the output furthest from its limit).
     """
 
     backend: str
@@ -142,6 +147,17 @@ class EndToEndTiming:
     vs_torch: float | None = None
     interpreted: bool = False
     message: str | None = None
+    failures: tuple[str, ...] | None = None
+    rel_l2: float | None = None
+
+    @property
+    def check(self) -> str:
+        """The whole-model check in a few words, for the reports."""
+        if self.failures is None:
+            return "not checked"
+        if self.failures:
+            return "FAIL: " + "; ".join(self.failures)
+        return "ok" if self.rel_l2 is None else f"ok (rel_l2 {self.rel_l2:.1e})"
 
 
 @dataclass(frozen=True)
@@ -161,9 +177,11 @@ class ModelSummary:
         of the primary backend where the run has one, else on the sum of its layers; basis
         says which ("end-to-end (eager)" or "sum of layers").
     end_to_end_speedup: reference total / end-to-end eager time, beside whole_speedup
-        (reference total / sum of layers).
+        (reference total / sum of layers); both None unless the model is complete.
     end_to_end: every backend's end-to-end times, in both modes.
     missing: timed layers that no reference row covers.
+    complete: both sides measured the whole model (every layer timed, every layer covered,
+        every timed reference row of the model matched); else its verdict is UNCERTAIN.
     """
 
     model: str
@@ -188,10 +206,13 @@ class ModelSummary:
     end_to_end_speedup: float | None = None
     end_to_end: tuple[EndToEndTiming, ...] = ()
     missing: tuple[str, ...] = ()
+    complete: bool = True
 
     @property
     def whole_speedup(self) -> float | None:
-        if self.reference_total_ms is None or self.opbench_total_ms <= 0:
+        """The reference's total over the sum of layers; None unless both sides measured the
+        whole model (a partial run against a whole profile is no speed-up)."""
+        if not self.complete or self.reference_total_ms is None or self.opbench_total_ms <= 0:
             return None
         return self.reference_total_ms / self.opbench_total_ms
 
@@ -276,6 +297,9 @@ class Comparison:
     opbench_total_ms: the primary backend's time summed over every layer of the compared
         models (fused results once), against reference_total_ms: the profile's own total, or
         the sum of all its rows (reference_total_source says which).
+    partial: --partial (the suite times part of the profiled model).
+    complete: the two totals cover the same work: every compared model is complete, and the
+        profile holds no unmatched row and no other model's rows (else no whole speed-up).
     """
 
     suite: str
@@ -301,6 +325,8 @@ class Comparison:
     env: Mapping[str, Any] = field(default_factory=dict)
     allow_missing: bool = False
     allow_cpu_times: bool = False
+    partial: bool = False
+    complete: bool = True
     schema_version: int = COMPARISON_SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -311,12 +337,17 @@ class Comparison:
 
     @property
     def whole_speedup(self) -> float | None:
-        if self.reference_total_ms is None or self.opbench_total_ms <= 0:
+        """Every compared layer against the reference's total; None unless every compared
+        model is complete and the profile holds nothing else (no --partial, no unmatched or
+        other models' rows): the two totals must cover the same work."""
+        if not self.complete or self.reference_total_ms is None or self.opbench_total_ms <= 0:
             return None
         return self.reference_total_ms / self.opbench_total_ms
 
     @property
     def failed(self) -> bool:
-        """Any row of the primary backend FAILs: the gate's exit code 1. NOT-MEASURED, MISSING
-        and UNCERTAIN rows never do."""
-        return any(row.primary.verdict == Verdict.FAIL for row in self.rows)
+        """Any row or model verdict of the primary backend FAILs (compare/outcome.py gives the
+        exit code). NOT-MEASURED, MISSING and UNCERTAIN never do."""
+        return any(row.primary.verdict == Verdict.FAIL for row in self.rows) or any(
+            m.verdict == Verdict.FAIL for m in self.models
+        )

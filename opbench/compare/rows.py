@@ -18,7 +18,9 @@ from opbench.compare.verdict import (
 )
 from opbench.match.groups import Group, ModelGroups
 from opbench.match.suite_layers import SuiteModel
-from opbench.reference.model import ReferenceProfile, TimeKind
+from opbench.reference.interface import Flag
+from opbench.reference.model import ReferenceProfile, ReferenceTiming, TimeKind
+from opbench.reference.sas_prefix import NOISE_FRACTION
 from opbench.results.model import LayerResult, RunResult, Status
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
@@ -115,14 +117,18 @@ def _missing_row(
     target = _target((layer,), by_backend, options)
     context = RowContext(reference=None, target=target)
     timings = tuple(
-        replace(
-            backend_timing(b, (layer,), covering(by_backend.get(b, []), (layer,)), context),
-            verdict=Verdict.MISSING,
-            reason="no reference row covers this layer",
-        )
+        _missing(backend_timing(b, (layer,), covering(by_backend.get(b, []), (layer,)), context))
         for b in options.backends
     )
     return _row(model, (layer,), by_backend, options, timings, target, None)
+
+
+def _missing(timing: BackendTiming) -> BackendTiming:
+    """MISSING, unless the layer crashed (ERROR) or failed its check (FAIL): those say more,
+    and set their exit code, whether or not the reference has the layer."""
+    if timing.verdict == Verdict.ERROR or timing.correct is False:
+        return timing
+    return replace(timing, verdict=Verdict.MISSING, reason="no reference row covers this layer")
 
 
 def _row(
@@ -189,42 +195,98 @@ def _speedup_over(
 def prefix_noise(
     profile: ReferenceProfile, positions: Sequence[int], reference: Interval | None
 ) -> str | None:
-    """Why a row's reference time, made of prefix differences, cannot be told from zero; None
-    when it can (or is no prefix difference)."""
+    """Why a row's reference time, made of prefix differences, cannot be told from zero or is
+    inflated; None when it can be trusted (or is no prefix difference).
+
+    - the interval of the summed differences reaches zero (a spread is known), or, with no
+      spread, the sum is not above zero;
+    - a difference the reader flagged negative or below its noise (with no spread: under 2%
+      of its prefix time);
+    - a difference taken from a prefix that fell below the one before it (that prefix is too
+      low, so the difference is inflated), unless that prefix's row is in the same group.
+    """
     derived = [p for p in positions if profile.layers[p].time_kind == TimeKind.DERIVED]
     if not derived or reference is None:
         return None
+    source = profile.source
     spread = all(profile.layers[p].noise_ms is not None for p in derived)
-    if spread and reference.lo > 0:
-        return None
-    if not spread and reference.value > 0:
-        return None
-    pairs = "; ".join(_prefix_pair(profile, p) for p in derived)
-    if spread:
-        return f"within the noise of the two prefix timings: {profile.source} {pairs}"
-    return (
-        f"the prefix difference is not above zero and {profile.source} gives no spread "
-        f"(no interval available): {pairs}"
-    )
+    within = _within(profile, derived)
+    if spread and reference.lo <= 0:
+        return f"{within}: {source} {_pairs(profile, derived)}"
+    if not spread and reference.value <= 0:
+        return (
+            f"the prefix difference is not above zero and {source} gives no spread "
+            f"(no interval available): {_pairs(profile, derived)}"
+        )
+    group = set(positions)
+    noisy = [p for p in derived if _flagged(profile.layers[p])]
+    if noisy:
+        why = "" if spread else f" (under {NOISE_FRACTION:.0%} of its prefix time; no spread given)"
+        return f"{within}{why}: {source} {_pairs(profile, noisy)}"
+    inflated = [
+        (q, p)
+        for p in derived
+        for q in _subtracted(profile, p)
+        if q not in group and Flag.NEGATIVE in profile.layers[q].flags
+    ]
+    if inflated:
+        q, p = inflated[0]
+        return (
+            f"taken from a prefix that fell below the one before it ({source} row "
+            f"{_named(profile.layers[q])} is faster than the prefix before it): the difference "
+            f"for {_named(profile.layers[p])} is inflated"
+        )
+    return None
+
+
+def _flagged(row: ReferenceTiming) -> bool:
+    return bool({Flag.NEGATIVE, Flag.BELOW_NOISE} & set(row.flags))
+
+
+def _within(profile: ReferenceProfile, positions: Sequence[int]) -> str:
+    if any(profile.layers[p].derived_from for p in positions):  # graph cuts (docs/sas.md)
+        return "within the noise of the cut timings it combines"
+    return "within the noise of the two prefix timings"
+
+
+def _previous_timed(profile: ReferenceProfile, pos: int) -> int | None:
+    return next((p for p in range(pos - 1, -1, -1) if profile.layers[p].time_ms is not None), None)
+
+
+def _subtracted(profile: ReferenceProfile, pos: int) -> list[int]:
+    """The rows whose prefix (cut) time this row's difference subtracts: the timed row before
+    it on a chain; on graph cuts, the rows of the cuts its terms take away (a row of several
+    layers stands for the cut of its last one)."""
+    row = profile.layers[pos]
+    if not row.derived_from:
+        previous = _previous_timed(profile, pos)
+        return [] if previous is None else [previous]
+    taken = {name for name, c in row.derived_from if c < 0}
+    return [
+        i
+        for i, other in enumerate(profile.layers)
+        if other.time_kind == TimeKind.DERIVED and other.name.split(" + ")[-1] in taken
+    ]
+
+
+def _named(row: ReferenceTiming) -> str:
+    return f"{row.name!r}" + (f" (line {row.line})" if row.line is not None else "")
+
+
+def _pairs(profile: ReferenceProfile, positions: Sequence[int]) -> str:
+    return "; ".join(_prefix_pair(profile, p) for p in positions)
 
 
 def _prefix_pair(profile: ReferenceProfile, pos: int) -> str:
     row = profile.layers[pos]
-    previous = next(
-        (
-            profile.layers[p]
-            for p in range(pos - 1, -1, -1)
-            if profile.layers[p].time_ms is not None
-        ),
-        None,
-    )
+    if row.derived_from:  # a graph cut difference: name the cuts it combines
+        from opbench.reference.prefix_graph import describe
 
-    def named(r) -> str:
-        return f"{r.name!r}" + (f" (line {r.line})" if r.line is not None else "")
-
+        return f"{_named(row)} = {describe(row.derived_from)}"
+    previous = _previous_timed(profile, pos)
     if previous is None:
-        return f"row {named(row)}"
-    return f"rows {named(previous)} and {named(row)}"
+        return f"row {_named(row)}"
+    return f"rows {_named(profile.layers[previous])} and {_named(row)}"
 
 
 def model_layer_results(run: RunResult, model: str, backend: str) -> list[LayerResult]:

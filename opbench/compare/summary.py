@@ -3,9 +3,12 @@ own verdict.
 
 The model verdict is judged on the primary backend's end-to-end eager time where the run has
 one (what an application pays: every launch included), else on the sum of its layers, against
-what the reference spent on the model; `ModelSummary.basis` says which. It is never PASS while
-a timed layer of the model is MISSING from the reference (unless --allow-missing), and never
-judged on interpreter times, or on CPU times against a GPU engine (NOT-MEASURED).
+what the reference spent on the model; `ModelSummary.basis` says which. It is judged only when
+both sides measured the whole model (`model_gaps`): a layer with no time in this run (a
+partial run, an unsupported layer), a timed layer MISSING from the reference (unless
+--allow-missing), a timed reference row no layer covers, or --partial make it UNCERTAIN with
+the reasons, never PASS, and its speed-up is then over the rows measured on both sides. It is
+never judged on interpreter times, or on CPU times against a GPU engine (NOT-MEASURED).
 
 Pure Python: no torch, no triton.
 """
@@ -38,6 +41,7 @@ from opbench.targets import DEFAULT_TARGET_SPEEDUP
 EAGER = "eager"
 BASIS_END_TO_END = "end-to-end (eager)"
 BASIS_LAYERS = "sum of layers"
+BASIS_MATCHED = "rows measured on both sides"
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,10 @@ class ModelContext:
 
     reference_total / reference_total_source: what the reference spent on the model, and how
     that was found; reference_interval: its spread where it is a sum of rows.
+    layers: the model's layers, each needing a time for the model to be complete.
+    unmatched: timed reference rows of this model that no layer covers (their work is in
+        the reference's total and in no opbench time).
+    partial: --partial, the suite times part of the profiled model.
     """
 
     backend: str
@@ -56,6 +64,9 @@ class ModelContext:
     target: float | None = None
     gpu_reference: bool = False
     allow_missing: bool = False
+    layers: tuple[str, ...] = ()
+    unmatched: tuple[str, ...] = ()
+    partial: bool = False
 
 
 def _geomean(values: Sequence[float]) -> float | None:
@@ -82,6 +93,7 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
     for e in mine:
         time = _stats_interval(e) if e.status == Status.OK else None
         base = torch.get(e.mode)
+        failures = e.correctness.reasons if e.correctness is not None else None
         vs_torch = (
             base.value / time.value
             if e.backend != TORCH and base is not None and time is not None and time.value > 0
@@ -93,9 +105,11 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
                 mode=e.mode,
                 status=e.status,
                 time=time,
-                vs_torch=None if e.interpreted else vs_torch,
+                vs_torch=None if e.interpreted or failures else vs_torch,
                 interpreted=e.interpreted,
                 message=e.message,
+                failures=failures,
+                rel_l2=e.correctness.rel_l2 if e.correctness is not None else None,
             )
         )
     return tuple(out)
@@ -137,7 +151,8 @@ def summarise_model(
     )
     targets = [row.target for row in rows]
     target = context.target or max(targets, default=DEFAULT_TARGET_SPEEDUP)
-    verdict, speedup, basis, reason = _model_verdict(results, eager, missing, target, context)
+    gaps = model_gaps(rows, results, missing, context)
+    verdict, speedup, basis, reason = _model_verdict(results, eager, rows, gaps, target, context)
     total = context.reference_total
     return ModelSummary(
         model=model,
@@ -161,65 +176,132 @@ def summarise_model(
         target=target,
         end_to_end_speedup=(
             total / eager.time.value
-            if total and eager is not None and eager.time and not eager.interpreted
+            if total and eager is not None and eager.time and not eager.interpreted and not gaps
             else None
         ),
         end_to_end=e2e,
         missing=missing,
+        complete=not gaps,
     )
+
+
+def model_gaps(
+    rows: Sequence[ComparisonRow],
+    results: Sequence[LayerResult],
+    missing: Sequence[str],
+    context: ModelContext,
+) -> list[str]:
+    """Why the model cannot be judged whole: what one side measured and the other did not.
+    Empty when both sides cover the whole model."""
+    gaps = []
+    timed = {m for r in results if r.status == Status.OK and r.stats is not None for m in r.members}
+    untimed = [layer for layer in context.layers if layer not in timed]
+    if untimed:
+        gaps.append(
+            f"{len(untimed)} of {len(context.layers)} layers have no {context.backend} time in "
+            f"this run ({_shown(untimed)}: not run, unsupported or interrupted)"
+        )
+    if missing and not context.allow_missing:
+        gaps.append(
+            f"{len(missing)} timed layer(s) MISSING from the reference ({_shown(missing)}): "
+            "the reference may leave them out (--allow-missing to judge anyway)"
+        )
+    if context.unmatched:
+        gaps.append(
+            f"{len(context.unmatched)} timed reference row(s) match no layer "
+            f"({_shown(context.unmatched)}): the reference's total holds work the run did not time"
+        )
+    no_time = [row.label for row in rows if row.reference_rows and row.reference is None]
+    if no_time:
+        gaps.append(f"the reference has no time for {_shown(no_time)}")
+    if context.partial:
+        gaps.append("--partial: the suite times part of the profiled model")
+    return gaps
+
+
+def _shown(names: Sequence[str]) -> str:
+    return ", ".join(names[:5]) + (" …" if len(names) > 5 else "")
+
+
+def _measured_on_both_sides(rows: Sequence[ComparisonRow]) -> Interval | None:
+    """The speed-up over the rows with a time on both sides (the matched rows)."""
+    both = [
+        row
+        for row in rows
+        if row.reference is not None and row.reference.value > 0 and row.primary.time is not None
+    ]
+    reference = sum_intervals(row.reference for row in both if row.reference is not None)
+    time = sum_intervals(row.primary.time for row in both if row.primary.time is not None)
+    if reference is None or time is None:
+        return None
+    return speedup_interval(reference, time)
 
 
 def _model_verdict(
     results: Sequence[LayerResult],
     eager: EndToEndTiming | None,
-    missing: Sequence[str],
+    rows: Sequence[ComparisonRow],
+    gaps: Sequence[str],
     target: float,
     context: ModelContext,
 ) -> tuple[str, Interval | None, str, str | None]:
-    """(verdict, speed-up, basis, reason) of the whole model."""
+    """(verdict, speed-up, basis, reason) of the whole model: judged only when both sides
+    measured all of it; otherwise UNCERTAIN (never PASS) with the reasons, and the speed-up
+    shown is over what both sides measured."""
     basis = BASIS_END_TO_END if eager is not None else BASIS_LAYERS
     if not results:
-        return Verdict.ERROR, None, basis, f"no {context.backend} result for this model"
+        return (
+            Verdict.NOT_MEASURED,
+            None,
+            basis,
+            f"not in this run: no {context.backend} result for this model",
+        )
     broken = [r for r in results if r.status == Status.ERROR]
     if broken:
         return Verdict.ERROR, None, basis, f"{broken[0].layer}: {broken[0].message or 'error'}"
+    empty = [r for r in results if r.status == Status.OK and r.stats is None]
+    if empty:
+        return Verdict.ERROR, None, basis, f"{empty[0].layer}: no timing samples"
     incorrect = [r for r in results if r.status == Status.OK and not r.correct]
     if incorrect:
         return Verdict.FAIL, None, basis, incorrect_reason(incorrect[0])
-    if eager is not None:
-        time, interpreted = eager.time, eager.interpreted
+    if eager is not None and eager.failures:
+        return Verdict.FAIL, None, basis, f"the whole model's output is wrong: {eager.failures[0]}"
+    if gaps:
+        speedup, basis = _measured_on_both_sides(rows), BASIS_MATCHED
     else:
-        timed = [result_interval(r) for r in results if r.status == Status.OK]
-        if any(t is None for t in timed) or not timed:
-            return Verdict.ERROR, None, basis, "a layer has no timing samples"
-        time = sum_intervals(t for t in timed if t is not None)
-        interpreted = any(r.interpreted for r in results)
-    cpu = any(r.device == "cpu" for r in results)
-    reference = context.reference_interval
-    if reference is None and context.reference_total:
-        reference = Interval(
-            context.reference_total, context.reference_total, context.reference_total
-        )
-    if time is None or reference is None or reference.value <= 0:
-        return Verdict.ERROR, None, basis, "the reference has no time for this model"
-    speedup = speedup_interval(reference, time)
-    if interpreted:
+        speedup = _whole(results, eager, context)
+    if any(r.interpreted for r in results) or (eager is not None and eager.interpreted):
         return Verdict.NOT_MEASURED, speedup, basis, INTERPRETED
-    if context.gpu_reference and cpu:
+    if context.gpu_reference and any(r.device == "cpu" for r in results):
         return (
             Verdict.NOT_MEASURED,
             speedup,
             basis,
             "timed on the CPU against a GPU engine (--allow-cpu-times to judge anyway)",
         )
-    verdict = verdict_of(speedup, target)
-    if verdict == Verdict.PASS and missing and not context.allow_missing:
-        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
-        return (
-            Verdict.UNCERTAIN,
-            speedup,
-            basis,
-            f"{len(missing)} timed layer(s) MISSING from the reference ({shown}): not PASS "
-            "while the reference may leave them out (--allow-missing to judge anyway)",
+    if gaps:
+        return Verdict.UNCERTAIN, speedup, basis, "not judged as a whole: " + "; ".join(gaps)
+    if speedup is None:
+        return Verdict.UNCERTAIN, None, basis, "the reference has no time for this model"
+    return verdict_of(speedup, target), speedup, basis, None
+
+
+def _whole(
+    results: Sequence[LayerResult], eager: EndToEndTiming | None, context: ModelContext
+) -> Interval | None:
+    """The whole model's speed-up: what the reference spent on it over the end-to-end eager
+    time, else over the sum of its layers."""
+    if eager is not None:
+        time = eager.time
+    else:
+        timed = [result_interval(r) for r in results if r.status == Status.OK]
+        time = sum_intervals(t for t in timed if t is not None)
+    reference = context.reference_interval
+    if reference is None and context.reference_total:
+        reference = Interval(
+            context.reference_total, context.reference_total, context.reference_total
         )
-    return verdict, speedup, basis, None
+    if time is None or reference is None or reference.value <= 0:
+        return None
+    return speedup_interval(reference, time)

@@ -4,10 +4,13 @@
     interval = [reference_lo / opbench_hi, reference_hi / opbench_lo]
     PASS          the lower bound >= target
     FAIL          the upper bound < target, or the output was incorrect
-    UNCERTAIN     otherwise; also whenever the match is ambiguous, or the reference time is a
-                  prefix difference whose interval reaches zero
-    ERROR         the layer did not run (unsupported, error, missing, no samples)
-    NOT-MEASURED  timed in Triton's CPU interpreter, or on the CPU against a GPU engine
+    UNCERTAIN     otherwise; also whenever the match is ambiguous, the reference has no time,
+                  or its time is a prefix difference within its noise (or inflated by a
+                  prefix that fell below the one before it)
+    ERROR         the layer crashed, or was timed with no samples (exit 3)
+    NOT-MEASURED  timed in Triton's CPU interpreter, or on the CPU against a GPU engine; or
+                  not timed at all: not in this run (--layer, --model, a shard, interrupted),
+                  or unsupported by the backend
     MISSING       (rows.py) no reference row covers the layer
 
 opbench's interval is the distribution-free 95% interval of the median (TimingStats.ci95);
@@ -132,15 +135,22 @@ def backend_timing(
     missing = [layer for layer in layers if layer not in covered]
     if missing:
         return BackendTiming(
-            backend, Verdict.ERROR, reason=f"no {backend} result for {', '.join(missing)}"
+            backend,
+            Verdict.NOT_MEASURED,
+            reason=f"not in this run: no {backend} result for {', '.join(missing)}",
         )
-    broken = [r for r in results if r.status != Status.OK]
-    if broken:
-        r = broken[0]
+    # a crash is ERROR; a layer the backend does not support was never timed: NOT-MEASURED
+    not_ok = sorted(
+        (r for r in results if r.status != Status.OK), key=lambda r: r.status != Status.ERROR
+    )
+    if not_ok:
+        r = not_ok[0]
+        crashed = r.status == Status.ERROR
         return BackendTiming(
             backend,
-            Verdict.ERROR,
-            reason=f"{r.layer}: {r.status}: {r.message or 'no message'}",
+            Verdict.ERROR if crashed else Verdict.NOT_MEASURED,
+            reason=f"{r.layer}: {r.status}{'' if crashed else f' by {backend}'}: "
+            f"{r.message or 'no message'}",
             results=len(results),
         )
     intervals = [result_interval(r) for r in results]
@@ -178,7 +188,7 @@ def backend_timing(
         )
     if speedup is None:
         return BackendTiming(
-            backend, Verdict.ERROR, reason="the reference has no time for this row", **common
+            backend, Verdict.UNCERTAIN, reason="the reference has no time for this row", **common
         )
     verdict = verdict_of(speedup, context.target)
     if context.doubt is not None and verdict != Verdict.UNCERTAIN:

@@ -1,19 +1,26 @@
 """`opbench export onnx`: each model of a suite as ONNX files, its fixed inputs and a manifest.
 
 OUT/
-  manifest.json                  files, layers, input shapes, dtype (see `MANIFEST_VERSION`)
-  <model>/<model>.onnx           the whole model; node names are the suite's layer names
-  <model>/prefix_<k>_<layer>.onnx  the model cut after layer k (k = 1 … n-1; cut n is the
-                                 whole model file), for engines that only time whole models
-  <model>/<input>.npy            the fixed input of each chain start (float32, numpy .npy)
+  manifest.json                  files, layers and their inputs, shapes, dtype (`MANIFEST_VERSION`)
+  <model>/<model>.onnx           the whole model (the graph; its weights are in the next file);
+                                 node names are the suite's layer names
+  <model>/<model>.weights        every weight of the model, once (ONNX external data: the
+                                 .onnx files name their tensors' offsets in it)
+  <model>/cut_<k>_<layer>.onnx   the cut of layer k: the layer and every layer it depends on,
+                                 with one output (export/cuts.py), for engines that time whole
+                                 models only; its weights point into <model>.weights
+  <model>/baseline_<input>.onnx  one model input passed through (Identity): the cost of a call
+                                 with no layer in it
+  <model>/<input>.npy            the fixed data of each model input (float32, numpy .npy)
 
-Model names from sweeps (`mlp[batch=8]`) become directory names with the brackets replaced.
+`onnx.load(path)` and ONNX Runtime (given the path) read the weights from the file beside the
+model. Model names from sweeps (`mlp[batch=8]`) become directory names with the brackets
+replaced.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +28,12 @@ from typing import Any
 
 from opbench.errors import InputError
 from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph
+from opbench.export.model_files import file_stem as file_stem  # re-exported
+from opbench.export.model_files import write_model_files
 from opbench.export.onnx_ops import emitter_for
 from opbench.spec.model import ModelSpec, SuiteSpec
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: cuts are ancestor sets (`cuts`, not `prefixes`); weights in one file
 MANIFEST = "manifest.json"
 
 
@@ -52,27 +61,53 @@ def select_models(suite: SuiteSpec, wanted: Sequence[str]) -> tuple[ModelSpec, .
     return tuple(chosen)
 
 
-def file_stem(name: str) -> str:
-    """A model or layer name as a portable file name (`mlp[batch=8]` → `mlp_batch_8`)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_") or "model"
-
-
-def _graph_entry(built: BuiltGraph, folder: Path, out: Path) -> dict[str, Any]:
+def _layer_entry(model: ModelSpec, built: BuiltGraph, index: int) -> dict[str, Any]:
+    layer = model.layers[index]
+    nodes = built.layer_nodes[(model.name, layer.name)]
+    op_types = {node.name: node.op_type for node in built.proto.graph.node}
+    shapes = tuple(getattr(layer, "input_shapes", ()) or ()) or (layer.input_shape,)
     return {
-        "inputs": [
-            {
-                "name": i.name,
-                "layer": i.layer,
-                "shape": list(i.shape),
-                "file": (folder / f"{file_stem(i.name)}.npy").relative_to(out).as_posix(),
-            }
-            for i in built.inputs
-        ],
-        "outputs": [
-            {"name": o.name, "layer": o.layer, "shape": list(o.shape)} for o in built.outputs
-        ],
-        "opset": built.opset,
+        "name": layer.name,
+        "op": layer.op,
+        "suite_dtype": layer.dtype,
+        "quant": layer.quant,
+        "input_shape": list(layer.input_shape),
+        "input_shapes": [list(s) for s in shapes],
+        "output_shape": list(layer.output_shape),
+        "onnx_nodes": list(nodes),
+        "onnx_ops": [op_types[node] for node in nodes],
     }
+
+
+def _export_model(
+    model: ModelSpec, data: SeededData, out: Path, log: Callable[[str], None]
+) -> tuple[dict[str, Any], int]:
+    """Write one model's files; its manifest entry and the number of files written."""
+    full = build_graph([Part(model, model.layers)], data, LAYER_NAMES, model.name)
+    layers = [_layer_entry(model, full, i) for i in range(len(model.layers))]
+    entry, files = write_model_files(full.proto, model.name, layers, full.feeds, out, log=log)
+    return {"batch": model.batch, **entry}, files
+
+
+def write_manifest(
+    out: Path, suite: str, source: str | None, entries: Sequence[dict[str, Any]]
+) -> Path:
+    """OUT/manifest.json for these models' entries (write_model_files)."""
+    manifest = {
+        "opbench_export": MANIFEST_VERSION,
+        "suite": suite,
+        "suite_source": source,
+        "dtype": "float32",
+        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as "
+        "float32, once per model in <model>.weights (ONNX external data)",
+        "node_names": "a layer's first node is named like the layer; its other nodes "
+        "<layer>/<OpType>",
+        "cuts": "cut k holds layer k and every layer it depends on; it has one output, layer k's",
+        "models": list(entries),
+    }
+    path = out / MANIFEST
+    path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def export_suite(
@@ -82,10 +117,7 @@ def export_suite(
     models: Sequence[str] = (),
     log: Callable[[str], None] = lambda _msg: None,
 ) -> Exported:
-    """Write every chosen model, its prefixes, its inputs and the manifest under OUT."""
-    import numpy as np
-    import onnx
-
+    """Write every chosen model, its cuts, its inputs and the manifest under OUT."""
     chosen = select_models(suite, models)
     for model in chosen:  # every op must have an ONNX form before anything is written
         for layer in model.layers:
@@ -95,64 +127,8 @@ def export_suite(
     entries = []
     files = 0
     for model in chosen:
-        stem = file_stem(model.name)
-        folder = out / stem
-        folder.mkdir(exist_ok=True)
-        log(f"{model.name}: {len(model.layers)} layers, {len(model.layers)} prefix cuts")
-        full = build_graph([Part(model, model.layers)], data, LAYER_NAMES, model.name)
-        model_file = folder / f"{stem}.onnx"
-        onnx.save(full.proto, str(model_file))
-        for graph_input in full.inputs:
-            np.save(folder / f"{file_stem(graph_input.name)}.npy", full.feeds[graph_input.name])
-        files += 1 + len(full.inputs)
-        op_types = {node.name: node.op_type for node in full.proto.graph.node}
-        prefixes = []
-        for k, layer in enumerate(model.layers, start=1):
-            if k == len(model.layers):
-                built, path = full, model_file
-            else:
-                built = build_graph([Part(model, model.layers[:k])], data, LAYER_NAMES, model.name)
-                path = folder / f"prefix_{k:02d}_{file_stem(layer.name)}.onnx"
-                onnx.save(built.proto, str(path))
-                files += 1
-            prefixes.append(
-                {"cut": k, "layer": layer.name, "file": path.relative_to(out).as_posix()}
-                | _graph_entry(built, folder, out)
-            )
-        entries.append(
-            {
-                "name": model.name,
-                "stem": stem,
-                "batch": model.batch,
-                "file": model_file.relative_to(out).as_posix(),
-                **_graph_entry(full, folder, out),
-                "layers": [
-                    {
-                        "name": layer.name,
-                        "op": layer.op,
-                        "suite_dtype": layer.dtype,
-                        "quant": layer.quant,
-                        "input_shape": list(layer.input_shape),
-                        "output_shape": list(layer.output_shape),
-                        "onnx_nodes": list(full.layer_nodes[(model.name, layer.name)]),
-                        "onnx_ops": [
-                            op_types[node] for node in full.layer_nodes[(model.name, layer.name)]
-                        ],
-                    }
-                    for layer in model.layers
-                ],
-                "prefixes": prefixes,
-            }
-        )
-    manifest = {
-        "opbench_export": MANIFEST_VERSION,
-        "suite": suite.name,
-        "suite_source": suite.source,
-        "dtype": "float32",
-        "weights": "the suite's seeded weights, rounded to each layer's dtype, stored as float32",
-        "node_names": "a layer's first node is named like the layer; its other nodes <layer>/<OpType>",
-        "models": entries,
-    }
-    manifest_path = out / MANIFEST
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n", encoding="utf-8")
+        entry, written = _export_model(model, data, out, log)
+        entries.append(entry)
+        files += written
+    manifest_path = write_manifest(out, suite.name, suite.source, entries)
     return Exported(out, manifest_path, tuple(m.name for m in chosen), files + 1)

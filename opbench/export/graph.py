@@ -4,10 +4,13 @@ Weights and inputs come from `ModelData` (opbench/pipeline/data.py), the one see
 module: the same numbers `opbench run` checks against. Weights are rounded to the layer's
 dtype and stored as float32, as the float64 reference sees them; so is the input.
 
-Layers of a model are chained: a layer takes the previous kept layer's output, or a fresh
-graph input where the suite starts a new chain (the layer sets its own `input`), where the
-model starts, or after a layer that was left out. Every chain end is a graph output, so no
-engine can drop a layer as dead code.
+Layers are connected as the model's graph says: each layer reads the values named in its
+`inputs` (earlier layers' outputs, or model inputs), in that order. A value that is not made
+inside the graph (a model input, or the output of a layer left out of this graph) becomes a
+graph input fed with the suite's fixed data for that layer. Every layer whose output no kept
+layer reads is a graph output, so no engine can drop a layer as dead code. (Before suites had
+`inputs`, a layer read the one before it, or fresh data where it set its own `input`: that is
+what `layer_reads` gives for such a layer.)
 
 Two naming schemes (`Naming`):
 - LAYER_NAMES, for the files `opbench export` writes: a layer's first node is named exactly
@@ -24,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for
+from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for, layer_hint
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
+
+MODEL_INPUT = "input"  # the model input of the one-input form
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,20 @@ class Naming:
     def prefix(self, model: str) -> str:
         return f"/{model}/" if self.per_model_paths else ""
 
-    def graph_input(self, model: str, layer: str, first: bool) -> str:
+    def graph_input(
+        self, model: str, value: str, reader: str, position: int, left_out: bool
+    ) -> str:
+        """The graph input for `value`, first read by layer `reader` as its input number
+        `position`: a model input (`input`, a declared input's name, `<layer>/input` of a
+        layer that sets its own input), or a layer left out of the graph (`left_out`)."""
+        tail = f"_{position}" if position else ""
         if self.per_model_paths:
-            return f"/{model}/{layer}/input"
-        return "input" if first else f"input_{layer}"
+            return f"/{model}/{reader}/input{tail}"
+        if left_out:
+            return f"input_{reader}{tail}"
+        if value.endswith("/input"):
+            return f"input_{value[: -len('/input')]}"
+        return value  # `input`, or a declared input's own name
 
 
 LAYER_NAMES = Naming(per_model_paths=False)
@@ -61,15 +76,25 @@ class Part:
     model: ModelSpec
     layers: tuple[LayerSpec, ...]
 
-    def fresh_inputs(self) -> tuple[bool, ...]:
-        """For each kept layer: does it take a fresh graph input?"""
-        out = []
-        previous: int | None = None
-        for layer in self.layers:
-            j = self.model.layers.index(layer)
-            out.append(layer.starts_chain or j == 0 or previous != j - 1)
-            previous = j
-        return tuple(out)
+
+def layer_reads(model: ModelSpec, layer: LayerSpec) -> tuple[str, ...]:
+    """The values a layer reads, in order: its `inputs` where the model has them, else the
+    chain a suite without `inputs:` means (the layer before; fresh data where the layer sets
+    its own `input`, named `<layer>/input`; the first layer reads `input`)."""
+    names = tuple(getattr(layer, "inputs", ()) or ())
+    if names:
+        return names
+    j = model.layers.index(layer)
+    if j == 0:
+        return (MODEL_INPUT,)
+    if layer.starts_chain:
+        return (f"{layer.name}/input",)
+    return (model.layers[j - 1].name,)
+
+
+def _input_shape(layer: LayerSpec, position: int) -> tuple[int, ...]:
+    shapes = tuple(getattr(layer, "input_shapes", ()) or ()) or (layer.input_shape,)
+    return tuple(shapes[position])
 
 
 @dataclass(frozen=True)
@@ -118,10 +143,17 @@ class SeededData:
         stored = torch_dtype(layer.dtype)
         return {k: v.to(stored).to(torch.float32).numpy() for k, v in raw.items()}
 
-    def input(self, model: ModelSpec, layer: LayerSpec) -> np.ndarray:
+    def input(self, model: ModelSpec, layer: LayerSpec, position: int = 0) -> np.ndarray:
+        """The fixed data of the layer's input number `position`: what ModelData gives that
+        layer (one tensor per value it reads, where ModelData follows the graph)."""
         import torch
 
-        x = self._model_data(model).input(model.layers.index(layer))
+        data = self._model_data(model)
+        index = model.layers.index(layer)
+        if hasattr(data, "inputs"):
+            x = data.inputs(index)[position]
+        else:  # a ModelData of chains: one input per layer
+            x = data.input(index)
         return x.to(torch.float32).numpy()
 
 
@@ -131,6 +163,8 @@ def build_graph(
     """The ONNX model of these layers: float32, the suite's seeded weights as initializers."""
     import onnx
     from onnx import TensorProto, helper
+
+    from opbench.ops.registry import get_op
 
     nodes: list[Any] = []
     initializers: list[Any] = []
@@ -142,15 +176,23 @@ def build_graph(
     opset = BASE_OPSET
     for part in parts:
         model = part.model.name
-        x: str | None = None
-        last: LayerSpec | None = None
-        for layer, fresh in zip(part.layers, part.fresh_inputs(), strict=True):
-            if fresh:
-                if x is not None and last is not None:
-                    outputs.append(Endpoint(x, model, last.name, last.output_shape))
-                x = naming.graph_input(model, layer.name, first=not inputs)
-                inputs.append(Endpoint(x, model, layer.name, layer.input_shape))
-                feeds[x] = data.input(part.model, layer)
+        names = {layer.name for layer in part.model.layers}
+        tensor_of: dict[str, str] = {}  # value (layer or model input name) -> ONNX tensor
+        read: set[str] = set()
+        for layer in part.layers:
+            xs = []
+            for position, value in enumerate(layer_reads(part.model, layer)):
+                if value not in tensor_of:  # a model input, or a layer left out of the graph
+                    left_out = value in names
+                    x = naming.graph_input(model, value, layer.name, position, left_out)
+                    inputs.append(Endpoint(x, model, layer.name, _input_shape(layer, position)))
+                    feeds[x] = data.input(part.model, layer, position)
+                    if not left_out:  # a model input is one graph input for all its readers
+                        tensor_of[value] = x
+                    xs.append(x)
+                    continue
+                xs.append(tensor_of[value])
+                read.add(value)
             emit = emitter_for(layer, model)
             scope = LayerScope(
                 layer.name,
@@ -161,14 +203,20 @@ def build_graph(
                 nodes,
                 initializers,
             )
-            assert x is not None
-            x = emit(scope, x, data.weights(part.model, layer), layer)
+            single = getattr(get_op(layer.op), "arity", 1) == 1
+            tensor_of[layer.name] = emit(
+                scope, xs[0] if single else tuple(xs), data.weights(part.model, layer), layer
+            )
+            if scope.principal is not None:
+                scope.principal.doc_string = layer_hint(layer)
             opset = max(opset, scope.opset)
             layer_nodes[(model, layer.name)] = tuple(scope.node_names)
             owners.update(dict.fromkeys(scope.node_names, (model, layer.name)))
-            last = layer
-        if x is not None and last is not None:
-            outputs.append(Endpoint(x, model, last.name, last.output_shape))
+        for layer in part.layers:
+            if layer.name not in read:
+                outputs.append(
+                    Endpoint(tensor_of[layer.name], model, layer.name, layer.output_shape)
+                )
 
     def value(name: str, shape: tuple[int, ...]):
         return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))

@@ -10,7 +10,20 @@ Softmax), and compute exactly what the op's torch `forward` computes:
 - avgpool2d: AveragePool with count_include_pad=1 (PyTorch counts the padding);
 - flatten: Flatten(axis=1) for start_dim 1, else a Reshape to (*kept dims, -1);
 - rmsnorm: x / sqrt(mean(x²) + eps) · w, written out (RMSNormalization needs opset 23);
-- attention: Split of packed q|k|v, then ONNX Attention (opset 23), which scales by 1/√D.
+- attention: Split of packed q|k|v, then ONNX Attention (opset 23), which scales by 1/√D;
+- relu6: Clip(x, 0, 6) with the bounds as scalar initializers; gelu with `approximate: tanh`:
+  Gelu(approximate="tanh");
+- joins (several inputs, in `inputs:` order): add → Add, mul → Mul, matmul → MatMul,
+  concat → Concat(axis); reshape → Reshape to (batch, *shape) (a -1 kept as written);
+  slice → Slice(starts, ends, axes, steps); split → the Slice of piece `index`.
+
+Several ops share an ONNX form (permute and transpose are both Transpose, reshape to (…, -1)
+and flatten both Reshape, split and slice both Slice): `layer_hint` writes the layer's op and
+parameters into its first node's doc_string (`opbench {"op": …, "params": …}`), so that an
+importer of opbench's own files gets the same layer back.
+
+An emitter gets its layer's input as one tensor name, or as a tuple of names for an op with
+several inputs (`Op.arity != 1`, as the graph contract passes tensors to `forward`).
 
 An op with no entry here has no ONNX form: `emitter_for` raises InputError naming it.
 """
@@ -51,6 +64,7 @@ class LayerScope:
         self._initializers = initializers
         self._count: dict[str, int] = {}
         self.node_names: list[str] = []
+        self.principal: Any = None  # the layer's first node
         self.opset = BASE_OPSET
 
     def weight(self, key: str, value: np.ndarray) -> str:
@@ -67,7 +81,10 @@ class LayerScope:
         self._count[op_type] = k + 1
         name = self._name_node(op_type, not self.node_names, k)
         out = [f"{name}_output_{i}" for i in range(outputs)]
-        self._nodes.append(helper.make_node(op_type, inputs, out, name=name, **attrs))
+        made = helper.make_node(op_type, inputs, out, name=name, **attrs)
+        if not self.node_names:
+            self.principal = made
+        self._nodes.append(made)
         self.node_names.append(name)
         self.opset = max(self.opset, _OPSET_OF.get(op_type, BASE_OPSET))
         return out
@@ -77,7 +94,8 @@ class LayerScope:
 
 
 Weights = Mapping[str, np.ndarray]
-Emitter = Callable[[LayerScope, str, Weights, LayerSpec], str]
+Inputs = Any  # one tensor name (arity 1), else a tuple of names in `inputs:` order
+Emitter = Callable[[LayerScope, Inputs, Weights, LayerSpec], str]
 
 
 def _activate(scope: LayerScope, x: str, activation: str) -> str:
@@ -87,6 +105,12 @@ def _activate(scope: LayerScope, x: str, activation: str) -> str:
         return scope.one("Relu", [x])
     if activation == "gelu":
         return scope.one("Gelu", [x])
+    if activation == "gelu_tanh":
+        return scope.one("Gelu", [x], approximate="tanh")
+    if activation == "relu6":
+        low = scope.weight("clip_min", np.array(0.0, dtype=np.float32))
+        high = scope.weight("clip_max", np.array(6.0, dtype=np.float32))
+        return scope.one("Clip", [x, low, high])
     if activation == "silu":
         gate = scope.one("Sigmoid", [x])
         return scope.one("Mul", [x, gate])
@@ -171,7 +195,46 @@ def _relu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
 
 
 def _gelu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-    return _activate(scope, x, "gelu")
+    tanh = layer.params.get("approximate", "none") == "tanh"
+    return _activate(scope, x, "gelu_tanh" if tanh else "gelu")
+
+
+def _relu6(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+    return _activate(scope, x, "relu6")
+
+
+def _concat(scope: LayerScope, xs: tuple[str, ...], w: Weights, layer: LayerSpec) -> str:
+    return scope.one("Concat", list(xs), axis=layer.params["axis"])
+
+
+def _ints(scope: LayerScope, key: str, values: list[int]) -> str:
+    return scope.weight(key, np.array(values, dtype=np.int64))
+
+
+def _reshape(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+    shape = [layer.output_shape[0], *layer.params["shape"]]
+    return scope.one("Reshape", [x, _ints(scope, "shape", shape)])
+
+
+def _slice(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+    p = layer.params
+    end = p["end"] if p.get("end") is not None else np.iinfo(np.int64).max
+    inputs = [x, _ints(scope, "starts", [p.get("start", 0)]), _ints(scope, "ends", [end])]
+    inputs += [_ints(scope, "axes", [p["axis"]]), _ints(scope, "steps", [p.get("step", 1)])]
+    return scope.one("Slice", inputs)
+
+
+def _split(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+    """The one piece the layer is, as a Slice (ONNX's Split would make every piece; the others
+    would be dangling outputs nothing reads). The principal node's hint says it is a split."""
+    p = layer.params
+    start = sum(p["sizes"][: p["index"]])
+    inputs = [
+        x,
+        _ints(scope, "starts", [start]),
+        _ints(scope, "ends", [start + p["sizes"][p["index"]]]),
+    ]
+    return scope.one("Slice", [*inputs, _ints(scope, "axes", [p["axis"]])])
 
 
 def _silu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
@@ -193,9 +256,11 @@ def _flatten(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
     return scope.one("Reshape", [x, shape])
 
 
-def _attention(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
+def _attention(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> str:
     p = layer.params
-    if p["packed_qkv"]:
+    if not isinstance(x, str):  # three inputs: q, k and v from separate projections
+        q, k, v = x
+    elif p.get("packed_qkv"):
         q, k, v = scope.node("Split", [x], outputs=3, axis=-1, num_outputs=3)
     else:
         q = k = v = x
@@ -221,14 +286,32 @@ EMITTERS: dict[str, Emitter] = {
     "permute": _permute,
     "flatten": _flatten,
     "attention": _attention,
+    "relu6": _relu6,
+    "concat": _concat,
+    "reshape": _reshape,
+    "slice": _slice,
+    "split": _split,
 }
 
 
 def _one_node(onnx_op: str) -> Emitter:
-    def emit(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-        return scope.one(onnx_op, [x])
+    """One node of the op's own `onnx_op`, reading every input in order (add → Add(a, b))."""
+
+    def emit(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> str:
+        return scope.one(onnx_op, [x] if isinstance(x, str) else list(x))
 
     return emit
+
+
+HINT = "opbench "
+
+
+def layer_hint(layer: LayerSpec) -> str:
+    """The doc_string of a layer's first node: its op and parameters, as JSON."""
+    import json
+
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in layer.params.items()}
+    return HINT + json.dumps({"op": layer.op, "params": params}, sort_keys=True)
 
 
 def emitter_for(layer: LayerSpec, model: str) -> Emitter:

@@ -1,6 +1,7 @@
-"""Elementwise activations: ReLU, GELU (exact, erf form) and SiLU.
+"""Elementwise activations: ReLU, GELU (exact, erf form, or its tanh approximation), SiLU, ReLU6.
 
     relu(x) = max(x, 0);  gelu(x) = x/2 * (1 + erf(x / sqrt(2)));  silu(x) = x / (1 + exp(-x))
+    gelu_tanh(x) = x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)));  relu6(x) = min(max(x, 0), 6)
 
 Bytes: 2 * numel * element_size (read once, written once). At most ~20 FLOPs per element
 (erf), far below the H200's compute per byte: memory-bound.
@@ -55,9 +56,11 @@ def block_configs(gpu: bool = not INTERPRET) -> list[Config]:
 def bind_activation(
     x: torch.Tensor, name: str, out: torch.Tensor | None = None, config: Config | None = None
 ) -> BoundKernels:
-    """`name`(x) elementwise, name in relu | gelu | silu; any input strides; bound to x."""
+    """`name`(x) elementwise, name in relu | gelu | gelu_tanh | silu | relu6; any input
+    strides; bound to x."""
     if name not in ACTIVATION_CODES or name == "none":
-        raise Unsupported(f"unknown activation {name!r} (relu, gelu or silu)")
+        known = ", ".join(n for n in ACTIVATION_CODES if n != "none")
+        raise Unsupported(f"unknown activation {name!r} ({known})")
     check_float(x, name)
     out = resolve_out(out, x.shape, x)
     code = activation_code(name, out.dtype)
@@ -76,7 +79,7 @@ def bind_activation(
 
 
 def activation(x: torch.Tensor, name: str, out: torch.Tensor | None = None) -> torch.Tensor:
-    """`name`(x) elementwise, name in relu | gelu | silu; any input strides."""
+    """`name`(x) elementwise, name in relu | gelu | gelu_tanh | silu | relu6; any strides."""
     return bind_activation(x, name, out).launch()
 
 
@@ -90,3 +93,11 @@ def gelu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
 
 def silu(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     return activation(x, "silu", out)
+
+
+def gelu_tanh(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return activation(x, "gelu_tanh", out)
+
+
+def relu6(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    return activation(x, "relu6", out)

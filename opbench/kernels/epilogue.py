@@ -15,6 +15,11 @@ GELU is torch's default, exact erf form, computed two ways:
   to float32 rounding: in float32 arithmetic the largest relative error on GELU is 5.5e-6
   for x in [-6, 0] and 2.2e-5 out at x = -11.6, far below fp16's and bf16's own rounding
   (4.9e-4 and 3.9e-3), so the 16-bit result is the correctly rounded one or next to it.
+
+GELU's tanh approximation, x/2 (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), is
+computed as x / (1 + exp(-2u)): the same function, since (1 + tanh(u)) / 2 = sigmoid(2u), with
+one exp and one division, and no cancellation for x << 0 (exp overflows to inf, x / inf = -0,
+the right limit; no NaN).
 """
 
 import torch
@@ -23,8 +28,9 @@ import triton.language as tl
 
 from opbench.kernels.host import SIXTEEN_BIT
 
-# Codes passed as the ACTIVATION meta-parameter.
-ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3}
+# Codes passed as the ACTIVATION meta-parameter. gelu_tanh is GELU's tanh approximation
+# (torch's approximate="tanh"); relu6 clips to [0, 6].
+ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "relu6": 5, "gelu_tanh": 6}
 # GELU for outputs rounded to 16 bits (see above); chosen by activation_code, never by name.
 GELU_16BIT_OUT = 4
 
@@ -60,7 +66,7 @@ def _gelu_erfc_form(x):
 @triton.jit
 def apply_activation(x, ACTIVATION: tl.constexpr):
     """Apply the activation to a float32 block. GELU is the erf form, as torch's default (codes
-    2 and 4: see the module docstring)."""
+    2 and 4: see the module docstring), or its tanh approximation (code 6)."""
     if ACTIVATION == 1:
         x = tl.maximum(x, 0.0)
     elif ACTIVATION == 2:
@@ -69,4 +75,9 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
         x = x / (1.0 + tl.exp(-x))
     elif ACTIVATION == 4:
         x = _gelu_erfc_form(x)
+    elif ACTIVATION == 5:
+        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
+    elif ACTIVATION == 6:
+        # 2 * sqrt(2/pi) = 1.5957691216057308: x * sigmoid(2u), see the module docstring.
+        x = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
     return x

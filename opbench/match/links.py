@@ -33,45 +33,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opbench.match.found import Found, Link, MatchSource
+from opbench.match.fusion import absorb_fused, absorb_renamed, doubt_unaccounted
 from opbench.match.namemap import NameMap
-from opbench.match.names import (
-    NameIndex,
-    families_agree,
-    fold,
-    fused_kinds,
-    keys_of,
-    members_of,
-    names_model,
-    op_family,
-    path_of,
-    qualifier_of,
-    strip_suffix,
-)
+from opbench.match.names import NameIndex, fold, names_model, strip_suffix
+from opbench.match.prefix import Member, proven, row_members
 from opbench.match.signature import align_left_over
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
-from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
-
-# How many unlinked layers a fused row's kinds may skip (conv → batchnorm → relu under a
-# Conv+Relu row): more than this and the kinds are taken not to line up at all.
-MAX_SKIPPED = 2
-
-
-class MatchSource:
-    REFERENCE_NAME = "reference_name"
-    MAP = "map"
-    NAME = "name"
-    FUSION = "fusion"
-    SIGNATURE = "signature"
-
-
-@dataclass(frozen=True)
-class Link:
-    """Reference row (position in ReferenceProfile.layers) → suite layer, and why."""
-
-    row: int
-    layer: str
-    source: str
 
 
 @dataclass(frozen=True)
@@ -117,50 +86,9 @@ def model_layer(model: SuiteModel, name: str) -> SuiteLayer:
 
 
 def matchable(row: ReferenceTiming) -> bool:
-    return row.status in (RefStatus.TIMED, RefStatus.OVERHEAD)
-
-
-class _Links:
-    """The links and ambiguities found so far for one model."""
-
-    def __init__(self) -> None:
-        self.links: list[Link] = []
-        self.ambiguities: dict[int, list[str]] = {}
-
-    def add(self, row: int, layer: str, source: str) -> None:
-        if not any(link.row == row and link.layer == layer for link in self.links):
-            self.links.append(Link(row, layer, source))
-
-    def doubt(self, row: int, reason: str) -> None:
-        reasons = self.ambiguities.setdefault(row, [])
-        if reason not in reasons:
-            reasons.append(reason)
-
-    def layers(self) -> set[str]:
-        return {link.layer for link in self.links}
-
-    def rows(self) -> set[int]:
-        return {link.row for link in self.links}
-
-
-def _member_keys(
-    row: ReferenceTiming, model: SuiteModel, others: Sequence[SuiteModel]
-) -> tuple[list[tuple[str, ...]], bool]:
-    """Candidate names of each member of a row, with this model's qualifier removed.
-
-    Members qualified with another model are left out; the flag says whether any was."""
-    member_keys: list[tuple[str, ...]] = []
-    foreign = False
-    for member in members_of(row):
-        path = path_of(member)
-        owner = qualifier_of(path, [model, *others])
-        if owner is not None and owner.name != model.name:
-            foreign = True
-            continue
-        # "/attn/qkv/MatMul" may be model attn's layer qkv, or a layer named attn: try both
-        keys = keys_of(path[1:]) + keys_of(path) if owner is not None else keys_of(path)
-        member_keys.append(keys)
-    return member_keys, foreign
+    """Only rows doing the model's work are linked: a row its reader calls engine overhead
+    (a reformat, a reorder, a copy) is never added to a layer, whatever its name."""
+    return row.status == RefStatus.TIMED
 
 
 def match_model(
@@ -176,21 +104,22 @@ def match_model(
     """
     others = [m for m in known_models if m.name != model.name]
     foreign: list[int] = []
-    candidates: dict[int, list[tuple[str, ...]]] = {}
+    candidates: dict[int, list[Member]] = {}
     for pos, row in enumerate(rows):
         if not matchable(row):
             continue
-        member_keys, is_foreign = _member_keys(row, model, others)
-        if is_foreign and not member_keys:
+        members, is_foreign = row_members(row, model, others)
+        if is_foreign and not members:
             foreign.append(pos)
-        elif member_keys:
-            candidates[pos] = member_keys
-    found = _Links()
+        elif members:
+            candidates[pos] = members
+    found = Found()
     _by_reference_name(model, rows, candidates, found)
     mapped, ignored = _by_map(model, rows, candidates, name_map, found)
     _by_name(model, rows, candidates, mapped, found)
-    _absorb_fused(model, rows, found)
-    _absorb_renamed(model, rows, found)
+    _prove_prefixes(model, rows, found)
+    absorb_fused(model, rows, found)
+    absorb_renamed(model, rows, found)
     for pos, layer in align_left_over(
         model, rows, candidates, found.rows() | set(ignored), found.layers()
     ):
@@ -199,6 +128,7 @@ def match_model(
             found.doubt(
                 pos, f"{GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
             )
+    doubt_unaccounted(model, rows, found)
     return ModelMatch(
         model=model.name,
         links=tuple(found.links),
@@ -213,25 +143,32 @@ def match_model(
 def _by_reference_name(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
-    found: _Links,
+    candidates: dict[int, list[Member]],
+    found: Found,
 ) -> None:
     """Rule 1: the whole raw name, or one member's name, is a layer's reference_name."""
     by_reference = [layer for layer in model.layers if layer.reference_name]
-    for pos, member_keys in candidates.items():
+    for pos, members in candidates.items():
         raw = fold(strip_suffix(rows[pos].name))
         for layer in by_reference:
             ref = fold(layer.reference_name or "")
-            if raw == ref or any(ref in (fold(k) for k in keys) for keys in member_keys):
-                found.add(pos, layer.name, MatchSource.REFERENCE_NAME)
+            if raw == ref:
+                found.add_whole(pos, layer.name, MatchSource.REFERENCE_NAME)
+                continue
+            for member in members:
+                key = next((k for k in member.keys if fold(k) == ref), None)
+                if key is not None:
+                    found.add_named(
+                        pos, layer.name, MatchSource.REFERENCE_NAME, member, key, len(members) == 1
+                    )
 
 
 def _by_map(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
+    candidates: dict[int, list[Member]],
     name_map: NameMap | None,
-    found: _Links,
+    found: Found,
 ) -> tuple[set[int], list[int]]:
     """Rule 2: the --map file, on the whole row. Returns the rows it decided, and those it
     maps to nothing (engine overhead by the user's word)."""
@@ -250,112 +187,39 @@ def _by_map(
             if target.model is not None and not names_model(target.model, model):
                 continue
             if target.layer in model.layer_names():
-                found.add(pos, target.layer, MatchSource.MAP)
+                found.add_whole(pos, target.layer, MatchSource.MAP)
     return mapped, ignored
 
 
 def _by_name(
     model: SuiteModel,
     rows: Sequence[ReferenceTiming],
-    candidates: dict[int, list[tuple[str, ...]]],
+    candidates: dict[int, list[Member]],
     mapped: set[int],
-    found: _Links,
+    found: Found,
 ) -> None:
     """Rule 3: normalised names, member by member. Layers that set a reference_name are
     called that by the engine, so their own names are not looked up."""
     index = NameIndex([layer.name for layer in model.layers if not layer.reference_name])
-    for pos, member_keys in candidates.items():
+    for pos, members in candidates.items():
         if pos in mapped:
             continue
-        for keys in member_keys:
-            names = index.candidates(keys)
+        for member in members:
+            key, names = index.lookup(member.keys)
             for name in names:
-                found.add(pos, name, MatchSource.NAME)
+                found.add_named(pos, name, MatchSource.NAME, member, key, len(members) == 1)
             if len(names) > 1:
                 found.doubt(
                     pos, f"reference row {rows[pos].name!r} fits layers {' and '.join(names)}"
                 )
 
 
-def _absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
-    """Rule 4a: a row fusing op kinds (Conv + Relu) also covers the unlinked layers that follow
-    its layer when their ops are those kinds, in order. Layers skipped on the way are covered
-    too, and the cover is ambiguous."""
-    position = {layer.name: i for i, layer in enumerate(model.layers)}
-    for link in list(found.links):
-        row = rows[link.row]
-        kinds = fused_kinds(row)
-        start = position.get(link.layer)
-        if len(kinds) < 2 or start is None:
-            continue
-        if not families_agree(op_family(kinds[0]), model.layers[start].op):
-            continue
-        nxt = start + 1
-        for kind in kinds[1:]:
-            span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found)
-            if span is None:
-                continue  # e.g. the bias Add of MatMul+Add is no suite layer of its own
-            for layer in span:
-                found.add(link.row, layer.name, MatchSource.FUSION)
-            if len(span) > 1:
-                skipped = ", ".join(layer.name for layer in span[:-1])
-                found.doubt(
-                    link.row,
-                    f"reference row {row.name!r} fused {'+'.join(kinds)}; layers {skipped} lie "
-                    f"between: it may cover {link.layer} alone or {link.layer} to {span[-1].name}",
-                )
-            if Flag.ACTIVATION_AUTO in row.flags:
-                found.doubt(
-                    link.row,
-                    f"reference row {row.name!r} has act=AUTO: the fused {kind} is a guess",
-                )
-            nxt = position[span[-1].name] + 1
-
-
-def _span_to_kind(
-    layers: Sequence[SuiteLayer],
-    start: int,
-    kind: str,
-    linked: set[str],
-    row: int,
-    found: _Links,
-) -> list[SuiteLayer] | None:
-    """The layers from `start` up to the first one of `kind`, skipping at most MAX_SKIPPED
-    unlinked layers; None when there is none within reach."""
-    family = op_family(kind)
-    span: list[SuiteLayer] = []
-    for layer in layers[start : start + MAX_SKIPPED + 1]:
-        own = any(link.row == row and link.layer == layer.name for link in found.links)
-        if layer.name in linked and not own:
-            return None
-        span.append(layer)
-        if families_agree(family, layer.op):
-            return span
-    return None
-
-
-def _absorb_renamed(model: SuiteModel, rows: Sequence[ReferenceTiming], found: _Links) -> None:
-    """Rule 4b: ONNX Runtime names some fused nodes after the output of their last op: conv →
-    bn → relu becomes one Conv node called ``<relu output>_nchwc``. When such a row (flagged
-    by its reader) matched a layer of another kind, it also covers the unlinked layers before
-    that layer back to the nearest one of the row's own kind."""
-    linked_layers = found.layers()
-    position = {layer.name: i for i, layer in enumerate(model.layers)}
-    for link in list(found.links):
-        row = rows[link.row]
-        family = op_family(row.raw_type)
-        end = position.get(link.layer)
-        if Flag.RENAMED_BY_ENGINE not in row.flags or family is None or end is None:
-            continue
-        if families_agree(family, model.layers[end].op):
-            continue
-        span: list[SuiteLayer] = []
-        for layer in reversed(model.layers[:end]):
-            if layer.name in linked_layers:
-                break
-            span.append(layer)
-            if families_agree(family, layer.op):
-                for covered in span:
-                    found.add(link.row, covered.name, MatchSource.FUSION)
-                    linked_layers.add(covered.name)
-                break
+def _prove_prefixes(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Found) -> None:
+    """Links found through part of a path stand only when they prove themselves
+    (opbench/match/prefix.py); the links made by whole names are the order they must keep."""
+    index = {layer.name: layer.index for layer in model.layers}
+    anchors = [(link.row, index[link.layer]) for link in found.links if link.layer in index]
+    for link in found.pending:
+        if proven(link, rows, model, anchors):
+            found.prove(link)
+    found.pending.clear()

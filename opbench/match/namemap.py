@@ -69,7 +69,7 @@ def read_name_map(path: Path | str) -> NameMap:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        raise syntax_error(exc, file) from None
+        raise syntax_error(exc, file, text) from None
     if root is None:
         return NameMap(source=file)
     if not isinstance(root, yaml.MappingNode):

@@ -135,12 +135,16 @@ class NameIndex:
 
     def candidates(self, keys: Sequence[str]) -> tuple[str, ...]:
         """The layers the most specific key names at the strictest level that finds any."""
+        return self.lookup(keys)[1]
+
+    def lookup(self, keys: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+        """(the key that found them, the layers) as `candidates`; ("", ()) when none."""
         for level, table in zip(_LEVELS, self.tables, strict=True):
             for key in keys:
                 found = table.get(level(key))
                 if found:
-                    return found
-        return ()
+                    return key, found
+        return "", ()
 
     def find(self, keys: Sequence[str]) -> str | None:
         """The one layer the keys name, or None when they name none or several."""
@@ -162,7 +166,13 @@ def op_family(raw_type: str | None) -> str | None:
     if not raw_type:
         return None
     key = raw_type.strip().casefold()
-    return POOL if key in _ANY_POOL else engine_families().get(key)
+    # TensorRT's layer types name the kernel library: "CaskConvolution", "CaskPooling"
+    for name in dict.fromkeys((key, key.removeprefix("cask"))):
+        if name in _ANY_POOL:
+            return POOL
+        if name in engine_families():
+            return engine_families()[name]
+    return None
 
 
 def families_agree(row_family: str | None, suite_op: str | None) -> bool:

@@ -54,10 +54,13 @@ def match_reference(
     rows: Sequence[ReferenceTiming],
     name_map: NameMap | None = None,
     model: str | None = None,
+    partial: bool = False,
 ) -> MatchResult:
     """Match a profile against the run's models: the one asked for, the only one, every model
     its names are qualified with, or the one whose layers match best (ties are bad input).
-    Nothing matched, or only guesses by position, is bad input too (exit 2)."""
+    Bad input too (exit 2): nothing matched, or only guesses by position; and, unless
+    `partial` (the suite times part of the profiled model), most timed rows matching no layer
+    of the run: a profile of another model."""
     if not models:
         raise InputError("the run holds no layer results to compare")
     result = _choose(models, rows, name_map, model)
@@ -65,7 +68,48 @@ def match_reference(
         chosen = {mm.model for mm in result.matches}
         raise InputError(nothing_matched([m for m in models if m.name in chosen], rows))
     _check_no_double_count(result, rows)
+    if not partial:
+        _check_mostly_matched(models, rows, result, name_map)
     return result
+
+
+def _check_mostly_matched(
+    models: Sequence[SuiteModel],
+    rows: Sequence[ReferenceTiming],
+    result: MatchResult,
+    name_map: NameMap | None,
+) -> None:
+    """Most timed rows matching no layer of the run (nor named after one of its models) is a
+    profile of another model, whatever few names happen to agree: exit 2."""
+    ignored = set().union(*(mm.ignored for mm in result.matches))
+    counted = [p for p, r in enumerate(rows) if r.status == RefStatus.TIMED and p not in ignored]
+    known = set().union(*(mm.rows for mm in result.matches))
+    known |= {p for p in counted if _qualified(rows[p], models)}
+
+    def mostly(known: set[int]) -> bool:
+        return 2 * len(known.intersection(counted)) >= len(counted)
+
+    if mostly(known):
+        return
+    compared = {mm.model for mm in result.matches}
+    for other in (m for m in models if m.name not in compared):
+        known |= match_model(other, rows, models, name_map).rows
+    if mostly(known):
+        return
+    unmatched = [rows[p].name for p in counted if p not in known]
+    layers = [layer.name for m in models for layer in m.layers]
+    pairs = closest_pairs(layers, unmatched)
+    closest = ", ".join(f"{a} ~ {b}" for a, b in pairs) if pairs else "none alike"
+    raise InputError(
+        f"{len(unmatched)} of {len(counted)} timed reference rows match no layer of the run: "
+        f"a profile of another model? The run's layers are {_listed(layers)}; the rows that "
+        f"match nothing are {_listed(unmatched)}; closest pairs: {closest}. If the suite times "
+        "part of this model, pass --partial; else name the rows with reference_name or --map"
+    )
+
+
+def _qualified(row: ReferenceTiming, models: Sequence[SuiteModel]) -> bool:
+    return any(qualifier_of(path_of(member), models) is not None for member in members_of(row))
 
 
 def _choose(

@@ -22,13 +22,46 @@ class SuiteLayer:
     op: str | None = None
     output_shape: tuple[int, ...] | None = None
     reference_name: str | None = None
+    #: The values the layer reads (earlier layers' names, model inputs'), from the suite spec;
+    #: None where the run does not say (older runs: layers then read the one before).
+    inputs: tuple[str, ...] | None = None
+    #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
+    #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
+    view: bool | None = None
+
+    def reads(self, other: SuiteLayer) -> bool:
+        """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
+        does not record it, by list order: the layer just before)."""
+        if self.inputs is not None:
+            return other.name in self.inputs
+        return other.index == self.index - 1
 
     @property
     def moves_data(self) -> bool:
-        """False for an op that is a view of its input (`Op.is_view`): no engine times it, so
-        no reference row needs to cover it."""
+        """False for a layer that is a view of its input (a flatten; a slice whose piece is
+        contiguous): no engine times it, so no reference row needs to cover it."""
+        if self.view is not None:
+            return not self.view
         op = OPS.get(self.op) if self.op else None
         return not (op is not None and op.is_view)
+
+
+def _view_of(spec_layer: Mapping[str, Any]) -> bool | None:
+    """`Op.view_layer` of a suite-spec layer's recorded shapes and parameters, or None when
+    they are missing or do not fit the op (an older or hand-edited run.json)."""
+    op = OPS.get(spec_layer.get("op")) if isinstance(spec_layer.get("op"), str) else None
+    shapes = spec_layer.get("input_shapes") or [spec_layer.get("input_shape")]
+    params = spec_layer.get("params")
+    if (
+        op is None
+        or not isinstance(params, Mapping)
+        or not all(isinstance(s, (list, tuple)) for s in shapes)
+    ):
+        return None
+    try:
+        return bool(op.view_layer(op.shape_arg([tuple(s) for s in shapes]), params))
+    except (ValueError, TypeError, KeyError, IndexError):  # ShapeError is a ValueError
+        return None
 
 
 @dataclass(frozen=True)
@@ -70,6 +103,8 @@ def suite_models(
                         "op": spec_layer.get("op"),
                         "output_shape": spec_layer.get("output_shape"),
                         "reference_name": spec_layer.get("reference_name"),
+                        "inputs": spec_layer.get("inputs"),
+                        "view": _view_of(spec_layer),
                     },
                 )
     with_results: set[str] = set()
@@ -105,6 +140,8 @@ def suite_models(
                         if info.get("output_shape")
                         else None,
                         reference_name=info.get("reference_name"),
+                        inputs=tuple(info["inputs"]) if info.get("inputs") else None,
+                        view=info.get("view"),
                     )
                     for i, (layer, info) in enumerate(layers.items())
                 ),

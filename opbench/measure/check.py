@@ -77,3 +77,26 @@ def reasons(c: Correctness, numel: int, what: str = "") -> tuple[str, ...]:
 def with_failures(c: Correctness, more: tuple[str, ...]) -> Correctness:
     """`c` with the reasons of further checks (second input, last call) added."""
     return replace(c, failures=c.failures + more) if more else c
+
+
+def combine(named: list[tuple[str, Correctness]]) -> Correctness:
+    """One record for several outputs checked each on its own (a model's outputs): the
+    figures of the output furthest from its limits, NaN/Inf and unwritten counts summed, and
+    every output's failures, each prefixed with `output 'name': ` when there are several."""
+    if len(named) == 1:
+        return named[0][1]
+
+    def badness(c: Correctness) -> float:
+        worst = c.rel_l2 / c.tolerance if c.rel_l2 == c.rel_l2 else float("inf")
+        if c.max_abs_limit:
+            worst = max(worst, c.max_abs / c.max_abs_limit)
+        return worst + (float("inf") if c.nonfinite or c.unwritten else 0.0)
+
+    worst = max((c for _, c in named), key=badness)
+    return replace(
+        worst,
+        nonfinite=sum(c.nonfinite for _, c in named),
+        unwritten=sum(c.unwritten for _, c in named),
+        failures=tuple(f"output {name!r}: {f}" for name, c in named for f in c.failures),
+        loose_tolerance=any(c.loose_tolerance for _, c in named),
+    )

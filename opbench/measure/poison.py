@@ -18,6 +18,7 @@ Where the output comes from:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,15 +63,19 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def scrub(t: torch.Tensor | None, spare: torch.Tensor | None = None) -> None:
+def scrub(
+    t: torch.Tensor | None, spare: torch.Tensor | Sequence[torch.Tensor] | None = None
+) -> None:
     """Poison an output the checker is about to release, so that no checked answer stays
     behind in freed memory for a later call to pick up. An output that shares memory with
-    `spare` (a view of the layer's input, as flatten returns) is left alone."""
+    `spare` (a view of one of the layer's inputs, as flatten returns) is left alone."""
     import torch
 
     if t is None or t.numel() == 0:
         return
-    if spare is not None and t.untyped_storage().data_ptr() == spare.untyped_storage().data_ptr():
+    spares = () if spare is None else (spare,) if isinstance(spare, torch.Tensor) else spare
+    where = t.untyped_storage().data_ptr()
+    if any(where == s.untyped_storage().data_ptr() for s in spares):
         return
     mode = torch.inference_mode() if t.is_inference() else torch.no_grad()
     with mode:

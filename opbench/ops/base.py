@@ -4,6 +4,13 @@ The shape and cost methods are pure Python (the suite loader uses them to valida
 without torch). `make_weights`, `forward` and `reference` import torch lazily: they are only
 called by the stages that run layers.
 
+Ops with several inputs (joins: add, concat, matmul, ...) set `arity` (the number of data
+inputs, or VARIADIC for two or more). For them the shape and cost methods get `in_shape` as a
+tuple of shapes and `forward` / `reference` get `x` as a tuple of tensors, one per input in the
+layer's `inputs:` order; an op with `arity == 1` gets one shape and one tensor, as always.
+Callers never branch on that themselves: `shape_arg` and `input_arg` turn the per-input
+sequences every caller holds into what the op takes.
+
 Two computations per op, kept apart on purpose:
 - `forward` is the torch baseline: the one call a PyTorch user writes for the layer
   (`F.rms_norm`, `F.linear`, ...), run in the layer's dtype by the torch backends.
@@ -14,6 +21,7 @@ Two computations per op, kept apart on purpose:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +33,8 @@ if TYPE_CHECKING:
 
 Shape = tuple[int, ...]
 REQUIRED = object()
+#: `Op.arity` of an op that takes two or more inputs (concat).
+VARIADIC = -1
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
 
@@ -121,12 +131,41 @@ def numel(shape: Sequence[int]) -> int:
 @dataclass(frozen=True)
 class Example:
     """A small layer of the op, for the tests that run every op (tests/unit/ops/ and the
-    Triton builders' test): `input` without the batch as a suite writes it, `params` as a suite
-    writes them, and `output`, the shape the op infers at batch 2, without the batch."""
+    Triton builders' test): `input` without the batch as a suite writes it (for an op with
+    several inputs, a tuple of such shapes, one per input), `params` as a suite writes them,
+    and `output`, the shape the op infers at batch 2, without the batch."""
 
-    input: Shape
+    input: Shape | tuple[Shape, ...]
     output: Shape
     params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def inputs(self) -> tuple[Shape, ...]:
+        """One shape per input (the single input of a one-input op in a tuple of one)."""
+        if self.input and all(isinstance(d, (tuple, list)) for d in self.input):
+            return tuple(tuple(s) for s in self.input)  # type: ignore[union-attr]
+        return (tuple(self.input),)  # type: ignore[arg-type]
+
+    def suite_model(self, model: str, op: str, layer: str, batch: int = 2, extra: str = "") -> str:
+        """The example as one model of a suite's `models:` list (YAML, indented for it): a
+        one-input op reads the model's `input`; an op with several reads declared model inputs
+        `x0`, `x1`, ... in order. `extra`: more keys of the layer's mapping (", dtype: float16")."""
+        params = "".join(f", {key}: {json.dumps(value)}" for key, value in self.params.items())
+        shapes = self.inputs
+        if len(shapes) == 1:
+            head = f"    input: {json.dumps(list(shapes[0]))}\n"
+            reads = ""
+        else:
+            names = [f"x{i}" for i in range(len(shapes))]
+            declared = ", ".join(
+                f"{n}: {json.dumps(list(s))}" for n, s in zip(names, shapes, strict=True)
+            )
+            head = f"    inputs: {{{declared}}}\n"
+            reads = f", inputs: [{', '.join(names)}]"
+        return (
+            f"  - name: {model}\n    batch: {batch}\n{head}    layers:\n"
+            f"      - {{name: {layer}, op: {op}{reads}{params}{extra}}}\n"
+        )
 
 
 class Op:
@@ -138,7 +177,8 @@ class Op:
     name: str = ""
     summary: str = ""
     params: tuple[Param, ...] = ()
-    #: The op only re-labels memory (a view); backends need no kernel for it.
+    #: The op only re-labels memory (a view); backends need no kernel for it. An op that is a
+    #: view for some shapes only (slice, split) says so per layer in `view_layer`.
     is_view: bool = False
     #: Engine op or layer types (ONNX Runtime, TensorRT, OpenVINO, SAS, torch profiler; any
     #: case), separated by spaces, whose reference rows are this op: the match stage's
@@ -156,6 +196,61 @@ class Op:
     onnx_op: str = ""
     #: A small layer for the tests that run every op; every built-in op has one.
     example: Example | None = None
+    #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
+    #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
+    arity: int = 1
+
+    # ---- inputs: one per edge of the graph ----------------------------------------------
+    def input_count(self, params: Mapping[str, Any]) -> int:
+        """The number of data inputs a layer with these parameters reads: `arity` by default
+        (VARIADIC: two or more). An op whose count depends on its parameters declares
+        `arity = VARIADIC` (it then always gets tuples) and returns the count here."""
+        return self.arity
+
+    def takes(self, count: int, params: Mapping[str, Any] | None = None) -> bool:
+        """Whether a layer (with `params`, when known) may read `count` inputs."""
+        expected = self.arity if params is None else self.input_count(params)
+        return count >= 2 if expected == VARIADIC else count == expected
+
+    def arity_text(self, params: Mapping[str, Any] | None = None) -> str:
+        """How many inputs the op (with `params`) takes, in words: "1 input", "2 inputs",
+        "2 or more inputs"."""
+        expected = self.arity if params is None else self.input_count(params)
+        if expected == VARIADIC:
+            return "2 or more inputs"
+        return f"{expected} input{'s' if expected != 1 else ''}"
+
+    def shape_arg(self, in_shapes: Sequence[Shape]) -> Any:
+        """What the shape and cost methods take from one shape per input: that shape for an op
+        with one input, the tuple of them otherwise."""
+        return tuple(in_shapes[0]) if self.arity == 1 else tuple(tuple(s) for s in in_shapes)
+
+    def input_arg(self, xs: Sequence[Any]) -> Any:
+        """What `forward` and `reference` take from one tensor per input: that tensor for an
+        op with one input, the tuple of them otherwise."""
+        return xs[0] if self.arity == 1 else tuple(xs)
+
+    def layer_shape(self, layer: LayerSpec) -> Any:
+        """`shape_arg` of the layer's input shapes."""
+        return self.shape_arg(layer.input_shapes)
+
+    def layer_flops(self, layer: LayerSpec) -> int:
+        return self.flops(self.layer_shape(layer), layer.output_shape, layer.params)
+
+    def layer_bytes(self, layer: LayerSpec) -> int:
+        return self.min_bytes(
+            self.layer_shape(layer), layer.output_shape, layer.params, layer.dtype
+        )
+
+    def input_numel(self, in_shape: Any) -> int:
+        """Elements of every input together (`in_shape` as the shape methods get it)."""
+        shapes = (in_shape,) if self.arity == 1 else in_shape
+        return sum(numel(s) for s in shapes)
+
+    def view_layer(self, in_shape: Any, p: Mapping[str, Any]) -> bool:
+        """Whether a layer with this input (`shape_arg`) and these parameters is a view of its
+        input: no kernel, no bytes, exempt from verdicts. `is_view` unless the op says more."""
+        return self.is_view
 
     # ---- pure: shapes and costs -------------------------------------------------------
     def infer_shape(self, in_shape: Shape, p: Mapping[str, Any]) -> Shape:
@@ -168,7 +263,8 @@ class Op:
         return 0
 
     def min_bytes(self, in_shape: Shape, out_shape: Shape, p: Mapping[str, Any], dtype: str) -> int:
-        """Each input read once, each output written once, each weight read once.
+        """Each input read once (every input of a join), each output written once, each
+        weight read once.
 
         With `quant: int8` the main `weight` tensor is stored as int8 (1 byte); bias and the
         other small tensors stay in floating point.
@@ -179,7 +275,7 @@ class Op:
             numel(shape) * (1 if int8 and key == "weight" else size)
             for key, shape in self.weight_shapes(in_shape, p).items()
         )
-        return (numel(in_shape) + numel(out_shape)) * size + weights
+        return (self.input_numel(in_shape) + numel(out_shape)) * size + weights
 
     # ---- torch: data and the computation ------------------------------------------------
     def make_weights(self, layer: LayerSpec, generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -187,14 +283,15 @@ class Op:
         import torch
 
         weights = {}
-        for key, shape in self.weight_shapes(layer.input_shape, layer.params).items():
+        for key, shape in self.weight_shapes(self.layer_shape(layer), layer.params).items():
             weights[key] = torch.randn(shape, generator=generator, dtype=torch.float32)
         return weights
 
     def forward(
         self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
     ) -> torch.Tensor:
-        """The torch baseline: the call a PyTorch user writes, in the layer's dtype."""
+        """The torch baseline: the call a PyTorch user writes, in the layer's dtype. `x` is a
+        tuple of tensors for an op with several inputs (`input_arg`)."""
         raise NotImplementedError
 
     def reference(

@@ -21,7 +21,7 @@ class Linear(Op):
     engine_names = (
         "output gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits "
         "dynamicquantizematmul fullyconnected fc matrixmultiply linear aten::linear "
-        "aten::addmm aten::mm innerproduct"
+        "aten::addmm aten::mm innerproduct batchmatmul batchmatmulv2 bmm aten::bmm aten::matmul"
     )
     torch_calls = ("torch.nn.functional.linear",)
     example = Example((5, 7), (5, 9), {"out_features": 9, "activation": "gelu"})

@@ -1,9 +1,10 @@
 """The only place that chains the GPU stages: spec → data → build → check → measure → results.
 
-For every model: weights and inputs are drawn once (seeded by the suite, model and layer
-names: `data`); each backend plans its groups (single layers, or fused chains: `plan`), builds
-each group, runs it against the high-precision reference, then times it (`measure`); the whole
-model is then timed on each backend (`end_to_end`). `run` chains them and writes run.json
+For every model: weights and the data of every value are drawn once (seeded by the suite,
+model, layer and value names: `data`); each backend plans its groups (single layers, or fused
+pieces of the graph: `plan`), builds each group, runs it against the high-precision reference,
+then times it (`measure`); the whole model's forward over its graph (`forward`) is then
+checked against the whole graph's reference and timed on each backend (`end_to_end`). `run` chains them and writes run.json
 after every result.
 """
 

@@ -1,7 +1,7 @@
 """The correctness checks of one work item, around its timing.
 
-1. The first call, on the suite's seeded input, against the reference.
-2. A second input of the same shape, seeded for this backend alone, against its own reference:
+1. The first call, on the suite's seeded inputs, against the reference.
+2. Second inputs of the same shapes, seeded for this backend alone, against their own reference:
    no other computation in the process has produced its answer, so recycled memory cannot
    hold it, and a kernel that only knows the first input fails.
 3. After timing, one more call on the first input, against the first call's output: a kernel
@@ -71,50 +71,47 @@ class Checks:
     ) -> None:
         self.item, self.data, self.built, self.device = item, data, built, device
         self.validate = validate
-        last = item.layers[-1]
+        last = item.output_layer
         self.tolerance = last.effective_tolerance
         self.loose = last.loose_tolerance
         self.nbytes = numel(last.output_shape) * torch_dtype(last.dtype).itemsize
         self.first: torch.Tensor | None = None  # a copy of the first call's output
         self.first_finite = False
-        self.x: torch.Tensor | None = None  # the timed binding's input
+        self.xs: tuple[torch.Tensor, ...] = ()  # the timed binding's inputs
         self.correctness: Correctness | None = None
 
     def _launch(self, bound: Bound) -> torch.Tensor:
         return checked_launch(bound, self.device, self.nbytes, self.validate)
 
-    def _prepared(self, x: torch.Tensor) -> torch.Tensor:
-        return x if self.built.prepare_input is None else self.built.prepare_input(x)
-
     def first_call(self) -> Bound:
-        """Bind the seeded input, check the first call, and return the binding to time."""
-        x = self.x = self._prepared(self.data.input(self.item.indices[0]))
-        bound = self.built.bind_input(x)
+        """Bind the seeded inputs, check the first call, and return the binding to time."""
+        xs = self.xs = self.built.prepared(self.data.group_inputs(self.item.indices))
+        bound = self.built.bind_input(*xs)
         ref, kind = self.data.reference(self.item.indices)
         out = self._launch(bound)
         self.correctness = compare_outputs(out, ref, self.tolerance, kind, self.loose)
         self.first_finite = self.correctness.nonfinite == 0
         # A copy: a backend may write every call into the same buffer.
         self.first = out.detach().clone()
-        scrub(out, spare=x)
+        scrub(out, spare=xs)
         return bound
 
     def second_input(self) -> None:
-        raw = self.data.input(self.item.indices[0], check=self.item.backend)
+        raw = self.data.group_inputs(self.item.indices, check=self.item.backend)
         ref, kind = self.data.reference(self.item.indices, raw)
-        x = self._prepared(raw)
+        xs = self.built.prepared(raw)
         # A backend may record each bind's tuned choices in Built.plan: the plan reported is
         # the timed binding's, so what this extra bind writes there is undone.
         plan = self.built.plan
         timed_plan = dict(plan) if isinstance(plan, dict) else None
         try:
-            out = self._launch(self.built.bind_input(x))
+            out = self._launch(self.built.bind_input(*xs))
         finally:
             if timed_plan is not None and isinstance(plan, dict):
                 plan.clear()
                 plan.update(timed_plan)
         found = compare_outputs(out, ref, self.tolerance, kind)
-        scrub(out, spare=x)
+        scrub(out, spare=xs)
         self._add(SECOND_INPUT, found.failures)
 
     def after_timing(self, bound: Bound) -> None:
@@ -126,7 +123,7 @@ class Checks:
         else:
             against, kind = self.data.reference(self.item.indices)
         found = compare_outputs(out, against, self.tolerance, kind)
-        scrub(out, spare=self.x)
+        scrub(out, spare=self.xs)
         self._add(AFTER_TIMING, found.failures)
 
     def _add(self, what: str, failures: tuple[str, ...]) -> None:

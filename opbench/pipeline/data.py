@@ -1,6 +1,12 @@
-"""The seeded data of one model: weights, inputs and high-precision references.
+"""The seeded data of one model: weights, the data of every value, and high-precision references.
 
 Computed once per model and shared by every backend, so each backend sees the same numbers.
+
+Data follows the graph (spec/graph.py). Every value (a model input, or a layer's output) has
+seeded random-normal data of its shape, drawn once: the inputs of a layer are its producers'
+data, so two layers reading one value see the same tensor, and a model input is the same
+tensor in the per-layer checks and in the whole-model run. A reader whose dtype differs from
+another's gets the same numbers rounded to its own dtype.
 """
 
 from __future__ import annotations
@@ -20,14 +26,18 @@ GPU_REFERENCE_ELEMENTS = 32 * 1024 * 1024
 
 
 class ModelData:
-    """Seeded weights, inputs and references of one model, computed once and shared by backends."""
+    """Seeded weights, value data and references of one model, computed once and shared by
+    backends."""
 
     def __init__(self, suite: SuiteSpec, model: ModelSpec, device: str) -> None:
         self.suite, self.model, self.device = suite, model, device
+        self.graph = model.graph
         self._weights: dict[int, dict[str, Any]] = {}
-        self._inputs: dict[int, Any] = {}
+        self._values: dict[tuple[str, str], Any] = {}
         self._refs: dict[tuple[int, ...], tuple[Any, str]] = {}
+        self._model_ref: tuple[dict[int, Any], str] | None = None
 
+    # ---- weights and data ------------------------------------------------------------------
     def weights(self, index: int) -> dict[str, Any]:
         """float32 weights on the device. Seeded by the model's base name: sweeps share them."""
         if index not in self._weights:
@@ -37,34 +47,94 @@ class ModelData:
             self._weights[index] = {k: v.to(self.device) for k, v in cpu.items()}
         return self._weights[index]
 
-    def input(self, index: int, check: str | None = None):
-        """The layer's input in its dtype, on the device (fresh random-normal data).
+    def value(self, name: str, dtype: str, check: str | None = None):
+        """The data of value `name` (a model input, or what a layer's output is stood in by in
+        per-layer checks) in `dtype`, on the device: fresh random normal of its shape.
 
-        check: a name (the backend's) for the second, differently seeded input of the same
-            shape that the correctness check also runs; made afresh, never cached.
+        check: a name (the backend's) for a second, differently seeded draw of the same shape
+            that the correctness check also runs; made afresh, never cached.
         """
-        layer = self.model.layers[index]
-        if check is not None or index not in self._inputs:
-            names = (self.suite.name, self.model.name, layer.name, "input")
-            x = make_input(layer.input_shape, seed_for(*names, *([check] if check else [])))
-            x = x.to(device=self.device, dtype=torch_dtype(layer.dtype))
-            if check is not None:
-                return x
-            self._inputs[index] = x
-        return self._inputs[index]
+        key = (name, dtype)
+        if check is None and key in self._values:
+            return self._values[key]
+        graph = self.graph
+        shape = graph.inputs[name] if graph.is_input(name) else graph.out_shapes[graph.index(name)]
+        names = (self.suite.name, self.model.name, name, "data")
+        x = make_input(shape, seed_for(*names, *([check] if check else [])))
+        x = x.to(device=self.device, dtype=torch_dtype(dtype))
+        if check is None:
+            self._values[key] = x
+        return x
 
-    def reference(self, indices: tuple[int, ...], x=None):
+    def inputs(self, index: int, check: str | None = None) -> tuple[Any, ...]:
+        """The layer's inputs, one per value it reads, in its dtype: its producers' data."""
+        layer = self.model.layers[index]
+        return tuple(self.value(v, layer.dtype, check) for v in layer.inputs)
+
+    def input(self, index: int, check: str | None = None):
+        """The layer's first input (its only one, for a layer of a one-input op)."""
+        return self.inputs(index, check)[0]
+
+    def group_inputs(self, indices: tuple[int, ...], check: str | None = None) -> tuple[Any, ...]:
+        """The inputs of a group of layers built as one (`Graph.external_inputs`, in order of
+        first use), each in the dtype of the group's first layer that reads it."""
+        return tuple(
+            self.value(v, self._reader_dtype(v, indices), check)
+            for v in self.graph.external_inputs(indices)
+        )
+
+    def model_inputs(self) -> dict[str, Any]:
+        """Every model input, in the dtype of the first layer that reads it: what the whole
+        model runs on. (A reader of another dtype casts it, as a model would.)"""
+        return {
+            name: self.value(name, self._reader_dtype(name, tuple(self.graph.walk())))
+            for name in self.graph.inputs
+            if name in self.graph.last_reader
+        }
+
+    def _reader_dtype(self, value: str, indices: tuple[int, ...]) -> str:
+        for i in sorted(indices):
+            if value in self.model.layers[i].inputs:
+                return self.model.layers[i].dtype
+        raise KeyError(f"no layer of {indices} reads {value!r}")
+
+    # ---- references ------------------------------------------------------------------------
+    def reference(self, indices: tuple[int, ...], xs: tuple[Any, ...] | None = None):
         """The group's output computed in high precision from the same (rounded) inputs and
-        weights. x: another input than the layer's own (the check's second input); not cached."""
-        if x is None and indices in self._refs:
+        weights. xs: other inputs than the group's own (the check's second input, one per
+        `group_inputs`); not cached."""
+        if xs is None and indices in self._refs:
             return self._refs[indices]
+        own = xs is None
+        given = self.group_inputs(indices) if own else xs
+        sources = dict(zip(self.graph.external_inputs(indices), given, strict=True))
+        (last,) = self.graph.group_outputs(indices)
+        ref, kind = self._evaluate(sorted(indices), sources, (last,))
+        result = (ref[last], kind)
+        if own:
+            self._refs = {indices: result}  # keep one: references of large layers are big
+        return result
+
+    def model_reference(self) -> tuple[dict[int, Any], str]:
+        """The whole model in high precision from its seeded inputs: each model output (by
+        layer index) and how it was computed. Between layers every value is rounded to the
+        dtype of the layer that made it, as the backends' outputs are. Computed once."""
+        if self._model_ref is None:
+            order = list(self.graph.walk())
+            self._model_ref = self._evaluate(order, self.model_inputs(), self.graph.outputs)
+        return self._model_ref
+
+    def _evaluate(self, order: list[int], sources: dict[str, Any], keep: tuple[int, ...]):
+        """Run `order` (layer indices, walk order) in float64 on the CPU (float32 on the GPU
+        when large) from `sources` (value name → tensor), freeing each value after its last
+        reader in `order`; the outputs of the layers in `keep`, and the kind."""
         import torch
 
-        layers = [self.model.layers[i] for i in indices]
-        flops = sum(
-            get_op(lay.op).flops(lay.input_shape, lay.output_shape, lay.params) for lay in layers
+        layers = [self.model.layers[i] for i in order]
+        flops = sum(get_op(lay.op).layer_flops(lay) for lay in layers)
+        big = max(
+            sum(numel(s) for s in lay.input_shapes) + numel(lay.output_shape) for lay in layers
         )
-        big = max(numel(lay.input_shape) + numel(lay.output_shape) for lay in layers)
         on_gpu = self.device.startswith("cuda") and (
             flops > GPU_REFERENCE_FLOPS or big > GPU_REFERENCE_ELEMENTS
         )
@@ -73,21 +143,24 @@ class ModelData:
             if on_gpu
             else ("cpu", torch.float64, "float64-cpu")
         )
-        own = x is None
-        x = (self.input(indices[0]) if own else x).to(dev, dtype)
+        last_use = {v: i for i in order for v in self.model.layers[i].inputs}
+        # Each source as the reader sees it: rounded to the dtype it arrives in.
+        env: dict[str, Any] = {v: (x, x.dtype) for v, x in sources.items()}
+        found: dict[int, Any] = {}
         with torch.no_grad(), _no_tf32():
-            for i, layer in zip(indices, layers, strict=False):
-                rounded = {
-                    k: v.to(torch_dtype(layer.dtype)).to(dev, dtype)
-                    for k, v in self.weights(i).items()
-                }
-                x = get_op(layer.op).reference(x, rounded, layer)
-                if i != indices[-1]:
-                    # Between fused layers, the unfused model would round to the layer dtype too.
-                    x = x.to(torch_dtype(layer.dtype)).to(dtype)
-        if own:
-            self._refs = {indices: (x, kind)}  # keep one: references of large layers are big
-        return x, kind
+            for i, layer in zip(order, layers, strict=True):
+                op = get_op(layer.op)
+                want = torch_dtype(layer.dtype)
+                args = [env[v][0].to(env[v][1]).to(want).to(dev, dtype) for v in layer.inputs]
+                rounded = {k: v.to(want).to(dev, dtype) for k, v in self.weights(i).items()}
+                out = op.reference(op.input_arg(args), rounded, layer)
+                if i in keep:
+                    found[i] = out
+                env[layer.name] = (out, want)
+                for v in set(layer.inputs):
+                    if last_use[v] == i:
+                        del env[v]
+        return found, kind
 
 
 class _no_tf32:

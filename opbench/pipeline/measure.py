@@ -29,22 +29,19 @@ def error_message(exc: BaseException) -> str:
 
 def base_result(item: WorkItem, device: str, gpu: str | None = None) -> LayerResult:
     layers = item.layers
-    first, last = layers[0], layers[-1]
+    first, last = layers[0], item.output_layer
     ops = [get_op(layer.op) for layer in layers]
-    flops = sum(
-        op.flops(la.input_shape, la.output_shape, la.params)
-        for op, la in zip(ops, layers, strict=False)
-    )
-    if len(layers) == 1:
-        nbytes = ops[0].min_bytes(first.input_shape, first.output_shape, first.params, first.dtype)
-    else:
-        # A fused group moves its input, output and weights once; intermediates never touch memory.
-        nbytes = sum(
-            op.min_bytes(la.input_shape, la.output_shape, la.params, la.dtype)
-            for op, la in zip(ops, layers, strict=False)
-        )
-        inner = sum(numel(la.output_shape) for la in layers[:-1]) * 2 * _itemsize(first.dtype)
-        nbytes -= inner
+    flops = sum(op.layer_flops(la) for op, la in zip(ops, layers, strict=True))
+    nbytes = sum(op.layer_bytes(la) for op, la in zip(ops, layers, strict=True))
+    if len(layers) > 1:
+        # A fused group moves its inputs, output and weights once; the values that stay inside
+        # the group (written once, read by each reader inside) never touch memory.
+        graph = item.model.graph
+        members = set(item.indices)
+        for i, layer in zip(item.indices, layers, strict=True):
+            if layer is not last:
+                readers = sum(1 for c in graph.consumers[i] if c in members)
+                nbytes -= numel(layer.output_shape) * (1 + readers) * _itemsize(layer.dtype)
     return LayerResult(
         model=item.model.name,
         layer=first.name,
@@ -130,7 +127,7 @@ def _measure_item(
             data,
             built,
             options.device,
-            validate=lambda out: output_problem(out, layers[-1], options.device),
+            validate=lambda out: output_problem(out, item.output_layer, options.device),
         )
         bound = checks.first_call()
         checks.second_input()

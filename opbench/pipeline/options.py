@@ -14,7 +14,8 @@ from opbench.spec.model import LayerSpec, ModelSpec
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One (model, group of layers, backend) result to produce."""
+    """One (model, group of layers, backend) result to produce. The group is one layer, or a
+    connected piece of the model's graph built as one (fusion), in walk order."""
 
     model: ModelSpec
     indices: tuple[int, ...]
@@ -23,6 +24,12 @@ class WorkItem:
     @property
     def layers(self) -> tuple[LayerSpec, ...]:
         return tuple(self.model.layers[i] for i in self.indices)
+
+    @property
+    def output_layer(self) -> LayerSpec:
+        """The layer whose output is the group's (a fused group has exactly one)."""
+        (index,) = self.model.graph.group_outputs(self.indices)
+        return self.model.layers[index]
 
 
 @dataclass

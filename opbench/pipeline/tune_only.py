@@ -50,10 +50,7 @@ def tune_suites(
             try:
                 weights = [data.weights(i) for i in item.indices]
                 built = backend.build(item.layers, weights, device)
-                x = data.input(item.indices[0])
-                if built.prepare_input is not None:
-                    x = built.prepare_input(x)
-                built.bind_input(x)
+                built.bind_input(*built.prepared(data.group_inputs(item.indices)))
             except Unsupported as exc:
                 report.skipped.append((name, str(exc)))
                 continue

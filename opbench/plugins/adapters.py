@@ -44,13 +44,16 @@ def layer_view(spec: LayerSpec) -> api.Layer:
         quant=spec.quant,
         input_shape=tuple(spec.input_shape),
         output_shape=tuple(spec.output_shape),
+        inputs=tuple(spec.inputs),
+        input_shapes=tuple(tuple(s) for s in spec.input_shapes),
     )
 
 
 class PluginBackend:
     """A plugin's `api.Backend` class behind the pipeline's backend protocol. One layer per
-    build (no fusion); the plugin object is made on first use, so a failing constructor
-    makes the backend unavailable instead of ending the run."""
+    build (no fusion), however many inputs it reads (`fn(*xs)`); the plugin object is made on
+    first use, so a failing constructor makes the backend unavailable instead of ending the
+    run."""
 
     def __init__(self, cls: type[api.Backend]) -> None:
         self.name = cls.name
@@ -119,6 +122,24 @@ class PluginOp(InternalOp):
         self.name = op.name
         self.summary = op.summary
         self.params = tuple(op.params)
+        arity = op.arity
+        if (
+            not isinstance(arity, int)
+            or isinstance(arity, bool)
+            or not (arity >= 1 or arity == api.VARIADIC)
+        ):
+            raise ValueError(
+                f"op {op.name!r}: arity must be a positive integer or opbench.api.VARIADIC, "
+                f"not {arity!r}"
+            )
+        self.arity = arity
+
+    def _plain(self, in_shape: Any) -> Any:
+        """The shape argument as the plugin gets it: a tuple of ints, or for a join a tuple of
+        such tuples (never lists)."""
+        if self.arity == 1:
+            return tuple(in_shape)
+        return tuple(tuple(s) for s in in_shape)
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -130,7 +151,7 @@ class PluginOp(InternalOp):
 
     def infer_shape(self, in_shape, p):
         out = _shape(
-            self._call("output_shape", self.plugin.output_shape, tuple(in_shape), p),
+            self._call("output_shape", self.plugin.output_shape, self._plain(in_shape), p),
             f"op {self.name!r}: output_shape",
         )
         self.weight_shapes(in_shape, p)
@@ -140,7 +161,7 @@ class PluginOp(InternalOp):
         return out
 
     def weight_shapes(self, in_shape, p):
-        shapes = self._call("weight_shapes", self.plugin.weight_shapes, tuple(in_shape), p)
+        shapes = self._call("weight_shapes", self.plugin.weight_shapes, self._plain(in_shape), p)
         if not isinstance(shapes, Mapping):
             raise ShapeError(f"op {self.name!r}: weight_shapes returned {shapes!r}, not a dict")
         return {
@@ -148,12 +169,12 @@ class PluginOp(InternalOp):
         }
 
     def flops(self, in_shape, out_shape, p):
-        value = self._call("flops", self.plugin.flops, tuple(in_shape), tuple(out_shape), p)
+        value = self._call("flops", self.plugin.flops, self._plain(in_shape), tuple(out_shape), p)
         return _count(value, f"op {self.name!r}: flops")
 
     def min_bytes(self, in_shape, out_shape, p, dtype):
         value = self._call(
-            "min_bytes", self.plugin.min_bytes, tuple(in_shape), tuple(out_shape), p, dtype
+            "min_bytes", self.plugin.min_bytes, self._plain(in_shape), tuple(out_shape), p, dtype
         )
         return _count(value, f"op {self.name!r}: min_bytes")
 

@@ -175,10 +175,10 @@ def _register(cls: type, origin: str) -> None:
             )
         else:
             try:
-                op = cls()
+                op = PluginOp(cls())  # a bad `arity` fails here, naming the op
             except Exception as exc:
                 raise _failed(f"plugin op {cls.__name__} ({origin}): {last_line(exc)}") from None
-            register_op(PluginOp(op), origin)
+            register_op(op, origin)
     except vocabulary.NameClash as exc:
         raise _failed(str(exc)) from None
     _registered.add(cls)

@@ -32,6 +32,8 @@ class Layout:
     activation: Column | None
     output: Column | None
     run: Column | None
+    inputs: Column | None = None  # a graph's edges (sas-prefix cuts): rows may lack a time
+    status: Column | None = None
 
 
 def _choose_time(
@@ -114,6 +116,8 @@ def choose_layout(
         activation=by_role.get(Role.ACTIVATION),
         output=by_role.get(Role.OUTPUT),
         run=run,
+        inputs=by_role.get(Role.INPUTS),
+        status=by_role.get(Role.STATUS),
     )
 
 

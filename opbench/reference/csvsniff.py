@@ -31,6 +31,8 @@ class Role:
     ACTIVATION = "activation"  # an activation fused into the layer (DLPy "Activation")
     OUTPUT = "output"  # the layer's output size/shape
     RUN = "run"  # run / iteration number: one row per (layer, run) sample
+    INPUTS = "inputs"  # the layers (or model inputs) the row's layer reads: a graph's edges
+    STATUS = "status"  # free text on the row: why it was not timed, a substitution
     VALUE = "value"  # a number: a time statistic or a count
     OTHER = "other"  # anything else (FLOPS, parameters, percentages): ignored
 
@@ -72,6 +74,8 @@ _TYPE = _phrases(
 )
 _ACTIVATION = _phrases("activation", "act", "activation function")
 _OUTPUT = _phrases("output size", "output shape", "out shape", "shape", "output dims", "output")
+_INPUTS = _phrases("inputs", "src layers", "source layers", "producers", "input layers")
+_STATUS = _phrases("status", "error", "note", "notes", "remark")
 _RUN = _phrases(
     "run", "run id", "run no", "run number", "iteration", "iter", "iteration id", "rep",
     "repeat", "repetition", "sample", "trial", "step", "round",
@@ -131,6 +135,8 @@ def classify(index: int, header: str) -> Column:
             (Role.ACTIVATION, _ACTIVATION),
             (Role.OUTPUT, _OUTPUT),
             (Role.RUN, _RUN),
+            (Role.INPUTS, _INPUTS),
+            (Role.STATUS, _STATUS),
         ):
             if phrase in phrases:
                 return Column(index, text, role)

@@ -3,7 +3,9 @@
 The file is streamed row by row, so a 100 MB export costs memory for its layers and samples
 only. A header line names the columns (see csvsniff.classify). Rows are then:
 
-- layer rows: a name and a time (input rows may have no time);
+- layer rows: a name and a time (input rows may have no time; nor may the rows of a
+  cumulative file with an `inputs` column, whose untimed rows are cuts that could not be
+  timed, kept for the graph's edges);
 - footer rows (`Summary`, `Total…` in the name, id or first column; or rows without a name
   and without a time, like DLPy's "Total number of parameters" line): not layers; a time in
   a footer row becomes the profile's total;
@@ -56,6 +58,8 @@ class TableLayer:
     raw_type: str | None
     activation: str | None
     output_size: str | None
+    inputs: str | None = None  # the `inputs` cell: what this layer reads (a graph's edges)
+    status: str | None = None  # the `status` cell
     samples: array = field(default_factory=lambda: array("d"))  # time column, ms
     extras: dict[str, float] = field(default_factory=dict)  # other statistics (ms; count as is)
     runs: set[object] = field(default_factory=set)
@@ -71,6 +75,7 @@ class LayerTable:
     layers: list[TableLayer]
     total_ms: float | None
     notes: list[str]
+    has_inputs: bool = False  # an `inputs` column: the rows are the cuts of a graph
 
 
 def is_input_layer(layer: TableLayer) -> bool:
@@ -259,6 +264,8 @@ class _TableReader:
                     raw_type=_cell(cells, layout.layer_type),
                     activation=_cell(cells, layout.activation),
                     output_size=_cell(cells, layout.output),
+                    inputs=_cell(cells, layout.inputs),
+                    status=_cell(cells, layout.status),
                 )
             elif run_i is None or run_key in layer.runs:
                 again = f" in run {run_key}" if run_i is not None else ""
@@ -282,7 +289,7 @@ class _TableReader:
             else:
                 value = self._number(cells, time_col, time_unit, header_line + rows.line_num, name)  # type: ignore[assignment]
             if value is None:
-                if not is_input_layer(layer):
+                if not is_input_layer(layer) and not (self.cumulative and layout.inputs):
                     message = f"missing time in column {time_col.header!r}"
                     raise self._bad(message, header_line + rows.line_num, time_col, name)
             elif kept:
@@ -312,6 +319,7 @@ class _TableReader:
             layers=list(layers.values()),
             total_ms=statistics.median(footer_totals) if footer_totals else None,
             notes=self.notes,
+            has_inputs=layout.inputs is not None,
         )
 
 

@@ -36,6 +36,9 @@ class ReferenceTiming:
     line: line in the source file where this layer was read, for messages.
     noise_ms: an estimate of the time's uncertainty where the format implies one
         (e.g. prefix differences), else None.
+    derived_from: for a time derived from cumulative (cut) times, the rows it combines and
+        their coefficients, (row name, ±1), in file order; empty where the rows are simply
+        consecutive (a chain of prefixes) or the time was measured.
     """
 
     engine: str
@@ -56,6 +59,7 @@ class ReferenceTiming:
     line: int | None = None
     noise_ms: float | None = None
     flags: tuple[str, ...] = ()
+    derived_from: tuple[tuple[str, int], ...] = ()
 
     @property
     def time_ms(self) -> float | None:

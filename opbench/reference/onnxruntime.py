@@ -62,8 +62,14 @@ _OVERHEAD_OPS = frozenset(
 _DATA_MOVEMENT_OPS = frozenset(
     {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Flatten"}
 )
+# Names ONNX Runtime gives the nodes its optimizer inserts: reorders, copies, the reshapes
+# around a fused Gemm, "<Op>_token_<n>", and a bare op type ("Squeeze", beside the
+# "Squeeze_token_9" of the same split fusion). Exporters name a model's own nodes with a scope
+# ("/attn/Reshape"), a number ("Reshape_12") or a prefix ("node_Reshape_12").
 _INSERTED_NAME = re.compile(
-    r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$", re.IGNORECASE
+    r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$"
+    r"|^(Reshape|Transpose|Squeeze|Unsqueeze|Identity|Flatten)$",
+    re.IGNORECASE,
 )
 _ACTIVATIONS = frozenset(
     {

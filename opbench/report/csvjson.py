@@ -30,6 +30,7 @@ from opbench.compare.model import (
 )
 from opbench.compare.peaks import roof_fraction
 from opbench.errors import InputError, Location
+from opbench.results.jsonfile import read_json_object
 
 JSON_FILE = "comparison.json"
 CSV_FILE = "comparison.csv"
@@ -109,7 +110,14 @@ def _summary(data: dict[str, Any]) -> ModelSummary:
         speedup=_interval(data.get("speedup")),
         end_to_end_speedup=_f(data.get("end_to_end_speedup")),
         end_to_end=tuple(
-            _build(EndToEndTiming, e, time=_interval(e.get("time")), vs_torch=_f(e.get("vs_torch")))
+            _build(
+                EndToEndTiming,
+                e,
+                time=_interval(e.get("time")),
+                vs_torch=_f(e.get("vs_torch")),
+                rel_l2=_f(e.get("rel_l2")),
+                failures=None if e.get("failures") is None else tuple(e["failures"]),
+            )
             for e in data.get("end_to_end") or ()
         ),
         missing=tuple(data.get("missing") or ()),
@@ -179,26 +187,13 @@ def read_comparison(path: Path | str) -> Comparison:
     path = Path(path)
     if path.is_dir():
         path = path / JSON_FILE
-    where = Location(file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no comparison here: run `opbench compare` first", where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"not valid JSON: {exc.msg}",
-            Location(file=str(path), line=exc.lineno, column=exc.colno),
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError("a comparison file holds a JSON object", where)
+    data = read_json_object(
+        path, "comparison file", missing="no comparison here: run `opbench compare` first"
+    )
     try:
         return comparison_from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InputError(f"not an opbench comparison: {exc}", where) from None
+        raise InputError(f"not an opbench comparison: {exc}", Location(file=str(path))) from None
 
 
 # ---- CSV ------------------------------------------------------------------------------------

@@ -161,14 +161,17 @@ def _end_to_end(c: Comparison) -> str:
     entries = [(m.model, e) for m in c.models for e in m.end_to_end]
     if not entries:
         return "<p>The run has no end-to-end times.</p>"
-    heads = ["model", "backend", "mode", "ms [95%]", "× torch (same mode)", "status"]
+    heads = ["model", "backend", "mode", "ms [95%]", "× torch (same mode)", "output check"]
+    heads.append("status")
     body = []
     for model, e in entries:
         cls = ' class="not-measured"' if e.interpreted else ""
         status = "NOT-MEASURED (interpreted)" if e.interpreted else e.status
+        bad = f' style="background:{verdict_colour(Verdict.FAIL)}"' if e.failures else ""
+        check = f"<td{bad}>{_e(e.check)}</td>"
         body.append(
             f"<tr{cls}><td>{_e(model)}</td><td>{_e(e.backend)}</td><td>{_e(e.mode)}</td>"
-            f"{_interval_cell(e.time)}{_num(fmt_x(e.vs_torch), e.vs_torch)}"
+            f"{_interval_cell(e.time)}{_num(fmt_x(e.vs_torch), e.vs_torch)}{check}"
             f"<td>{_e(status)}{_e(': ' + e.message if e.message else '')}</td></tr>"
         )
     return _table("end-to-end", [_e(h) for h in heads], body)

@@ -107,14 +107,15 @@ def _end_to_end(c: Comparison) -> list[str]:
     lines = [
         "End to end (the whole forward; × torch = torch eager's time in the same mode / this):",
         "",
-        "| model | backend | mode | ms [95%] | × torch | status |",
-        "|---|---|---|---:|---:|---|",
+        "| model | backend | mode | ms [95%] | × torch | output check | status |",
+        "|---|---|---|---:|---:|---|---|",
     ]
     for model, e in entries:
         status = "⏸️ NOT-MEASURED (interpreted)" if e.interpreted else md(e.status)
+        check = ("❌ " if e.failures else "") + md(e.check)
         lines.append(
             f"| {md(model)} | {md(e.backend)} | {md(e.mode)} | {fmt_interval(e.time)} "
-            f"| {fmt_x(e.vs_torch)} | {status} |"
+            f"| {fmt_x(e.vs_torch)} | {check} | {status} |"
         )
     return lines + [""]
 

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from opbench.report.columns import Column, FittedTable
 from opbench.report.style import MARKS, short_backend
-from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
+from opbench.results.model import EndToEnd, LayerResult, Outcome, RunResult, Status
 
 TORCH, TORCH_INT8 = "torch", "torch-int8"
 
@@ -83,19 +83,20 @@ def legend(results: list[LayerResult]) -> str:
     )
 
 
+_OUTCOME_STYLES = {
+    Outcome.OK: "green",
+    Status.UNSUPPORTED: "yellow",
+    Outcome.UNCHECKED: "yellow",
+}
+
+
 def status_text(result: LayerResult) -> Text:
     """ok / unsupported / error / wrong (with the failed checks' reasons)."""
     corr = result.correctness
-    if result.status == Status.UNSUPPORTED:
-        text = Text("unsupported", style="yellow")
-    elif result.status == Status.ERROR:
-        text = Text("error", style="bold red")
-    elif corr is not None and not corr.passed:
-        text = Text("wrong", style="bold red")
-        if corr.failures:
-            text.append(": " + "; ".join(corr.failures), style="red")
-    else:
-        text = Text("ok", style="green")
+    word = result.outcome
+    text = Text(word, style=_OUTCOME_STYLES.get(word, "bold red"))
+    if word == Outcome.WRONG and corr is not None:
+        text.append(": " + "; ".join(corr.reasons), style="red")
     if result.message and result.status != Status.OK:
         text.append(f" {result.message}", style="dim")
     return text
@@ -173,7 +174,9 @@ def _e2e_time(e2e: EndToEnd) -> float | None:
 
 def end_to_end_table(run: RunResult) -> Table | None:
     """Each model's whole forward per backend and mode (eager, cuda_graph), with the sum of
-    its layers and the speed-up over torch eager in the same mode."""
+    its layers, the speed-up over torch eager in the same mode, the check of its outputs
+    against the whole graph's reference, and its peak device memory beside the live
+    activations' floor."""
     if not run.end_to_end:
         return None
     table = Table(title="whole model: end to end vs the sum of its layers", title_justify="left")
@@ -181,6 +184,8 @@ def end_to_end_table(run: RunResult) -> Table | None:
         table.add_column(
             column, justify="left" if column in ("model", "backend", "mode") else "right"
         )
+    table.add_column("output check")
+    table.add_column("peak MiB", justify="right")
     table.add_column("status")
     torch = {(e.model, e.mode): _e2e_time(e) for e in run.end_to_end if e.backend == TORCH}
     for e2e in run.end_to_end:
@@ -199,9 +204,30 @@ def end_to_end_table(run: RunResult) -> Table | None:
             f"{ms:.4f}" if ms is not None else "—",
             "—" if vs is None else f"{vs:.2f}×",
             f"{layer_sum:.4f}" if layer_sum else "—",
+            _check(e2e),
+            _memory(e2e),
             status + (f" {e2e.message}" if e2e.message else ""),
         )
     return table
+
+
+def _check(e2e: EndToEnd) -> str:
+    """The whole-model check of one row, in a few words."""
+    corr = e2e.correctness
+    if corr is None:
+        return "—"
+    if corr.passed:
+        return f"ok (rel_l2 {corr.rel_l2:.1e})"
+    return "[bold red]FAIL[/]: " + escape("; ".join(corr.reasons))
+
+
+def _memory(e2e: EndToEnd) -> str:
+    """Measured peak (where measured) / the live activations' floor, in MiB."""
+    mib = 1024 * 1024
+    live = f"{e2e.live_bytes / mib:.2f}" if e2e.live_bytes is not None else "—"
+    if e2e.peak_bytes is None:
+        return f"— (live {live})"
+    return f"{e2e.peak_bytes / mib:.2f} (live {live})"
 
 
 def failures(run: RunResult) -> list[LayerResult]:

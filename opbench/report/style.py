@@ -134,7 +134,7 @@ def row_label(model: str, layers: tuple[str, ...], several_models: bool) -> str:
 def model_verdict_sentence(m: ModelSummary) -> str:
     """The model's own verdict and what it was judged on, in one sentence."""
     speedup = fmt_interval(m.speedup, fmt_x)
-    text = f"model verdict {m.verdict}: {speedup} on the {m.basis} time, target {m.target:g}×"
+    text = f"model verdict {m.verdict}: {speedup} judged on: {m.basis}; target {m.target:g}×"
     return text + (f" ({m.reason})" if m.reason else "")
 
 
@@ -145,6 +145,11 @@ def whole_run_sentence(c: Comparison) -> str:
         f"Whole run ({models}): {c.backend} {fmt_ms(c.opbench_total_ms)} ms summed over every layer "
         f"vs {c.reference.engine} {fmt_ms(c.reference_total_ms)} ms ({c.reference_total_source})"
         f" = {fmt_x(c.whole_speedup)}"
+        + (
+            ""
+            if c.complete
+            else " (not compared: the two totals do not cover the same work; see the models)"
+        )
     )
 
 

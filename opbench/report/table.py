@@ -156,6 +156,7 @@ def end_to_end_table(c: Comparison) -> Table | None:
         ("mode", "left"),
         ("ms [95%]", "right"),
         ("× torch (same mode)", "right"),
+        ("output check", "left"),
         ("status", "left"),
     ):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
@@ -167,6 +168,7 @@ def end_to_end_table(c: Comparison) -> Table | None:
             Text(e.mode),
             _interval(e.time),
             Text(fmt_x(e.vs_torch)),
+            Text(e.check, style="bold red" if e.failures else None),
             Text(status + (f": {e.message}" if e.message else ""), style="dim"),
         )
     return table
@@ -217,6 +219,10 @@ def comparison_renderable(c: Comparison, width: int = 160, full: bool = False) -
     parts += _legend(c)
     for note in c.notes:
         parts.append(Text(f"note: {note}", style="dim"))
+    # What the reader found in the file (rows within noise, no spread, …) is part of the
+    # verdicts' story: the terminal shows it as report.md does.
+    for note in c.reference.notes:
+        parts.append(Text(f"reference: {note}", style="dim"))
     return Group(*parts)
 
 

@@ -1,6 +1,7 @@
 """Which environment keys make two runs' timings comparable, and how they are compared: the one
 list that the regression gate (compare/baseline.py) and the merge of partial runs
-(results/merge.py) both check. Pure Python.
+(results/merge.py) both check, and the keys on how a run measured that the gate adds.
+Pure Python.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ ENV_KEYS: tuple[str, ...] = (
     "opbench_vars",
     "plugins",
 )
+# How the run measured, beside what it ran on: CPU threads change every CPU time and every
+# host time. The regression gate compares these too (GATE_KEYS); how each layer was timed (its
+# timer, fixed rounds or the stopping rule) is recorded per result and compared per layer
+# (opbench/compare/gate_env.py).
+TIMING_ENV_KEYS: tuple[str, ...] = ("threads",)
+GATE_KEYS: tuple[str, ...] = ENV_KEYS + TIMING_ENV_KEYS
 # Keys whose "nothing" is recorded as an empty value: not recorded and empty are the same
 # (no OPBENCH_* variable set, no plugin loaded), so runs from before they were recorded stay
 # comparable with runs that set none.

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError, Location
+from opbench.results.jsonfile import read_json_object
 from opbench.results.model import SCHEMA_VERSION, Correctness, EndToEnd, LayerResult, RunResult
 
 RUN_FILE = "run.json"
@@ -43,10 +44,22 @@ def _float(value: Any) -> float:
     return float(value)
 
 
+def result_to_dict(result: LayerResult | EndToEnd) -> dict[str, Any]:
+    """One result as JSON-ready data. A layer's correctness also says `passed`, the outcome of
+    its checks, so that a script reading run.json needs no rule of its own: a result with
+    status "ok" whose output failed a check has `correctness.passed: false`."""
+    data = asdict(result)
+    if isinstance(result, LayerResult) and result.correctness is not None:
+        data["correctness"]["passed"] = result.correctness.passed
+    return _clean(data)
+
+
 def run_to_dict(run: RunResult) -> dict[str, Any]:
     data = asdict(run)
     data["suite_spec"] = dict(run.suite_spec)
     data["env"] = dict(run.env)
+    data["layers"] = [result_to_dict(r) for r in run.layers]
+    data["end_to_end"] = [result_to_dict(e) for e in run.end_to_end]
     return _clean(data)
 
 
@@ -63,21 +76,25 @@ def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
     values["samples_ms"] = tuple(
         tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
     )
-    corr = values.get("correctness")
-    if corr is not None:
-        limit = corr.get("max_abs_limit")
-        values["correctness"] = Correctness(
-            rel_l2=_float(corr["rel_l2"]),
-            max_abs=_float(corr["max_abs"]),
-            nonfinite=int(corr["nonfinite"]),
-            tolerance=_float(corr["tolerance"]),
-            reference=corr.get("reference", "float64-cpu"),
-            max_abs_limit=None if limit is None else _float(limit),
-            unwritten=int(corr.get("unwritten", 0)),
-            failures=tuple(corr.get("failures") or ()),
-            loose_tolerance=bool(corr.get("loose_tolerance", False)),
-        )
+    values["correctness"] = _correctness(values.get("correctness"))
     return LayerResult(**values)
+
+
+def _correctness(corr: dict[str, Any] | None) -> Correctness | None:
+    if corr is None:
+        return None
+    limit = corr.get("max_abs_limit")
+    return Correctness(
+        rel_l2=_float(corr["rel_l2"]),
+        max_abs=_float(corr["max_abs"]),
+        nonfinite=int(corr["nonfinite"]),
+        tolerance=_float(corr["tolerance"]),
+        reference=corr.get("reference", "float64-cpu"),
+        max_abs_limit=None if limit is None else _float(limit),
+        unwritten=int(corr.get("unwritten", 0)),
+        failures=tuple(corr.get("failures") or ()),
+        loose_tolerance=bool(corr.get("loose_tolerance", False)),
+    )
 
 
 def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
@@ -86,6 +103,9 @@ def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
     values["samples_ms"] = tuple(
         tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
     )
+    # Older run files have neither: None, as for a row that was never checked.
+    values["correctness"] = _correctness(values.get("correctness"))
+    values["outputs"] = tuple(values.get("outputs") or ())
     return EndToEnd(**values)
 
 
@@ -148,7 +168,7 @@ class RunWriter:
     def _line(self, result: LayerResult | EndToEnd) -> str:
         cached = self._lines.get(id(result))
         if cached is None or cached[0] is not result:
-            cached = (result, json.dumps(_clean(asdict(result)), allow_nan=False))
+            cached = (result, json.dumps(result_to_dict(result), allow_nan=False))
             self._lines[id(result)] = cached
         return cached[1]
 
@@ -172,28 +192,13 @@ def read_run(path: Path | str) -> RunResult:
     path = Path(path)
     if path.is_dir():
         path = path / RUN_FILE
-    where = Location(file=str(path))
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("no such run file", where) from None
-    except UnicodeDecodeError:
-        raise InputError("not a run file (not UTF-8 text)", where) from None
-    except OSError as exc:
-        raise InputError(f"cannot read run file: {exc.strerror}", where) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(
-            f"not valid JSON: {exc.msg}",
-            Location(file=str(path), line=exc.lineno, column=exc.colno),
-        ) from None
-    if not isinstance(data, dict):
-        raise InputError("a run file holds a JSON object", where)
+    data = read_json_object(path, "run file")
     try:
         return run_from_dict(data)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"not an opbench run: {type(exc).__name__}: {exc}", where) from None
+        raise InputError(
+            f"not an opbench run: {type(exc).__name__}: {exc}", Location(file=str(path))
+        ) from None
 
 
 def utc_stamp(now: datetime | None = None) -> str:

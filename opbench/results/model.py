@@ -24,6 +24,14 @@ class Status:
     ERROR = "error"
 
 
+class Outcome:
+    """LayerResult.outcome: a status, refined by the correctness check where the layer ran."""
+
+    OK = "ok"
+    WRONG = "wrong"
+    UNCHECKED = "unchecked"
+
+
 @dataclass(frozen=True)
 class Correctness:
     """One backend's output against the high-precision reference, on the same inputs.
@@ -162,6 +170,17 @@ class LayerResult:
         return self.status == Status.OK and self.correctness is not None and self.correctness.passed
 
     @property
+    def outcome(self) -> str:
+        """One word for how the result ended, the same in the run table and the progress line:
+        "ok", "wrong" (ran, and its output failed a correctness check), "unchecked" (ran, never
+        checked), "unsupported" or "error"."""
+        if self.status != Status.OK:
+            return self.status
+        if self.correctness is None:
+            return Outcome.UNCHECKED
+        return Outcome.OK if self.correctness.passed else Outcome.WRONG
+
+    @property
     def tflops(self) -> float | None:
         med = self.median_ms
         return self.flops / med / 1e9 if med and self.flops else None
@@ -180,10 +199,20 @@ class LayerResult:
 
 @dataclass(frozen=True)
 class EndToEnd:
-    """The whole model's forward, chained layer to layer, on one backend.
+    """The whole model's forward over its graph, on one backend.
 
     mode: "eager" (Python issues each layer in turn) or "cuda_graph" (the whole forward
         captured once, replays timed).
+    correctness: every model output of one call of this forward against the high-precision
+        reference of the whole graph (from the same seeded model inputs); None where the
+        forward never ran. Its tolerance is the loosest of the model's layers: errors of
+        every layer reach the outputs.
+    outputs: the model's outputs (the layers nothing reads) the correctness covers.
+    peak_bytes: device memory the forward took at its peak beyond what was allocated before
+        it was set up (weights and model inputs excluded): its buffers, workspaces and live
+        values (torch.cuda.max_memory_allocated); None where not measured (the CPU).
+    live_bytes: from the shapes, the most bytes of layer outputs alive at once when each is
+        freed after its last reader: the floor peak_bytes can be held against.
     """
 
     model: str
@@ -194,10 +223,19 @@ class EndToEnd:
     interpreted: bool = False
     message: str | None = None
     mode: str = "eager"
+    correctness: Correctness | None = None
+    outputs: tuple[str, ...] = ()
+    peak_bytes: int | None = None
+    live_bytes: int | None = None
 
     @property
     def stats(self) -> TimingStats | None:
         return TimingStats(self.samples_ms) if self.samples_ms and any(self.samples_ms) else None
+
+    @property
+    def correct(self) -> bool:
+        """Ran, and its outputs met the tolerance: the only rows whose times may count."""
+        return self.status == Status.OK and self.correctness is not None and self.correctness.passed
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from opbench.errors import InputError, Location
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
-from opbench.spec.problems import Locator, raise_all, schema_problems
+from opbench.spec.problems import Locator, SuiteWarning, raise_all, schema_problems
 from opbench.spec.resolve import check_unvalidated, resolve_suite
 from opbench.spec.schema import SuiteModel
 from opbench.spec.vocabulary import backend_names, load_suite_plugins
@@ -47,10 +47,16 @@ def load_suite_text(text: str, file: str = "<suite>") -> SuiteSpec:
         load_suite_plugins(suite.plugins or [], Path(file).parent)
     except ValueError as exc:
         raise InputError(str(exc), locate(("plugins",), "plugins")) from None
-    models: list[ModelSpec] = resolve_suite(suite, locate, backend_names(), problems)
+    warnings: list[SuiteWarning] = []
+    models: list[ModelSpec] = resolve_suite(suite, locate, backend_names(), problems, warnings)
     raise_all(problems)
     return SuiteSpec(
-        name=suite.name, description=suite.description, models=tuple(models), source=file, raw=data
+        name=suite.name,
+        description=suite.description,
+        models=tuple(models),
+        source=file,
+        raw=data,
+        warnings=tuple(warnings),
     )
 
 
@@ -97,6 +103,7 @@ def spec_to_dict(suite: SuiteSpec) -> dict[str, Any]:
                 "base_name": m.base_name,
                 "batch": m.batch,
                 "fuse": m.fuse,
+                "inputs": {name: list(shape) for name, shape in m.inputs},
                 "layers": [layer_dict(layer) for layer in m.layers],
             }
             for m in suite.models

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from opbench.spec.graph import Graph
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -73,9 +77,10 @@ class LayerSpec:
     name: unique within its model.
     op: registered op name (see `opbench list ops`).
     params: the op's parameters with defaults filled in.
-    input_shape / output_shape: full shapes, batch dimension first.
-    starts_chain: True when the layer sets its own `input` (or is the first layer):
-        its input is fresh data rather than the previous layer's output.
+    input_shape / output_shape: full shapes, batch dimension first; input_shape is the first
+        input's (input_shapes[0]).
+    starts_chain: True when the layer reads fresh data only: model inputs (the first layer of
+        a chain, or a layer that sets its own `input`), no other layer's output.
     reference_name: the layer's name in a reference engine's export, if it differs.
     line: line of the layer's mapping in the suite file, for messages.
     allow_loose_tolerance: the layer accepts a tolerance above LOOSE_TOLERANCE_LIMIT.
@@ -96,6 +101,21 @@ class LayerSpec:
     regression_threshold: float | None = None
     line: int | None = None
     allow_loose_tolerance: bool = False
+    #: The values the layer reads, in order: names of earlier layers of the model, or of model
+    #: inputs (`input`, a declared input's name, or `<layer>/input` for a layer that sets its
+    #: own `input`). Empty on a LayerSpec made by hand: ModelSpec fills it in as a chain.
+    inputs: tuple[str, ...] = ()
+    #: One full shape per input (batch first); empty on a hand-made LayerSpec: (input_shape,).
+    input_shapes: tuple[tuple[int, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.input_shapes:
+            object.__setattr__(self, "input_shapes", (tuple(self.input_shape),))
+        elif tuple(self.input_shapes[0]) != tuple(self.input_shape):
+            raise ValueError(
+                f"layer {self.name!r}: input_shape {self.input_shape} is not input_shapes[0] "
+                f"{self.input_shapes[0]}"
+            )
 
     @property
     def quant(self) -> str:
@@ -137,7 +157,11 @@ class ModelSpec:
     """One model instance: a sweep value expanded into its own name, e.g. `mlp[batch=8]`.
 
     base_name: the name as written in the suite, before sweep expansion.
-    fuse: let backends that can fuse consecutive layers (conv → batchnorm → act) do so.
+    fuse: let backends that can fuse layers (conv → batchnorm → act) do so.
+    inputs: the model inputs the suite declares, (name, full shape), in order: `input` for the
+        one-input form, each name of `inputs: {name: [dims]}` otherwise. Layers that set their
+        own `input` add inputs of their own (see `graph`).
+    graph: the model as a graph (spec/graph.py): producers, consumers, outputs, the walk.
     """
 
     name: str
@@ -146,6 +170,21 @@ class ModelSpec:
     layers: tuple[LayerSpec, ...]
     fuse: bool = False
     line: int | None = None
+    inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        # A hand-made model (tests, tools) may leave `inputs` out: its layers form a chain,
+        # each reading the layer before it, the first the model input.
+        if any(not layer.inputs for layer in self.layers):
+            from opbench.spec.graph import chain_inputs
+
+            object.__setattr__(self, "layers", chain_inputs(self.layers))
+
+    @cached_property
+    def graph(self) -> Graph:
+        from opbench.spec.graph import Graph
+
+        return Graph.of(self)
 
     def layer(self, name: str) -> LayerSpec:
         for layer in self.layers:
@@ -161,6 +200,8 @@ class SuiteSpec:
     description: str | None = None
     source: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+    #: spec.problems.SuiteWarning: what is legal but most likely a mistake, one line each.
+    warnings: tuple[Any, ...] = ()
 
     def model(self, name: str) -> ModelSpec:
         for model in self.models:

@@ -4,12 +4,14 @@
   naming file:line, model, layer and field;
 - `schema_problems` maps every pydantic error of the suite to such a line (one per place:
   among a union's alternatives, the one that got furthest into the data);
-- `SuiteErrors` holds every problem of a suite; printed, it is one line per problem.
+- `SuiteErrors` holds every problem of a suite; printed, it is one line per problem;
+- `SuiteWarning` is what is legal but most likely a mistake (a model in disconnected pieces).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,6 +20,19 @@ from opbench.errors import InputError, Location
 from opbench.ops.registry import suggest
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel, TimingModel
 from opbench.spec.yaml_lines import LineMap, Path_
+
+
+@dataclass(frozen=True)
+class SuiteWarning:
+    """Something legal in a suite that is most likely a mistake: printed as one line
+    ("warning: file:line:col, model 'm', layer 'l': message"), never an exit code."""
+
+    message: str
+    location: Location
+
+    def __str__(self) -> str:
+        where = str(self.location)
+        return f"{where}: {self.message}" if where else self.message
 
 
 class SuiteErrors(InputError):
@@ -97,6 +112,7 @@ _COMMON_FIELDS = LayerModel.model_fields.keys() - {
     "op",
     "reference_name",
     "input",
+    "inputs",
     "allow_loose_tolerance",
 }
 ALLOWED: dict[Path_, Any] = {

@@ -24,8 +24,10 @@ from opbench.spec.model import (
     TimingSpec,
     loose_tolerance_problem,
 )
-from opbench.spec.problems import Locator
+from opbench.spec.problems import Locator, SuiteWarning
 from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
+from opbench.spec.vocabulary import unknown_backend
+from opbench.spec.wiring import graph_warnings, wire_model
 from opbench.spec.yaml_lines import Path_
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
@@ -53,8 +55,7 @@ def check_backends(
     """Unknown backend names in one level's `backends` (defaults, a model or a layer)."""
     return [
         InputError(
-            f"unknown backend {backend!r}{suggest(backend, backend_names)}; "
-            f"known: {', '.join(backend_names)}",
+            unknown_backend(backend, tuple(backend_names), suggest(backend, backend_names)),
             locate((*path, "backends"), "backends"),
         )
         for backend in ((level.backends or []) if level is not None else [])
@@ -140,8 +141,15 @@ def check_layers(
 
 
 def resolve_suite(
-    suite: SuiteModel, locate: Locator, backend_names: Collection[str], problems: list[InputError]
+    suite: SuiteModel,
+    locate: Locator,
+    backend_names: Collection[str],
+    problems: list[InputError],
+    warnings: list[SuiteWarning] | None = None,
 ) -> list[ModelSpec]:
+    """The suite's model instances; every problem appended to `problems`, and what is legal
+    but most likely a mistake to `warnings`."""
+    warnings = [] if warnings is None else warnings
     problems += check_backends(suite.defaults, ("defaults",), locate, backend_names)
     seen: set[str] = set()
     models: list[ModelSpec] = []
@@ -155,7 +163,7 @@ def resolve_suite(
             )
         seen.add(model.name)
         problems += check_backends(model, ("models", index), locate, backend_names)
-        models += _resolve_model(suite, model, index, locate, backend_names, problems)
+        models += _resolve_model(suite, model, index, locate, backend_names, problems, warnings)
     return models
 
 
@@ -166,40 +174,42 @@ def _resolve_model(
     locate: Locator,
     backend_names: Collection[str],
     problems: list[InputError],
+    warnings: list[SuiteWarning],
 ) -> list[ModelSpec]:
     params_per_layer = check_layers(
         list(enumerate(model.layers)), index, locate, backend_names, problems
     )
+    wiring = wire_model(model, index, locate, problems, params_per_layer)
     defaults = suite.defaults
     batches = model.batch if isinstance(model.batch, list) else [model.batch]
     shape_failed: set[int] = set()  # a sweep reports a layer's shape error once
     instances = []
     for batch in batches:
         name = f"{model.name}[batch={batch}]" if isinstance(model.batch, list) else model.name
-        shape: tuple[int, ...] | None = (batch, *model.input)
+        # The shape of every value known so far (None: unknown after a mistake upstream).
+        shapes: dict[str, tuple[int, ...] | None] = {
+            k: (batch, *dims) for k, dims in wiring.declared.items()
+        }
         layers = []
         for i, layer in enumerate(model.layers):
             path = ("models", index, "layers", i)
-            starts_chain = i == 0 or layer.input is not None
-            if layer.input is not None:
-                shape = (batch, *layer.input)
+            reads = wiring.reads[i]
+            shapes[layer.name] = None  # until inferred below
+            if i in wiring.fresh and reads is not None:
+                shapes[reads[0]] = (batch, *wiring.fresh[i])
             params = params_per_layer.get(i)
-            if params is None or shape is None:
-                shape = None  # unknown until a layer sets its own input
-                continue
+            if params is None or reads is None or any(shapes.get(v) is None for v in reads):
+                continue  # reported already, here or upstream
+            in_shapes = tuple(shapes[v] for v in reads)
+            op = OPS[layer.op]
             try:
-                out_shape = OPS[layer.op].infer_shape(shape, params)
+                out_shape = op.infer_shape(op.shape_arg(in_shapes), params)
             except ShapeError as exc:
                 if i not in shape_failed:
                     shape_failed.add(i)
-                    problems.append(
-                        InputError(
-                            f"{exc} (input shape {list(shape)}, batch included)",
-                            locate((*path, exc.field) if exc.field else path, exc.field),
-                        )
-                    )
-                shape = None
+                    problems.append(_shape_problem(exc, layer, in_shapes, path, locate))
                 continue
+            shapes[layer.name] = tuple(out_shape)
             levels = (layer, model, defaults)
             layers.append(
                 LayerSpec(
@@ -211,20 +221,21 @@ def _resolve_model(
                     tolerance=_pick("tolerance", *levels),
                     target_speedup=_pick("target_speedup", *levels, default=DEFAULT_TARGET_SPEEDUP),
                     timing=_merge_timing(defaults, model, layer),
-                    input_shape=tuple(shape),
+                    input_shape=in_shapes[0],
                     output_shape=tuple(out_shape),
-                    starts_chain=starts_chain,
+                    starts_chain=all(v in wiring.declared or i in wiring.fresh for v in reads),
                     reference_name=layer.reference_name,
                     regression_threshold=_pick("regression_threshold", *levels),
                     line=locate(path).line,
                     allow_loose_tolerance=layer.allow_loose_tolerance,
+                    inputs=reads,
+                    input_shapes=in_shapes,
                 )
             )
             problem = loose_tolerance_problem(layers[-1])
             if problem and batch == batches[0]:
                 # Once per layer, not once per sweep value: the tolerance is the same for all.
                 problems.append(InputError(problem, locate((*path, "tolerance"), "tolerance")))
-            shape = out_shape
         instances.append(
             ModelSpec(
                 name=name,
@@ -233,9 +244,25 @@ def _resolve_model(
                 layers=tuple(layers),
                 fuse=model.fuse,
                 line=locate(("models", index)).line,
+                inputs=tuple((k, (batch, *dims)) for k, dims in wiring.declared.items()),
             )
         )
+    if instances and len(instances[0].layers) == len(model.layers):
+        # Only a model that resolved whole has a graph worth warning about.
+        warnings += graph_warnings(instances[0], model, index, locate)
     return instances
+
+
+def _shape_problem(
+    exc: ShapeError, layer: LayerModel, in_shapes: tuple, path: Path_, locate: Locator
+) -> InputError:
+    """A shape error as one line: a one-input layer's with its input shape; a join's (whose
+    message names its shapes) with the op and the layer, as `add 'b1_add': inputs [...] and
+    [...] do not broadcast`."""
+    where = locate((*path, exc.field) if exc.field else path, exc.field)
+    if len(in_shapes) == 1:
+        return InputError(f"{exc} (input shape {list(in_shapes[0])}, batch included)", where)
+    return InputError(f"{layer.op} {layer.name!r}: {exc} (batch included)", where)
 
 
 def check_unvalidated(

@@ -5,6 +5,7 @@ Only the loader uses these; everything after it works with opbench.spec.model.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -53,7 +54,11 @@ class LayerModel(CommonSettings):
     name: str = Field(pattern=r"^[^\s/]+$")
     op: str
     reference_name: str | None = None
+    # Fresh data of this shape (without the batch): the layer starts a piece of its own.
     input: list[int] | None = Field(default=None, min_length=1)
+    # The values the layer reads: earlier layers' names or model inputs' (default: the layer
+    # before it; the first layer reads the model input).
+    inputs: list[str] | None = Field(default=None, min_length=1)
     # Per layer only: a tolerance above spec.model.LOOSE_TOLERANCE_LIMIT needs it.
     allow_loose_tolerance: bool = False
 
@@ -73,7 +78,10 @@ class ModelModel(CommonSettings):
 
     name: str = Field(pattern=NAME_PATTERN)
     batch: int | list[int] = 1
-    input: list[int] = Field(min_length=1)
+    # One model input, named `input` ...
+    input: list[int] | None = Field(default=None, min_length=1)
+    # ... or several, by name (exactly one of the two; resolve.py says so when both or none).
+    inputs: dict[str, list[int]] | None = Field(default=None, min_length=1)
     fuse: bool = False
     layers: list[LayerModel] = Field(min_length=1)
 
@@ -91,10 +99,24 @@ class ModelModel(CommonSettings):
 
     @field_validator("input")
     @classmethod
-    def _positive_dims(cls, dims: list[int]) -> list[int]:
-        if any(d < 1 for d in dims):
+    def _positive_dims(cls, dims: list[int] | None) -> list[int] | None:
+        if dims is not None and any(d < 1 for d in dims):
             raise ValueError("every dimension must be at least 1")
         return dims
+
+    @field_validator("inputs")
+    @classmethod
+    def _named_inputs(cls, inputs: dict[str, list[int]] | None) -> dict[str, list[int]] | None:
+        for name, dims in (inputs or {}).items():
+            if not re.match(NAME_PATTERN, name):
+                raise ValueError(
+                    f"input name {name!r}: use letters, digits, '_' or '-' (a name layers can read)"
+                )
+            if not dims:
+                raise ValueError(f"input {name!r} needs at least one dimension")
+            if any(d < 1 for d in dims):
+                raise ValueError(f"input {name!r}: every dimension must be at least 1")
+        return inputs
 
 
 class SuiteModel(BaseModel):

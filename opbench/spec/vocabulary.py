@@ -33,6 +33,16 @@ BUILTIN_BACKENDS: tuple[str, ...] = (
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
+def unknown_backend(name: str, known: Sequence[str], suggestion: str = "") -> str:
+    """The one line for a backend name nobody registered: the known names, and how a plugin's
+    backend gets registered (a backend defined in the user's own code is unknown until its
+    file or module is loaded)."""
+    return (
+        f"unknown backend {name!r}{suggestion}; known: {', '.join(known)}; a backend from a "
+        "plugin needs --plugin PATH_OR_MODULE (or `plugins:` in the suite), see docs/plugins.md"
+    )
+
+
 class NameClash(ValueError):
     """A name is already taken (by a built-in or another plugin), or is not a valid name."""
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -76,18 +77,43 @@ def node_location(file: str, node: yaml.Node) -> Location:
     return Location(file=file, line=node.start_mark.line + 1, column=node.start_mark.column + 1)
 
 
-def syntax_error(exc: yaml.MarkedYAMLError, file: str) -> InputError:
-    """A YAML syntax error as one line naming file, line and column."""
+def syntax_error(exc: yaml.MarkedYAMLError, file: str, text: str | None = None) -> InputError:
+    """A YAML syntax error as one line naming file, line and column.
+
+    PyYAML finds an unclosed `{`, `[` or quote only at the end of the stream, one line past
+    the last (`…:8:1` in a 7-line file): then the line names where the unclosed part starts
+    (the error's context), and says the file ends first."""
     mark = exc.problem_mark or exc.context_mark
     message = " ".join(part for part in (exc.context, exc.problem) if part) or "invalid YAML"
-    return InputError(
-        f"YAML syntax error: {message}",
-        Location(
-            file=file,
-            line=mark.line + 1 if mark else None,
-            column=mark.column + 1 if mark else None,
-        ),
+    if mark is not None and text is not None and _at_end(mark, text):
+        if exc.context_mark is not None and not _at_end(exc.context_mark, text):
+            mark = exc.context_mark
+            what = re.sub(r"^while (parsing|scanning) ", "", exc.context or "what")
+            message = f"{what} that starts here is not closed before the file ends" + (
+                f" ({exc.problem})" if exc.problem else ""
+            )
+            return InputError(f"YAML syntax error: {message}", _location(file, mark))
+        return InputError(f"YAML syntax error: {message}", _last_line(file, text))
+    return InputError(f"YAML syntax error: {message}", _location(file, mark))
+
+
+def _at_end(mark: yaml.Mark, text: str) -> bool:
+    """The mark lies past the last character of the text (PyYAML's end of stream)."""
+    return mark.index >= len(text.rstrip())
+
+
+def _location(file: str, mark: yaml.Mark | None) -> Location:
+    return Location(
+        file=file,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
     )
+
+
+def _last_line(file: str, text: str) -> Location:
+    """The end of the last line holding anything: where the file stops short."""
+    lines = text.rstrip().splitlines() or [""]
+    return Location(file=file, line=len(lines), column=len(lines[-1]) + 1)
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
@@ -99,7 +125,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
             return None, lines
         return construct(loader, node, (), lines, file), lines
     except yaml.MarkedYAMLError as exc:
-        raise syntax_error(exc, file) from None
+        raise syntax_error(exc, file, text) from None
     except yaml.YAMLError as exc:
         raise InputError(f"YAML error: {exc}", Location(file=file)) from None
     finally:

@@ -178,7 +178,7 @@ def test_no_run_anywhere_is_bad_input(tmp_path: Path, monkeypatch):
                 "--map",
                 str(_write(t / "m.yaml", "x: [fc1\n")),
             ],
-            "m.yaml:2",
+            "m.yaml:1:4",  # the unclosed [ of a one-line file, not past its end
         ),
         (
             lambda d, t: [

@@ -118,6 +118,12 @@ def test_exit_3_when_a_layer_fails_correctness(tmp_path: Path) -> None:
     assert layer.correctness.tolerance == 1e-30 and layer.correctness.rel_l2 > 1e-30
     assert "wrong" in result.stdout
     assert "failed correctness" in result.stdout and "m/fc/torch" in result.stdout
+    # a script reading run.json sees the outcome, not only status "ok" beside the failures
+    (raw,) = json.loads((run_dirs(tmp_path, "strict")[0] / "run.json").read_text())["layers"]
+    assert raw["status"] == "ok" and raw["correctness"]["passed"] is False
+    assert raw["correctness"]["failures"]
+    # the progress line says what the table says (CliRunner is no terminal: one line a result)
+    assert "  m · fc · torch: wrong" in result.stdout.splitlines()
 
 
 def test_failure_line_names_sweep_instances(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""relu / gelu / silu Triton kernels vs a float64 reference, under the CPU interpreter.
+"""relu / gelu (erf and tanh forms) / silu / relu6 Triton kernels vs a float64 reference, under
+the CPU interpreter.
 
 Every launch writes into an output prefilled with NaN; all of it must be overwritten.
 Contiguous tensors take the flat kernel; strided ones the strided-copy kernel with the
@@ -12,10 +13,16 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.activation import activation, gelu, relu, silu
+from opbench.kernels.activation import activation, gelu, gelu_tanh, relu, relu6, silu
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
-REFERENCE = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+REFERENCE = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "relu6": F.relu6,
+}
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0, scale: float = 1.0):
@@ -61,6 +68,32 @@ def test_conveniences() -> None:
     check(relu(x), x, "relu")
     check(gelu(x), x, "gelu")
     check(silu(x), x, "silu")
+    check(gelu_tanh(x), x, "gelu_tanh")
+    check(relu6(x * 4), x * 4, "relu6")
+
+
+def test_relu6_clips_both_ends_exactly() -> None:
+    x = torch.tensor([-3.0, -0.0, 0.5, 5.999, 6.0, 6.001, 1e4])
+    assert relu6(x).tolist() == [0.0, 0.0, 0.5, pytest.approx(5.999), 6.0, 6.0, 6.0]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")
+def test_gelu_tanh_is_relative_accurate_in_the_negative_tail() -> None:
+    """x / (1 + exp(-2u)) (epilogue.py) equals x/2 (1 + tanh(u)) without its cancellation for
+    x << 0: in float32 every normal value in [-12, 12] is within 1e-5 relative of the float64
+    value."""
+    x = torch.linspace(-12.0, 12.0, 4001)
+    out = gelu_tanh(x)
+    x64 = x.double()
+    inner = (2.0 / torch.pi) ** 0.5 * (x64 + 0.044715 * x64**3)
+    exact = x64 / (1.0 + torch.exp(-2.0 * inner))  # exp(-2u) of float64: no cancellation
+    assert not torch.isnan(out).any()
+    # Below x = -10 exp(-2u) overflows float32 and the result is -0, where the exact value is
+    # under 3e-38: there only the absolute error is asked for.
+    large = exact.abs() >= 1e-30
+    rel = (out.double() - exact).abs()[large] / exact.abs()[large]
+    assert rel.max().item() <= 1e-5
+    assert (out.double() - exact).abs()[~large].max().item() <= 1e-30
 
 
 def test_rejects_unknown_name() -> None:

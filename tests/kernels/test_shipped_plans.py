@@ -111,3 +111,27 @@ def test_plans_tune_needs_a_gpu_or_plans(tmp_path: Path) -> None:
     suite = Path(__file__).parents[2] / "suites" / "quickstart.yaml"
     result = runner.invoke(app, ["plans", "tune", str(suite), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "needs a GPU" in result.output
+
+
+def test_tune_suites_binds_every_triton_layer_and_collects_its_choices() -> None:
+    """The walk `opbench plans tune` runs, on the CPU (interpreter: every choice is fixed, so
+    nothing lands in a table, but every Triton layer is built and bound once)."""
+    from opbench.pipeline.tune_only import tune_suites
+    from opbench.spec.load import load_suite_text
+
+    suite = load_suite_text(
+        "name: t\ndefaults: {dtype: float16, backends: [torch]}\nmodels:\n  - name: m\n"
+        "    batch: 3\n    input: [32]\n    layers:\n"
+        "      - {name: a, op: linear, out_features: 32, quant: fp8}\n"
+        "      - {name: b, op: linear, out_features: 16, quant: int4-weight, group_size: 16}\n"
+        "      - {name: c, op: linear, out_features: 16, dtype: float32, quant: int8-weight,"
+        " input: [32]}\n",
+        "t.yaml",
+    )
+    report = tune_suites([suite], "cpu")
+    assert report.layers == 2, report.skipped
+    assert [name for name, _ in report.skipped] == ["t/m/c"]
+    assert "float16/bfloat16" in report.skipped[0][1]
+    kernels = {c["kernel"] for c in report.choices}
+    assert kernels == {"linear_fp8", "linear_int4_weight"}
+    assert all(c["device"] == "interpreter" and c["source"] == "fixed" for c in report.choices)

@@ -111,3 +111,44 @@ def test_plugin_op_shape_and_cost_mistakes_are_shape_errors() -> None:
     ):
         with pytest.raises(ShapeError, match=re.escape(text)):
             PluginOp(op).infer_shape((2, 3), {})
+
+
+class Hypot(api.Op):
+    """A join a user writes: two inputs of one shape, sqrt(a² + b²)."""
+
+    name = "hypot"
+    arity = 2
+
+    def output_shape(self, input_shape, params):
+        a, b = input_shape
+        if a != b:
+            raise api.ShapeError(f"inputs {list(a)} and {list(b)} differ")
+        return a
+
+    def forward(self, x, weights, layer):
+        a, b = x
+        return torch.hypot(a, b)
+
+
+def test_a_plugin_join_gets_one_shape_and_one_tensor_per_input() -> None:
+    op = PluginOp(Hypot())
+    assert op.arity == 2 and op.takes(2) and not op.takes(1)
+    assert op.infer_shape([[2, 3], [2, 3]], {}) == (2, 3)
+    with pytest.raises(api.ShapeError, match=r"inputs \[2, 3\] and \[2, 4\] differ"):
+        op.infer_shape(((2, 3), (2, 4)), {})
+    # every input read once, the output written once: 3 tensors of 6 float32
+    assert op.min_bytes(((2, 3), (2, 3)), (2, 3), {}, "float32") == 3 * 6 * 4
+    layer = api.Layer("h", "hypot", "float32", {}, "none", (2, 3), (2, 3), ("a", "b"),
+                      ((2, 3), (2, 3)))  # fmt: skip
+    a, b = torch.full((2, 3), 3.0), torch.full((2, 3), 4.0)
+    assert torch.equal(op.plugin.forward((a, b), {}, layer), torch.full((2, 3), 5.0))
+
+
+@pytest.mark.parametrize("arity", [0, -2, 1.5, True])
+def test_a_plugin_op_with_an_impossible_arity_is_refused(arity) -> None:
+    class Bad(Hypot):
+        pass
+
+    Bad.arity = arity
+    with pytest.raises(ValueError, match="arity must be a positive integer"):
+        PluginOp(Bad())

@@ -8,8 +8,6 @@ input, and the call after timing, with the element-wise limit too.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from opbench.backends import triton as triton_backend
@@ -77,11 +75,7 @@ def example_models(suite: str) -> str:
     for op in sorted(set(triton_backend.BUILDERS) - used):
         example = OPS[op].example
         assert example is not None, f"op {op!r} has a Triton builder and no example"
-        params = "".join(f", {key}: {json.dumps(value)}" for key, value in example.params.items())
-        models.append(
-            f"  - name: example_{op}\n    batch: 2\n    input: {json.dumps(list(example.input))}\n"
-            f"    layers:\n      - {{name: {op}, op: {op}, dtype: float16{params}}}\n"
-        )
+        models.append(example.suite_model(f"example_{op}", op, op, extra=", dtype: float16"))
     return "".join(models)
 
 

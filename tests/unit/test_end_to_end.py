@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import opbench.pipeline.end_to_end as end_to_end
+import opbench.pipeline.forward as forward_module
 from opbench.backends.base import Bound, Built
 from opbench.backends.registry import get_backend
 from opbench.measure.timer import Measurement
@@ -73,7 +74,7 @@ def test_eager_forward_binds_to_preallocated_outputs_and_passes_fresh_ones_along
     plain = torch_built(suite, data)
     # fc1 and act preallocate their outputs; the others allocate a new one on every call.
     rec = {g: Recorder(b, preallocate=g in ((0,), (1,))) for g, b in plain.items()}
-    forward = end_to_end._eager_forward(model, {g: r.built for g, r in rec.items()}, data)
+    forward = forward_module.eager_forward(model, {g: r.built for g, r in rec.items()}, data)
     fc1, act, fc2, half, side = (rec[(i,)] for i in range(5))
 
     # Bound once, each to the tensor it reads on every call.
@@ -85,7 +86,7 @@ def test_eager_forward_binds_to_preallocated_outputs_and_passes_fresh_ones_along
 
     before = {name: len(r.fn_inputs) for name, r in (("fc2", fc2), ("half", half))}
     launches = fc1.launches
-    out = forward()
+    outs = forward.call()
     assert fc1.launches == launches + 1 and act.launches == launches + 1
     assert len(fc2.fn_inputs) == before["fc2"] + 1 and fc2.fn_inputs[-1] is act.outs[0]
     # fc2 allocates its output: the next layer gets that call's tensor, cast to its dtype.
@@ -94,8 +95,10 @@ def test_eager_forward_binds_to_preallocated_outputs_and_passes_fresh_ones_along
     assert half.fn_inputs[-1].dtype == torch.float16
     assert torch.equal(half.fn_inputs[-1], expected.half())
     assert len(half.binds) == 0, "an input made anew on every call is never bound"
-    # The forward's result is the last chain's output.
-    assert torch.equal(out, plain[(4,)].fn(data.input(4)))
+    # The forward returns every model output: the first chain's end, then the side chain's.
+    assert torch.equal(outs[0], plain[(3,)].fn(expected.half()))
+    assert torch.equal(outs[1], plain[(4,)].fn(data.input(4)))
+    assert forward.buffers == (fc1.outs[0], act.outs[0]), "the buffers a checked call poisons"
 
 
 def test_eager_forward_without_bind_steps_is_the_plain_chain() -> None:
@@ -104,8 +107,8 @@ def test_eager_forward_without_bind_steps_is_the_plain_chain() -> None:
     data = ModelData(suite, model, "cpu")
     plain = torch_built(suite, data)
     rec = {g: Recorder(b, preallocate=False) for g, b in plain.items()}
-    forward = end_to_end._eager_forward(model, {g: r.built for g, r in rec.items()}, data)
-    forward()
+    forward = forward_module.eager_forward(model, {g: r.built for g, r in rec.items()}, data)
+    forward.call()
     act = rec[(1,)]
     # act reads the tensor fc1 returned in the same call, never one from an earlier call.
     assert act.fn_inputs[-1] is not act.fn_inputs[-2]
@@ -273,8 +276,8 @@ def test_the_compiled_whole_forward_keeps_every_chain_alive() -> None:
 
             return run
 
-    forward = end_to_end._compiled_forward(model, NoCompiler(), data, "cpu")
-    outputs = forward()
+    forward = forward_module.compiled_forward(model, NoCompiler(), data, "cpu")
+    outputs = forward.call()
     assert [tuple(o.shape) for o in outputs] == [(2, 4), (2, 3)]  # half's output, then side's
     assert outputs[0].dtype == torch.float16 and len(calls) == 2  # compiled once, then timed
 

@@ -168,15 +168,22 @@ def test_unchecked_layer_never_passes():
     assert only_row(c).primary.verdict == Verdict.FAIL
 
 
-@pytest.mark.parametrize("status", ["unsupported", "error"])
-def test_layers_that_did_not_run_are_errors_with_their_message(status):
+@pytest.mark.parametrize(
+    ("status", "verdict"),
+    [("unsupported", Verdict.NOT_MEASURED), ("error", Verdict.ERROR)],
+)
+def test_layers_that_did_not_run_say_why_with_their_message(status, verdict):
+    # a crash is ERROR (exit 3); a layer the backend does not support was never timed:
+    # NOT-MEASURED (exit 0), and the model is not judged whole without it
     c = compare_run(
         run_of(result("fc1", 0, status=status, message="int8 needs sm80")), profile(ref("fc1", 1.0))
     )
     row = only_row(c)
-    assert row.primary.verdict == Verdict.ERROR
-    assert "int8 needs sm80" in row.primary.reason
+    assert row.primary.verdict == verdict
+    assert "int8 needs sm80" in row.primary.reason and status in row.primary.reason
     assert not c.failed
+    assert c.models[0].verdict in (Verdict.ERROR, Verdict.UNCERTAIN)
+    assert c.models[0].verdict != Verdict.PASS
 
 
 def test_target_option_overrides_suite_target():
@@ -203,8 +210,9 @@ def test_one_reference_row_covering_several_layers_sums_them():
 
 
 def test_fused_result_counts_once():
-    fused = result("conv", 1.0, covers=("conv", "bn", "relu"))
-    per_layer = [result(n, 0.6, backend="torch") for n in ("conv", "bn", "relu")]
+    fused = result("conv", 1.0, op="conv2d", covers=("conv", "bn", "relu"))
+    ops = {"conv": "conv2d", "bn": "batchnorm2d", "relu": "relu"}
+    per_layer = [result(n, 0.6, backend="torch", op=op) for n, op in ops.items()]
     c = compare_run(
         run_of(fused, *per_layer),
         profile(
@@ -272,13 +280,17 @@ def test_model_summary():
     assert m.whole_speedup == pytest.approx(10.0 / 4.0)
 
 
-def test_missing_backend_result_is_an_error_row():
+def test_a_layer_the_backend_did_not_time_is_not_measured_and_the_model_not_judged():
     r = run_of(result("a", 1.0), result("b", 1.0, backend="torch"))
     c = compare_run(r, profile(ref("a", 2.0, 0), ref("b", 2.0, 1)))
     by_layer = {row.layers: row for row in c.rows}
-    assert by_layer[("b",)].primary.verdict == Verdict.ERROR
-    assert "no triton result" in by_layer[("b",)].primary.reason
+    assert by_layer[("b",)].primary.verdict == Verdict.NOT_MEASURED
+    assert "not in this run: no triton result for b" in by_layer[("b",)].primary.reason
     assert by_layer[("b",)].timing("torch").verdict == Verdict.PASS
+    model = c.models[0]
+    assert model.verdict == Verdict.UNCERTAIN and not model.complete
+    assert "1 of 2 layers have no triton time in this run (b" in model.reason
+    assert model.whole_speedup is None and c.whole_speedup is None
 
 
 def test_several_models_with_qualified_reference_names():

@@ -1,9 +1,10 @@
 """`opbench export onnx`: every file ONNX Runtime runs reproduces the suite's float64 reference.
 
 For each model of suites/quickstart.yaml and suites/cnn.yaml, the whole-model file and every
-prefix file are run by ONNX Runtime on the exported fixed input and compared, output by
-output, with the float64 computation of the ops (`op.forward`) on the same seeded weights and
-input from ModelData. The limit is the suite's float32 tolerance (relative L2 error 1e-4).
+cut file are run by ONNX Runtime on the exported fixed input and compared, output by output,
+with the float64 computation of the ops (`op.forward`) on the same seeded weights and input
+from ModelData. The limit is the suite's float32 tolerance (relative L2 error 1e-4). Every
+cut has one input and one output, and the weights are on disk once.
 
 suites/cnn.yaml runs at batch 32 on 224×224 and 56×56 inputs: several GFLOP per prefix in
 float64 on a 2-core CPU. It is exported here at batch 1 through a temporary copy of the suite
@@ -21,6 +22,7 @@ import yaml
 from typer.testing import CliRunner
 
 from opbench.cli.main import app
+from opbench.export.cuts import INLINE_BYTES
 from opbench.spec.load import load_suite
 from opbench.spec.model import DEFAULT_TOLERANCE, ModelSpec, SuiteSpec
 
@@ -28,6 +30,7 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 SUITES = Path(__file__).parents[3] / "suites"
+GRAPHS = Path(__file__).parents[2] / "data" / "suites" / "graphs.yaml"
 runner = CliRunner()
 
 
@@ -41,25 +44,33 @@ def _cnn_at_batch_1(tmp_path: Path) -> Path:
 
 
 def float64_outputs(suite: SuiteSpec, model: ModelSpec) -> list:
-    """Each layer's float64 output on the chain, from ModelData's seeded weights and inputs."""
+    """Each layer's float64 output along the model's graph, from ModelData's seeded weights
+    and inputs (a model input's data is its first reader's, as the export feeds it)."""
     import torch
 
     from opbench.backends.base import torch_dtype
+    from opbench.export.graph import layer_reads
     from opbench.ops.registry import get_op
     from opbench.pipeline.data import ModelData
 
     data = ModelData(suite, model, "cpu")
+    values: dict = {}
     outs = []
-    x = None
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
-            if i == 0 or layer.starts_chain:
-                x = data.input(i).to(torch.float64)
+            xs = []
+            for position, value in enumerate(layer_reads(model, layer)):
+                if value not in values:  # a model input: first read here, as input 0
+                    assert position == 0, (layer.name, value)
+                    values[value] = data.input(i).to(torch.float64)
+                xs.append(values[value])
             weights = {
                 k: v.to(torch_dtype(layer.dtype)).to(torch.float64)
                 for k, v in data.weights(i).items()
             }
-            x = get_op(layer.op).forward(x, weights, layer)
+            op = get_op(layer.op)
+            x = op.forward(xs[0] if op.arity == 1 else tuple(xs), weights, layer)
+            values[layer.name] = x
             outs.append(x.numpy())
     return outs
 
@@ -68,9 +79,21 @@ def rel_l2(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got.astype(np.float64) - want) / np.linalg.norm(want))
 
 
+def _run(out: Path, file: str, inputs: list[dict]) -> list:
+    session = ort.InferenceSession(str(out / file))  # by path: the weights file is beside it
+    feeds = {i["name"]: np.load(out / i["file"]) for i in inputs}
+    assert [i["shape"] for i in inputs] == [list(f.shape) for f in feeds.values()]
+    return session.run(None, feeds)
+
+
 def _check_export(suite_path: Path, out: Path) -> int:
     done = runner.invoke(app, ["export", "onnx", str(suite_path), "--out", str(out)])
     assert done.exit_code == 0, done.output
+    return check_files(suite_path, out)
+
+
+def check_files(suite_path: Path, out: Path) -> int:
+    """Every file of an export against the float64 reference; the number of cuts checked."""
     suite = load_suite(suite_path)
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["dtype"] == "float32" and manifest["suite"] == suite.name
@@ -79,27 +102,34 @@ def _check_export(suite_path: Path, out: Path) -> int:
     checked = 0
     for model, entry in zip(suite.models, manifest["models"], strict=True):
         assert [lay["name"] for lay in entry["layers"]] == [lay.name for lay in model.layers]
-        assert [p["layer"] for p in entry["prefixes"]] == [lay.name for lay in model.layers]
+        assert [c["layer"] for c in entry["cuts"]] == [lay.name for lay in model.layers]
         assert entry["inputs"][0]["shape"] == list(model.layers[0].input_shape)
         expected = float64_outputs(suite, model)
         index = {layer.name: i for i, layer in enumerate(model.layers)}
-        for prefix in entry["prefixes"]:
-            proto = onnx.load(str(out / prefix["file"]))
+        whole = _run(out, entry["file"], entry["inputs"])
+        assert len(whole) == len(entry["outputs"])  # every end of the model is an output
+        for got, meta in zip(whole, entry["outputs"], strict=True):
+            assert rel_l2(got, expected[index[meta["layer"]]]) <= limit
+        for cut in entry["cuts"]:
+            proto = onnx.load(str(out / cut["file"]), load_external_data=False)
             names = {node.name for node in proto.graph.node}
-            cut = [lay.name for lay in model.layers[: prefix["cut"]]]
-            assert set(cut) <= names  # every layer of the cut is a node of its own name
-            assert all(n in cut or n.split("/")[0] in cut for n in names)
-            session = ort.InferenceSession(str(out / prefix["file"]))
-            feeds = {i["name"]: np.load(out / i["file"]) for i in prefix["inputs"]}
-            assert [i["shape"] for i in prefix["inputs"]] == [list(f.shape) for f in feeds.values()]
-            results = session.run(None, feeds)
-            assert len(results) == len(prefix["outputs"])
-            for got, meta in zip(results, prefix["outputs"], strict=True):
-                want = expected[index[meta["layer"]]]
-                assert got.shape == want.shape == tuple(meta["shape"])
-                error = rel_l2(got, want)
-                assert error <= limit, f"{model.name} cut {prefix['cut']} {meta['layer']}: {error}"
-                checked += 1
+            members = cut["members"]
+            assert cut["layer"] == members[-1] and set(members) <= names
+            assert all(n in members or n.split("/")[0] in members for n in names)
+            assert len(cut["inputs"]) == 1 and len(cut["outputs"]) == 1
+            (got,) = _run(out, cut["file"], cut["inputs"])
+            want = expected[index[cut["layer"]]]
+            assert got.shape == want.shape == tuple(cut["outputs"][0]["shape"])
+            error = rel_l2(got, want)
+            assert error <= limit, f"{model.name} cut {cut['cut']} {cut['layer']}: {error}"
+            checked += 1
+        # The weights are written once: the cut files hold the graph and small constants only.
+        folder = out / entry["stem"]
+        assert (out / entry["weights"]).stat().st_size == entry["weights_bytes"]
+        assert sorted(p.suffix for p in folder.iterdir()).count(".weights") == 1
+        for cut in entry["cuts"]:
+            proto = onnx.load(str(out / cut["file"]), load_external_data=False)
+            assert all(len(t.raw_data) < INLINE_BYTES for t in proto.graph.initializer)
     return checked
 
 
@@ -109,9 +139,15 @@ def test_quickstart_export_reproduces_reference(tmp_path: Path):
 
 def test_cnn_export_reproduces_reference(tmp_path: Path):
     suite = _cnn_at_batch_1(tmp_path)
-    # resnet_blocks has three chains (l3_conv2 and l4_conv2 set their own input): later cuts
-    # have one output per finished chain.
-    assert _check_export(suite, tmp_path / "out") == 4 + 10 + 2 + 3 * 5
+    # resnet_blocks has three chains (l3_conv2 and l4_conv2 set their own input): each cut
+    # reads the input of its own chain only.
+    assert _check_export(suite, tmp_path / "out") == 20  # one per layer
+
+
+def test_graph_export_reproduces_reference(tmp_path: Path):
+    """Residual adds, concats, ReLU6, a depthwise conv, and every other join op (mul, matmul,
+    reshape, slice, split, GELU's tanh form): each cut, and the whole model, by ONNX Runtime."""
+    assert _check_export(GRAPHS, tmp_path / "out") == 21 + 13 + 8 + 11
 
 
 def test_op_without_onnx_form_is_bad_input(tmp_path: Path, monkeypatch):
@@ -139,7 +175,7 @@ def test_op_with_an_onnx_op_and_no_emitter_exports_one_node(tmp_path: Path, monk
         "name: one_node\nmodels:\n  - name: m\n    batch: 2\n    input: [5, 7]\n    layers:\n"
         "      - {name: fc, op: linear, out_features: 6}\n      - {name: act, op: relu}\n"
     )
-    assert _check_export(suite, tmp_path / "out") == 2  # one output per prefix
+    assert _check_export(suite, tmp_path / "out") == 2  # one output per cut
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["prefixes"][-1]["file"]))
+    proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["cuts"][-1]["file"]))
     assert [(n.name, n.op_type) for n in proto.graph.node if n.name == "act"] == [("act", "Relu")]

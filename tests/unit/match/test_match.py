@@ -192,7 +192,7 @@ def test_map_file(tmp_path: Path):
         ("a: fc1\na: fc2\n", "duplicate", 2),
         ("a: {x: 1}\n", "map to a suite layer", 1),
         ("- a\n", "is a mapping", 1),
-        ("a: [fc1\n", "YAML syntax error", 2),
+        ("a: [fc1\n", "not closed before the file ends", 1),  # the [ at 1:4
         ("a: nope\n", "maps to layer 'nope'", 1),
         ("a: other/fc1\n", "model 'other'", 1),
     ],
@@ -382,3 +382,76 @@ def test_tensorrt_pointwise_names():
         (0, "add_6", MatchSource.NAME),
         (0, "relu_7", MatchSource.NAME),
     }
+
+
+# ---- a path prefix proves itself or links nothing (match/prefix.py) ----------------------------
+
+NET = model(
+    "net",
+    ("conv1", "conv2d", (1, 8, 16, 16)),
+    ("relu1", "relu", (1, 8, 16, 16)),
+    ("pool1", "maxpool2d", (1, 8, 8, 8)),
+    ("attn", "attention", (1, 4, 8)),
+)
+
+
+def linked(rows) -> set[tuple[str, str]]:
+    """(row, layer) linked by a name: whole or a proven prefix (rule 5's guesses by op type
+    and position are another rule)."""
+    return {
+        (rows[link.row].name, link.layer)
+        for link in match_model(NET, rows).links
+        if link.source != MatchSource.SIGNATURE
+    }
+
+
+def test_a_node_in_a_layers_module_scope_is_that_layers_unless_it_is_another_kind():
+    rows = [
+        row("/conv1/Conv", 0, raw_type="Conv"),
+        row("/conv1/Relu", 1, raw_type="Relu"),  # a relu is no part of a conv
+        row("/attn/Reshape", 2, raw_type="Reshape"),  # glue of the attention
+        row("/attn/MatMul_1", 3, raw_type="MatMul"),
+        row("/attn/Softmax", 4, raw_type="Softmax"),
+    ]
+    assert linked(rows) == {
+        ("/conv1/Conv", "conv1"),
+        ("/attn/Reshape", "attn"),
+        ("/attn/MatMul_1", "attn"),
+        ("/attn/Softmax", "attn"),
+    }
+
+
+def test_a_descriptive_prefix_needs_kind_and_shape_or_order():
+    # Caffe-style names: "3x3_s2" and "norm1" say nothing of the kind
+    bare = [row("pool1/3x3_s2", 0), row("pool1/norm1", 1)]
+    assert linked(bare) == set()
+    typed = [row("pool1/3x3_s2", 0, raw_type="Pooling", shape=(1, 8, 8, 8))]
+    assert linked(typed) == {("pool1/3x3_s2", "pool1")}  # kind and shape agree
+    other = [row("pool1/3x3_s2", 0, raw_type="Pooling", shape=(1, 64, 56, 56))]
+    assert linked(other) == set()  # the kind agrees, the shape does not
+    lrn = [row("pool1/norm1", 0, raw_type="LRN", shape=(1, 8, 8, 8))]
+    assert linked(lrn) == set()  # the shape agrees, the kind does not
+    # no shape: its place among rows linked by whole names decides
+    in_order = [row("conv1", 0), row("pool1/3x3_s2", 1, raw_type="Pooling")]
+    assert linked(in_order) == {("conv1", "conv1"), ("pool1/3x3_s2", "pool1")}
+    crossed = [row("pool1/3x3_s2", 0, raw_type="Pooling"), row("attn", 1), row("conv1", 2)]
+    assert ("pool1/3x3_s2", "pool1") not in linked(crossed)
+    alone = [row("pool1/3x3_s2", 0, raw_type="Pooling")]
+    assert linked(alone) == set()  # nothing to keep order with: no proof
+
+
+def test_a_fused_row_is_not_judged_against_one_of_its_layers_by_prefix():
+    rows = [
+        row("conv1/7x7_s2 + conv1/relu_7x7", 0, raw_type="CaskConvolution", shape=(1, 8, 16, 16))
+    ]
+    # the conv member names no kind of its own, the relu member is no conv: no name links;
+    # rule 5 may still pair the conv row with the conv layer, and the row holds a relu: never
+    # a certain cover
+    assert linked(rows) == set()
+    guessed = match_model(NET, rows)
+    assert {link.source for link in guessed.links} == {MatchSource.SIGNATURE}
+    assert "also holds conv1/7x7_s2, conv1/relu_7x7" in dict(guessed.ambiguities)[0]
+    joined = [row("conv1 + relu9", 0)]  # whole names: conv1 links, relu9 is no layer
+    matched = match_model(NET, joined)
+    assert {link.layer for link in matched.links} == {"conv1"}
+    assert "also holds relu9" in dict(matched.ambiguities)[0]

@@ -54,6 +54,28 @@ def _softmax_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
     assert kwargs["dim"] == layer.params["dim"]
 
 
+def _concat_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert len(args[0]) == len(layer.inputs) and kwargs["dim"] == layer.params["axis"]
+
+
+def _split_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert list(args[1]) == list(layer.params["sizes"]) and kwargs["dim"] == layer.params["axis"]
+
+
+def _gelu_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert kwargs.get("approximate", "none") == layer.params["approximate"]
+
+
+def _reshape_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    assert args[1:] == (layer.input_shape[0], *layer.params["shape"])
+
+
+def _slice_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
+    p = layer.params
+    axis = p["axis"] % len(layer.input_shape)
+    assert args[1] == (slice(None),) * axis + (slice(p["start"], p["end"], p["step"]),)
+
+
 def _dims(expected: tuple) -> Check:
     def check(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
         assert args[1:] == expected
@@ -74,6 +96,11 @@ ARGUMENTS: dict[tuple[str, str], Check] = {
     ("permute", "torch.Tensor.permute"): _dims(((0, 3, 1, 2),)),
     ("flatten", "torch.Tensor.flatten"): _dims((2,)),
     ("attention", "torch.nn.functional.scaled_dot_product_attention"): _sdpa_args,
+    ("concat", "torch.cat"): _concat_args,
+    ("split", "torch.split"): _split_args,
+    ("gelu", "torch.nn.functional.gelu"): _gelu_args,
+    ("reshape", "torch.Tensor.reshape"): _reshape_args,
+    ("slice", "torch.Tensor.__getitem__"): _slice_args,
 }
 
 
@@ -148,16 +175,16 @@ def test_every_builtin_op_names_its_torch_calls() -> None:
 def test_eager_forward_makes_the_users_call(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     expected = expected_calls(op)
     layer, built, data = built_layer(op, *example_case(op))
-    x = data.input(0)
+    xs = data.inputs(0)
     spies = [(Spy(monkeypatch, owner, attr), attr, check) for owner, attr, check in expected]
-    out = built.fn(x)
+    out = built.fn(*xs)
     for spy, attr, check in spies:
         assert len(spy.calls) == 1, f"{op}: {attr} called {len(spy.calls)} times"
         args, kwargs = spy.calls[0]
         check(args, kwargs, layer)
     monkeypatch.undo()
     # The spied call's result is the layer's output: nothing recomputes it another way.
-    assert torch.equal(out, built.fn(x))
+    assert torch.equal(out, built.fn(*xs))
     assert tuple(out.shape) == layer.output_shape
 
 
@@ -188,9 +215,9 @@ def test_reference_is_not_the_baseline_call(op: str, monkeypatch: pytest.MonkeyP
         assert spy.calls == [], f"{op}'s reference called {attr}"
     monkeypatch.undo()
     # ... and yet agrees with the baseline's call run in float64 on the same rounded data.
-    x = data.input(0).double()
+    xs = [x.double() for x in data.inputs(0)]
     weights = {k: v.half().double() for k, v in data.weights(0).items()}
-    baseline64 = OPS[op].forward(x, weights, layer)
+    baseline64 = OPS[op].forward(OPS[op].input_arg(xs), weights, layer)
     assert kind == "float64-cpu" and ref.dtype == torch.float64
     torch.testing.assert_close(ref, baseline64, rtol=1e-12, atol=1e-12)
 

@@ -94,7 +94,10 @@ def test_every_builtin_op_example_infers_its_shape(op_name: str) -> None:
     example = OPS[op_name].example
     assert example is not None, f"op {op_name!r} has no example"
     p = params(op_name, **example.params)
-    assert OPS[op_name].infer_shape((2, *example.input), p) == (2, *example.output)
+    op = OPS[op_name]
+    in_shape = op.shape_arg([(2, *shape) for shape in example.inputs])
+    assert op.infer_shape(in_shape, p) == (2, *example.output)
+    assert op.takes(len(example.inputs))
 
 
 @pytest.mark.parametrize(

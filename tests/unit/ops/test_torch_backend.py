@@ -22,11 +22,17 @@ TIMING = "{warmup_ms: 0, rep_ms: 1, rounds: 2}"
 
 
 def example_case(op_name: str) -> tuple[str, str]:
-    """The op's own `example` (ops/<op>.py) as a suite writes it: input shape and parameters."""
+    """The op's own `example` (ops/<op>.py) as a suite writes it: input shape and parameters.
+    For an op of several inputs the shape is the model's `inputs:` mapping ({x0: [..], ..})."""
     example = OPS[op_name].example
     assert example is not None, f"op {op_name!r} has no example"
     params = ", ".join(f"{key}: {json.dumps(value)}" for key, value in example.params.items())
-    return json.dumps(list(example.input)), params
+    shapes = example.inputs
+    if len(shapes) == 1:
+        return json.dumps(list(shapes[0])), params
+    return "{" + ", ".join(
+        f"x{i}: {json.dumps(list(s))}" for i, s in enumerate(shapes)
+    ) + "}", params
 
 
 # One layer per built-in op (its example: odd, small shapes), whatever ops there are.
@@ -48,6 +54,12 @@ EXTRA_CASES = {
     "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
     "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
     "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
+    "gelu-erf": ("gelu", "[5, 7]", "approximate: none"),
+    "add-per-channel": ("add", "{x0: [4, 3, 5], x1: [4, 1, 1]}", ""),
+    "mul-per-row": ("mul", "{x0: [5, 9], x1: [5, 1]}", ""),
+    "matmul-broadcast-batch": ("matmul", "{x0: [1, 5, 7], x1: [3, 7, 4]}", ""),
+    "concat-last-axis": ("concat", "{x0: [5, 2], x1: [5, 7]}", "axis: -1"),
+    "split-first-piece": ("split", "[6, 4]", "axis: 1, sizes: [2, 4], index: 0"),
 }
 
 
@@ -55,9 +67,14 @@ def one_layer_suite(
     op: str, input_shape: str, params: str, dtype: str, backend: str = "torch"
 ) -> SuiteSpec:
     extra = f", {params}" if params else ""
+    declared = "input"
+    if input_shape.startswith("{"):  # several named inputs (example_case), read in order
+        declared = "inputs"
+        names = [part.split(":")[0].strip(" {") for part in input_shape.split("],")]
+        extra += f", inputs: [{', '.join(names)}]"
     text = (
         f"name: t\ndefaults: {{dtype: {dtype}, backends: [{backend}], timing: {TIMING}}}\n"
-        f"models:\n  - name: m\n    batch: 2\n    input: {input_shape}\n"
+        f"models:\n  - name: m\n    batch: 2\n    {declared}: {input_shape}\n"
         f"    layers:\n      - {{name: layer, op: {op}{extra}}}\n"
     )
     return load_suite_text(text, "test.yaml")
@@ -103,7 +120,7 @@ def test_torch_matches_float64_reference(op: str, dtype: str) -> None:
     assert all(t > 0 for r in result.samples_ms for t in r)
     assert result.timer == "perf_counter" and not result.interpreted
     assert (result.input_shape, result.output_shape) == (layer.input_shape, layer.output_shape)
-    assert result.flops == OPS[op_name].flops(layer.input_shape, layer.output_shape, layer.params)
+    assert result.flops == OPS[op_name].layer_flops(layer)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
@@ -114,11 +131,11 @@ def test_built_layer_returns_the_layer_dtype_and_shape(dtype: str) -> None:
         layer = model.layers[0]
         data = ModelData(suite, model, "cpu")
         built = get_backend("torch").build([layer], [data.weights(0)], "cpu")
-        x = data.input(0)
-        assert x.dtype == torch_dtype(dtype) and x.abs().sum() > 0, (
+        xs = data.inputs(0)
+        assert all(x.dtype == torch_dtype(dtype) and x.abs().sum() > 0 for x in xs), (
             "inputs are random normal, never zeros"
         )
-        out = built.fn(x)
+        out = built.fn(*xs)
         assert out.dtype == torch_dtype(dtype), op
         assert tuple(out.shape) == layer.output_shape, op
         ref, kind = data.reference((0,))

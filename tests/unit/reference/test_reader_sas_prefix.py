@@ -58,7 +58,16 @@ def test_without_spread_two_percent_rule():
     assert all(layer.noise_ms is None for layer in layers.values())
 
 
-def test_prefix_samples_in_runs_give_the_spread(tmp_path):
+def _round_se(samples: list[float]) -> float:
+    """The standard error of the median of n rounds, widened by Student's t (n - 1 df)."""
+    import statistics
+
+    t = {2: 4.303, 8: 2.306}[len(samples) - 1]
+    sd = statistics.stdev(samples)
+    return math.sqrt(math.pi / 2) * sd / math.sqrt(len(samples)) * t / 1.96
+
+
+def test_prefix_samples_in_runs_give_the_standard_error_of_the_median(tmp_path):
     rows = ["layer,run,prefix_ms"]
     for run, (a, b) in enumerate([(9.0, 15.0), (1.0, 2.0), (1.2, 2.1), (1.1, 2.3)]):
         rows += [f"conv,{run},{a}", f"fc,{run},{b}"]
@@ -66,8 +75,24 @@ def test_prefix_samples_in_runs_give_the_spread(tmp_path):
     conv, fc = profile.layers
     assert conv.count == 3 and conv.time_ms == pytest.approx(1.1)
     assert fc.time_ms == pytest.approx(2.1 - 1.1)
-    assert conv.noise_ms == pytest.approx(0.1)  # stdev of 1.0, 1.2, 1.1
-    assert fc.noise_ms == pytest.approx(math.hypot(0.1, 0.152752523))
+    # Each run times the prefix afresh: the noise of its median over 3 runs is the standard
+    # error, √(π/2)·s/√3, widened by t(2 df) / 1.96 because s comes from 3 values only
+    # (0.159 ms here, above the per-run spread s = 0.1 ms itself).
+    assert conv.noise_ms == pytest.approx(_round_se([1.0, 1.2, 1.1]))
+    assert conv.noise_ms > 0.1
+    assert fc.noise_ms == pytest.approx(math.hypot(conv.noise_ms, _round_se([2.0, 2.1, 2.3])))
+
+
+def test_more_rounds_give_a_smaller_noise(tmp_path):
+    """The same spread between rounds from 9 rounds instead of 3: the noise of the median
+    shrinks (what repeating the SAS script is for)."""
+    few = ["layer,run,prefix_ms"] + [f"conv,{r},{v}" for r, v in enumerate([5, 1.0, 1.2, 1.1])]
+    values = [9.0] + [1.0, 1.2, 1.1] * 3
+    many = ["layer,run,prefix_ms"] + [f"conv,{r},{v}" for r, v in enumerate(values)]
+    (three,) = read(write(tmp_path, "\n".join(few) + "\n")).layers
+    (nine,) = read(write(tmp_path, "\n".join(many) + "\n")).layers
+    assert nine.noise_ms == pytest.approx(_round_se(values[1:]))
+    assert nine.noise_ms < three.noise_ms / 2
 
 
 def test_mean_column_gives_mean_differences(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -346,3 +347,26 @@ def test_run_writer_rewrites_after_each_result_and_reads_back_exactly(tmp_path: 
     fresh = tmp_path / "fresh.json"
     write_run(replace(full, layers=layers), fresh)
     assert json.loads(fresh.read_text()) == json.loads(text)
+
+
+# ---- the outcome of the correctness check, written out -------------------------------------------
+
+
+def test_correctness_passed_is_written_for_scripts(tmp_path: Path) -> None:
+    good = Correctness(rel_l2=1e-7, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
+    bad = Correctness(rel_l2=0.3, max_abs=1.0, nonfinite=0, tolerance=1e-4)
+    unwritten = Correctness(rel_l2=0.0, max_abs=0.0, nonfinite=8, tolerance=1e-4, unwritten=8)
+    base = make_run().layers[0]
+    layers = tuple(
+        replace(base, layer=f"l{i}", correctness=c) for i, c in enumerate((good, bad, unwritten))
+    )
+    run = make_run(layers=layers)
+    path = tmp_path / "run.json"
+    write_run(run, path)
+    raw = json.loads(path.read_text())["layers"]
+    assert [r["status"] for r in raw] == ["ok", "ok", "ok"]
+    assert [r["correctness"]["passed"] for r in raw] == [True, False, False]
+    assert run_to_dict(run)["layers"][1]["correctness"]["passed"] is False
+    back = read_run(path)  # `passed` is derived, never trusted from the file
+    assert [r.correct for r in back.layers] == [True, False, False]
+    assert [r.outcome for r in back.layers] == ["ok", "wrong", "wrong"]

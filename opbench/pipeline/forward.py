@@ -1,0 +1,222 @@
+"""A whole model's forward over its graph, from the groups one backend built.
+
+The forward walks the groups in an order of the graph (`Graph.order_groups`: each after the
+groups that make its inputs) and returns every model output (the layers nothing reads, in walk
+order), so that nothing a model computes can be left out of its time.
+
+Each group reads its inputs from the model inputs (the seeded data, in the dtype of the group's
+reader, prepared once where the backend asks, e.g. channels_last) or from the outputs of
+earlier groups:
+- when every input is the same tensor on every call (a model input, or an output a binding
+  writes into a buffer it allocated: `Bound.out`), the group is bound once to them and its step
+  only launches (`Built.bind_input(*xs).launch`): the layer runs at the launch floor;
+- otherwise its step calls `Built.fn(*xs)` with the tensors of this call, as a model passes
+  them along. A layer is never bound to a stale copy of an input: it would read cold memory
+  where the model reads the output just written.
+Where the suite changes dtype between a producer and its reader, the reader casts (a bound
+buffer is cast into a buffer of its own, so the reader stays bound).
+
+Each value is dropped after its last reader, so what the forward allocates per call is freed
+as soon as it can be: its peak is its live values, not the sum of every layer's output. (A
+binding's own output buffer lives as long as the binding: like a CUDA graph's static buffers.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opbench.backends.base import Built, torch_dtype
+from opbench.pipeline.data import ModelData
+from opbench.spec.model import ModelSpec
+
+Env = dict[str, Any]
+Step = Callable[[Env], None]
+
+
+@dataclass(frozen=True)
+class Forward:
+    """A whole model's forward, ready to call.
+
+    call: one forward; returns every model output, in `Graph.outputs` order.
+    buffers: the tensors bindings allocated that every call writes (poisoned before a checked
+        call, so an element the forward never writes shows).
+    check: what a checked call runs instead of `call`, when that is not `call` itself (a
+        replay of a captured graph of it); None: `call`.
+    """
+
+    call: Callable[[], tuple[Any, ...]]
+    buffers: tuple[Any, ...] = ()
+    check: Callable[[], tuple[Any, ...]] | None = None
+
+
+def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data: ModelData):
+    """The forward from the groups' bound launches (see the module doc). Runs each group once
+    while it is set up, to learn which outputs are fixed buffers. ValueError when the groups
+    cannot run in any order, or a group has more than one output."""
+    graph = model.graph
+    order = graph.order_groups(built)
+    dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
+    # The last group (in `order`) that reads each value: it may drop the value.
+    last_group = {v: k for k, g in enumerate(order) for v in graph.external_inputs(g)}
+    outputs = tuple(graph.names[i] for i in graph.outputs)
+    fixed: dict[str, Any] = {}  # values that are the same tensor on every call
+    steps: list[Step] = []
+    buffers: list[Any] = []
+    env: Env = {}  # one call of the forward, made while setting it up
+    for k, group in enumerate(order):
+        group_built = built[group]
+        (made,) = _one_output(graph, group)
+        name = graph.names[made]
+        sources: list[tuple[str, Any, Any]] = []  # (value, fixed tensor or None, dtype)
+        for value in graph.external_inputs(group):
+            reader = next(i for i in group if value in graph.reads[i])
+            want = dtype_of[reader]
+            if graph.is_input(value):
+                x = data.value(value, model.layers[reader].dtype)
+                x = group_built.prepared([x])[0]  # once, before timing, as the layers' runs
+            elif value in fixed:
+                x = fixed[value]
+                if x.dtype != want:
+                    x = _cast_step(x, want, steps, env)
+            else:
+                x = None
+            sources.append((value, x, want))
+        frees = tuple(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
+        if all(x is not None for _, x, _ in sources):
+            bound = group_built.bind_input(*(x for _, x, _ in sources))
+            out = bound.launch()
+            if bound.out is not None and out.data_ptr() == bound.out.data_ptr():
+                fixed[name] = out  # only a buffer the backend owns is the same next call
+                buffers.append(bound.out)
+            steps.append(_launch_step(bound.launch, name, frees))
+        else:
+            step = _call_step(group_built.fn, tuple(sources), name, frees)
+            steps.append(step)
+            step(env)
+            out = env[name]
+        env[name] = out
+        for v in frees:
+            env.pop(v, None)
+
+    def forward() -> tuple[Any, ...]:
+        env: Env = {}
+        for step in steps:
+            step(env)
+        return tuple(env[o] for o in outputs)
+
+    return Forward(forward, tuple(buffers))
+
+
+def _one_output(graph, group: tuple[int, ...]) -> tuple[int]:
+    made = graph.group_outputs(group)
+    if len(made) != 1:
+        names = ", ".join(graph.names[i] for i in made)
+        raise ValueError(f"the group {group} has {len(made)} outputs ({names}), not one")
+    return (made[0],)
+
+
+def _launch_step(launch: Callable[[], Any], name: str, frees: tuple[str, ...]) -> Step:
+    if not frees:
+
+        def step(env: Env) -> None:
+            env[name] = launch()
+
+        return step
+
+    def step_and_free(env: Env) -> None:
+        env[name] = launch()
+        for v in frees:
+            del env[v]
+
+    return step_and_free
+
+
+def _call_step(
+    fn: Callable[..., Any], sources: tuple[tuple[str, Any, Any], ...], name: str, frees
+) -> Step:
+    def step(env: Env) -> None:
+        xs = []
+        for value, x, want in sources:
+            if x is None:
+                x = env[value]
+                if x.dtype != want:
+                    x = x.to(want)  # the suite changes dtype here; a model casts too
+            xs.append(x)
+        env[name] = fn(*xs)
+        for v in frees:
+            env.pop(v, None)
+
+    return step
+
+
+def _cast_step(source: Any, dtype: Any, steps: list[Step], env: Env) -> Any:
+    """Append a step that casts `source` (a fixed buffer) into a fixed buffer of its own; run
+    it once now. Returns the new buffer."""
+    import torch
+
+    cast = torch.empty_like(source, dtype=dtype)
+
+    def step(env: Env, cast=cast, source=source) -> None:
+        cast.copy_(source)
+
+    steps.append(step)
+    step(env)
+    return cast
+
+
+def compiled_forward(model: ModelSpec, implementation: Any, data: ModelData, device: str):
+    """The whole model as one function of its inputs, compiled by the backend in its graph
+    mode; the weights are the same seeded ones, cast as its layers cast them. The function
+    returns every model output: a compiler drops whatever does not reach an output (seen on
+    the H200: 0.038 ms for a ResNet block stack whose eager forward takes 0.46 ms, when only
+    the last of its chains was returned)."""
+    import torch
+
+    graph = model.graph
+    layers = [
+        implementation.forward([layer], [data.weights(i)], device, static_weights=True)
+        for i, layer in enumerate(model.layers)
+    ]
+    # One fed tensor per (model input, dtype and layout of a reader): prepared once, outside.
+    feeds: dict[tuple[str, int | None], Any] = {}
+    for i, layer in enumerate(model.layers):
+        for value in graph.model_inputs_of(i):
+            key = (value, i if layers[i].prepare_input is not None else None)
+            if key not in feeds:
+                x = data.value(value, layer.dtype)
+                feeds[key] = layers[i].prepared([x])[0]
+    keys = list(feeds)
+    dtypes = [torch_dtype(layer.dtype) for layer in model.layers]
+    last = {v: i for i in graph.walk() for v in graph.reads[i]}
+    outputs = [graph.names[i] for i in graph.outputs]
+
+    def model_forward(*fed):
+        given = dict(zip(keys, fed, strict=True))
+        env: Env = {}
+        for i, layer in enumerate(layers):
+            xs = []
+            for value in graph.reads[i]:
+                if graph.is_input(value):
+                    x = given[(value, i)] if (value, i) in given else given[(value, None)]
+                else:
+                    x = env[value]
+                xs.append(x if x.dtype == dtypes[i] else x.to(dtypes[i]))
+            env[graph.names[i]] = layer.fn(*xs)
+            for value in graph.reads[i]:
+                if last[value] == i and not graph.is_input(value):
+                    env.pop(value, None)
+        return tuple(env[o] for o in outputs)
+
+    inputs = [feeds[k] for k in keys]
+    compiled = implementation.compile_model(model_forward, inputs)
+    mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+
+    def forward() -> tuple[Any, ...]:
+        # Each call is a new inference step: CUDA-graph trees may reuse the last outputs.
+        mark_step()
+        return compiled(*inputs)
+
+    forward()  # compile and capture before timing
+    return Forward(forward)
