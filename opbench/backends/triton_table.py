@@ -23,7 +23,8 @@ from opbench.spec.model import LayerSpec
 Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
 ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
-QUANTS = ("none", "int8")  # conv2d and attention; linear also takes LINEAR_QUANTS
+QUANTS = ("none", "int8")  # conv2d; attention: ATTENTION_QUANTS; linear: ops.quant.LINEAR_QUANTS
+ATTENTION_QUANTS = ("none", "int8", "fp8")
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
 # (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
 SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
@@ -56,12 +57,9 @@ class LayerKernel:
 Builder = Callable[[LayerSpec, dict[str, Any]], "LayerKernel | Callable[[Any], Any]"]
 
 
-def check_quant(op: str, quant: str) -> None:
-    from opbench.ops.quant import LINEAR_QUANTS
-
-    known = LINEAR_QUANTS if op == "linear" else QUANTS
-    if quant not in known:
-        raise Unsupported(f"{op} quant {quant!r} is not supported ({' | '.join(known)})")
+def check_quant(op: str, quant: str, allowed: tuple[str, ...] = QUANTS) -> None:
+    if quant not in allowed:
+        raise Unsupported(f"{op} quant {quant!r} is not supported ({' | '.join(allowed)})")
 
 
 def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -70,10 +68,11 @@ def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.linear_fp8 import Fp8Linear
     from opbench.kernels.linear_int8 import Int8Linear
     from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.ops.quant import LINEAR_QUANTS
 
     p = layer.params
     quant = p["quant"]
-    check_quant("linear", quant)
+    check_quant("linear", quant, LINEAR_QUANTS)
     args = (w["weight"], w.get("bias"))
     if quant == "int4-weight":
         layer_kernel = Int4WeightLinear(*args, p["activation"], group_size=p["group_size"])
@@ -111,13 +110,32 @@ def _conv2d(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
+    split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
+    of those fits their shapes."""
     from opbench.kernels.attention import Attention
+    from opbench.kernels.attention_decode import CacheAttention
+    from opbench.kernels.attention_fp8 import Fp8Attention
     from opbench.kernels.attention_int8 import Int8Attention
 
     p = layer.params
-    check_quant("attention", p["quant"])
-    cls = Int8Attention if p["quant"] == "int8" else Attention
-    return LayerKernel(cls(heads=p["heads"], causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
+    check_quant("attention", p["quant"], ATTENTION_QUANTS)
+    heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
+    if p["separate_qkv"]:
+        from opbench.kernels.attention_qkv import SeparateAttention
+
+        qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                                quant=p["quant"])  # fmt: skip
+        return LayerKernel(qkv.bind)
+    if p["kv_len"] is not None or kv_heads != heads:
+        if p["quant"] != "none":
+            raise Unsupported(f"attention quant {p['quant']!r} covers self-attention with "
+                              "kv_heads = heads and no kv_len")  # fmt: skip
+        cache = CacheAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                               k_cache=w.get("k_cache"), v_cache=w.get("v_cache"))  # fmt: skip
+        return LayerKernel(cache.bind)
+    cls = {"int8": Int8Attention, "fp8": Fp8Attention}.get(p["quant"], Attention)
+    return LayerKernel(cls(heads=heads, causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:

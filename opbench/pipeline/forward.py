@@ -83,7 +83,9 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
             else:
                 x = None
             sources.append((value, x, want))
-        frees = tuple(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
+        frees = tuple(
+            dict.fromkeys(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
+        )
         if all(x is not None for _, x, _ in sources):
             bound = group_built.bind_input(*(x for _, x, _ in sources))
             out = bound.launch()

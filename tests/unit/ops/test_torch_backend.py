@@ -53,6 +53,13 @@ EXTRA_CASES = {
     ),
     "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
     "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
+    "attention-packed-gqa": ("attention", "[5, 24]", "heads: 4, kv_heads: 1, packed_qkv: true"),
+    "attention-decode": ("attention", "[3, 16]", "heads: 4, kv_heads: 2, kv_len: 9, causal: true"),
+    "attention-qkv": (
+        "attention",
+        "{q: [3, 16], k: [9, 8], v: [9, 8]}",
+        "heads: 4, kv_heads: 2, causal: true, separate_qkv: true",
+    ),
     "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
     "gelu-erf": ("gelu", "[5, 7]", "approximate: none"),
     "add-per-channel": ("add", "{x0: [4, 3, 5], x1: [4, 1, 1]}", ""),
