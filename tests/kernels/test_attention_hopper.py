@@ -59,6 +59,22 @@ def compile_sm90(head_dim: int, causal: bool, tile: tuple[int, int, int], out: P
     subprocess.run([sys.executable, "-c", COMPILE_SM90, *argv], env=env, check=True)
 
 
+def ptxas_report(ptx: Path, cubin: Path) -> str:
+    """ptxas -v's report on the PTX, from the ptxas of Triton's package that reads its PTX
+    version: Triton 3.6 ships one; newer releases write PTX that only their `ptxas-blackwell`
+    (a newer CUDA) reads, and compile with it."""
+    failures = []
+    for name in ("ptxas", "ptxas-blackwell"):
+        if not (BIN / name).exists():
+            continue
+        run = subprocess.run([BIN / name, "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                             capture_output=True, text=True)  # fmt: skip
+        if run.returncode == 0:
+            return run.stderr
+        failures.append(f"{name}: {run.stderr.strip()}")
+    raise AssertionError("no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures))
+
+
 @pytest.mark.parametrize(
     "head_dim,causal,tile",
     [(128, False, (64, 64, 4)), (128, True, (128, 64, 8)), (64, False, (64, 128, 4))],
@@ -68,9 +84,7 @@ def test_compiles_for_sm90_with_its_overlap(head_dim, causal, tile, tmp_path) ->
     softmax's exp2s sit between the wait for S_{j+1} and the wait for P_j V_j, i.e. the
     softmax runs while the PV MMA is in flight."""
     compile_sm90(head_dim, causal, tile, tmp_path)
-    info = subprocess.run([BIN / "ptxas", "-arch=sm_90a", "-v", tmp_path / "k.ptx", "-o",
-                           tmp_path / "p.cubin"], capture_output=True, text=True,
-                          check=True).stderr  # fmt: skip
+    info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
     assert "C7514" not in info, info
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", info), info
     sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", tmp_path / "k.cubin"], capture_output=True,
