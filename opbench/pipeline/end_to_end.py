@@ -24,7 +24,7 @@ from typing import Any
 from opbench.backends.base import Built, torch_dtype
 from opbench.backends.registry import runs_triton
 from opbench.measure.check import combine, compare_outputs
-from opbench.measure.poison import poison_, poison_free_memory, scrub
+from opbench.measure.poison import poison_, poison_free_memory, poisoned_allocations, scrub
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
@@ -163,11 +163,12 @@ def _check(forward: Forward, data: ModelData):
         for i in graph.outputs
     )
     poison_free_memory(data.device, nbytes)
-    outs = (forward.check or forward.call)()
-    if data.device.startswith("cuda"):
-        import torch
+    with poisoned_allocations():
+        outs = (forward.check or forward.call)()
+        if data.device.startswith("cuda"):
+            import torch
 
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
     tolerance = max(layer.effective_tolerance for layer in model.layers)
     loose = any(layer.loose_tolerance for layer in model.layers)
     found = []
