@@ -163,8 +163,8 @@ def _raw_bytes(address: int, size: int, index: int) -> torch.Tensor:
     return torch.as_tensor(_DeviceBytes(address, size), device=f"cuda:{index}")
 
 
-# The aten ops that hand out memory without writing it (every overload: `.out` ones too, whose
-# result is as undefined). resize_ and resize_as_ leave whatever they add uninitialised.
+# The aten ops that hand out memory without writing it. Their `.out` overloads, like resize_
+# and resize_as_, resize a tensor they are given: only what they add is new memory.
 _UNINITIALISED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
                   "empty_permuted")  # fmt: skip
 _RESIZE = ("resize_", "resize_as_")
@@ -202,10 +202,12 @@ def _define_mode() -> Any:
     if "ignore_compile_internals" not in vars(TorchDispatchMode):
         return None
     aten = torch.ops.aten
-    fresh = {getattr(packet, name) for packet in _packets(aten, _UNINITIALISED)
-             for name in packet.overloads()}  # fmt: skip
-    resizing = {getattr(packet, name) for packet in _packets(aten, _RESIZE)
-                for name in packet.overloads()}  # fmt: skip
+    fresh, growing = set(), set()
+    for packet in _packets(aten, _UNINITIALISED):
+        for name in packet.overloads():
+            (growing if name == "out" else fresh).add(getattr(packet, name))
+    for packet in _packets(aten, _RESIZE):
+        growing.update(getattr(packet, name) for name in packet.overloads())
 
     class PoisonAllocations(TorchDispatchMode):
         @classmethod
@@ -214,14 +216,14 @@ def _define_mode() -> Any:
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if func in resizing:
-                before = _storage_bytes(args[0])
+            if func in growing:
+                before = _storage_bytes(kwargs["out"] if "out" in kwargs else args[0])
                 out = func(*args, **kwargs)
                 _poison_grown(out, before)
                 return out
             out = func(*args, **kwargs)
-            if func in fresh and isinstance(out, torch.Tensor):
-                _poison_fresh(out)
+            if func in fresh and isinstance(out, torch.Tensor) and _poisonable(out):
+                _quietly(out, _poison_storage)
             return out
 
     return PoisonAllocations
@@ -239,9 +241,15 @@ def _poisonable(t: torch.Tensor) -> bool:
     return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
-def _poison_fresh(t: torch.Tensor) -> None:
-    if _poisonable(t):
-        _quietly(t, poison_)
+def _poison_storage(t: torch.Tensor) -> None:
+    """Poison the whole of a fresh tensor's storage, whatever its strides (overlapping ones
+    included), as one flat run of its dtype."""
+    import torch
+
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=t.dtype, device=t.device)
+    flat.set_(storage, 0, (storage.nbytes() // t.element_size(),))
+    poison_(flat)
 
 
 def _storage_bytes(t: Any) -> int:

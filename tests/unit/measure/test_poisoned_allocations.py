@@ -106,3 +106,21 @@ def test_compiled_code_runs_compiled_inside_the_block() -> None:
         got = fn(x)
     assert ran == ["compiled"]
     assert torch.equal(got, expected)
+
+
+def test_overlapping_strides_and_out_overloads() -> None:
+    keep = torch.arange(10, dtype=torch.float32)
+    with poisoned_allocations():
+        overlapping = torch.empty_strided((3, 4), (0, 1))  # every row is the same memory
+        grown = torch.empty(0)
+        torch.empty((2, 6), out=grown)
+        torch.empty((4,), out=keep[:4])  # resizes nothing: another tensor's data, left alone
+    assert unwritten(overlapping) == 12
+    assert unwritten(grown) == 12
+    assert torch.equal(keep, torch.arange(10, dtype=torch.float32))
+
+
+def test_an_inference_tensor_allocated_outside_inference_mode_code() -> None:
+    with torch.inference_mode(), poisoned_allocations():
+        t = torch.empty_strided((5, 3), (1, 5), dtype=torch.float16)
+    assert t.is_inference() and unwritten(t) == 15
