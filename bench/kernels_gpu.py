@@ -41,7 +41,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from opbench.kernels.activation import bind_activation  # noqa: E402
-from opbench.kernels.attention import Attention  # noqa: E402
+from opbench.kernels.attention_layer import Attention  # noqa: E402
 from opbench.kernels.batchnorm import bind_batchnorm2d  # noqa: E402
 from opbench.kernels.conv import build_conv2d  # noqa: E402
 from opbench.kernels.host import fold_batchnorm  # noqa: E402

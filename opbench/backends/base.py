@@ -7,7 +7,7 @@ a group its external inputs in order of first use (`Graph.external_inputs`)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -30,10 +30,15 @@ class Bound:
         kernels bound at the floor it only launches (buffers, grid and kernel fixed at bind).
     out: the output buffer `launch` writes into when the backend allocated it at bind time,
         else None. The checker poisons it before a checked call, so an unwritten element shows.
+    extra: a fused group's other outputs, by layer name: the buffers the same launch writes
+        for the group's layers that are read outside it besides its last (add → norm: the sum,
+        the pre-norm residual stream). Checked, poisoned and handed to their readers like
+        `out`; a group with such a layer and no buffer for it here is an error.
     """
 
     launch: Callable[[], torch.Tensor]
     out: torch.Tensor | None = None
+    extra: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
 
 @dataclass

@@ -24,6 +24,7 @@ Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
 ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
 QUANTS = ("none", "int8")
+ATTENTION_QUANTS = ("none", "int8", "fp8")
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
 # (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
 SLOW_LAYERNORM_ENV = "OPBENCH_TEST_SLOW_LAYERNORM"
@@ -33,10 +34,14 @@ class LayerKernel:
     """A built layer: `bind(*xs)` fixes everything for inputs xs; `kernel(*xs)` launches the
     binding of the last inputs, kept while those same tensors come back, so a model forward
     that feeds each layer its producers' (bound) outputs also launches at the floor. Its
-    result is the bound output buffer, overwritten by the next call."""
+    result is the bound output buffer, overwritten by the next call.
 
-    def __init__(self, bind: Binder) -> None:
+    extra_names: a fused group's other outputs, by layer name, in the order of the bound
+    kernels' `extra` buffers (add → norm: the add's sum)."""
+
+    def __init__(self, bind: Binder, extra_names: tuple[str, ...] = ()) -> None:
         self.bind = bind
+        self.extra_names = extra_names
         self.key: tuple | None = None
         self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
@@ -56,9 +61,9 @@ class LayerKernel:
 Builder = Callable[[LayerSpec, dict[str, Any]], "LayerKernel | Callable[[Any], Any]"]
 
 
-def check_quant(op: str, quant: str) -> None:
-    if quant not in QUANTS:
-        raise Unsupported(f"{op} quant {quant!r} is not supported ({' | '.join(QUANTS)})")
+def check_quant(op: str, quant: str, allowed: tuple[str, ...] = QUANTS) -> None:
+    if quant not in allowed:
+        raise Unsupported(f"{op} quant {quant!r} is not supported ({' | '.join(allowed)})")
 
 
 def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -77,12 +82,23 @@ def conv2d(
     batchnorm: dict[str, Any] | None = None,
     activation: str | None = None,
 ) -> LayerKernel:
-    """The conv, alone or with a folded batchnorm and a fused activation."""
+    """The conv, alone or with a folded batchnorm and a fused activation; a depthwise conv
+    (groups = channels) takes its own kernel (kernels/depthwise.py)."""
     from opbench.kernels.conv import build_conv2d
     from opbench.kernels.conv_int8 import build_conv2d_int8
 
     p = layer.params
     check_quant("conv2d", p["quant"])
+    if p["groups"] != 1 and p["groups"] == layer.input_shape[1] == p["out_channels"]:
+        from opbench.kernels.depthwise import build_depthwise_conv2d
+
+        if p["quant"] != "none":
+            raise Unsupported(f"depthwise conv2d quant {p['quant']!r}: float only")
+        dw = build_depthwise_conv2d(
+            w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
+            dilation=p["dilation"], activation=activation or p["activation"], batchnorm=batchnorm,
+        )  # fmt: skip
+        return LayerKernel(dw.bind)
     build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
     conv = build(
         w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
@@ -97,13 +113,32 @@ def _conv2d(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.attention import Attention
+    """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
+    split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
+    of those fits their shapes."""
+    from opbench.kernels.attention_decode import CacheAttention
+    from opbench.kernels.attention_fp8 import Fp8Attention
     from opbench.kernels.attention_int8 import Int8Attention
+    from opbench.kernels.attention_layer import Attention
 
     p = layer.params
-    check_quant("attention", p["quant"])
-    cls = Int8Attention if p["quant"] == "int8" else Attention
-    return LayerKernel(cls(heads=p["heads"], causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
+    check_quant("attention", p["quant"], ATTENTION_QUANTS)
+    heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
+    if p["separate_qkv"]:
+        from opbench.kernels.attention_qkv import SeparateAttention
+
+        qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                                quant=p["quant"])  # fmt: skip
+        return LayerKernel(qkv.bind)
+    if p["kv_len"] is not None or kv_heads != heads:
+        if p["quant"] != "none":
+            raise Unsupported(f"attention quant {p['quant']!r} covers self-attention with "
+                              "kv_heads = heads and no kv_len")  # fmt: skip
+        cache = CacheAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                               k_cache=w.get("k_cache"), v_cache=w.get("v_cache"))  # fmt: skip
+        return LayerKernel(cache.bind)
+    cls = {"int8": Int8Attention, "fp8": Fp8Attention}.get(p["quant"], Attention)
+    return LayerKernel(cls(heads=heads, causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:

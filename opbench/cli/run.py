@@ -31,9 +31,46 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return (k, n)
 
 
+def load_run_suite(suite_path: Path, batch: int | None, dtype: str | None, backends: list[str]):
+    """The suite to run, and for an ONNX file the model-data maker and the import's record.
+
+    An ONNX file is its own suite: its graph imported (docs/onnx.md), run with its own weights,
+    each backend's whole-model output checked against ONNX Runtime's."""
+    if suite_path.suffix.lower() != ".onnx":
+        if batch is not None or dtype is not None:
+            raise InputError(
+                "--batch and --dtype are for an ONNX model; a suite sets its own",
+                Location(file=str(suite_path)),
+            )
+        return load_suite(suite_path), None, {}
+    from opbench.cli.export import require_onnx
+
+    require_onnx("onnx", "onnxscript", "onnxruntime")
+    from opbench.export.onnx_import.as_suite import onnx_suite
+    from opbench.pipeline.file_data import file_model_data
+    from opbench.spec.model import DTYPES
+
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(
+            f"--dtype {dtype!r}: one of {', '.join(DTYPES)}", Location(field="--dtype")
+        )
+    suite, imported = onnx_suite(
+        suite_path, batch=batch, dtype=dtype or "float32", backends=backends
+    )
+    counts = imported.record()
+    console.print(
+        f"{suite_path.name}: {len(imported.layers)} layers from {imported.node_count} nodes "
+        f"({len(counts['absorbed'])} absorbed as views or constants), the file's own weights; "
+        "whole-model outputs checked against ONNX Runtime"
+    )
+    return suite, file_model_data(imported, str(suite_path)), {"onnx_import": counts}
+
+
 @handles_errors
 def run_command(
-    suite_path: Path = typer.Argument(..., metavar="SUITE", help="Suite YAML file."),
+    suite_path: Path = typer.Argument(
+        ..., metavar="SUITE", help="Suite YAML file, or an ONNX model (its own suite)."
+    ),
     backend: list[str] = typer.Option(
         [],
         "--backend",
@@ -75,10 +112,16 @@ def run_command(
     plans_out: Path | None = typer.Option(
         None, "--plans-out", help="Write this run's tuned plans to FILE."
     ),
+    batch: int | None = typer.Option(
+        None, "--batch", min=1, help="ONNX model: the batch size (the file's by default)."
+    ),
+    dtype: str | None = typer.Option(
+        None, "--dtype", help="ONNX model: float32 (default), float16 or bfloat16."
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     load_plugins(plugin)
-    suite = load_suite(suite_path)
+    suite, model_data, origin = load_run_suite(suite_path, batch, dtype, backend)
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
@@ -144,6 +187,8 @@ def run_command(
         rounds=rounds,
         shard=shard_kn,
         plans=recorded,
+        model_data=model_data,
+        origin=origin,
     )
     _check_selection(suite, options, suite_path)
     from opbench.distributed import current_world

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from opbench.compare.graphs import model_graphs
 from opbench.compare.model import (
     Comparison,
     ComparisonRow,
@@ -126,6 +127,7 @@ def compare_run(
         reference_total_source=whole_source,
         notes=tuple(gather_notes(run, profile, models, matched, options)),
         env=dict(run.env),
+        graphs=model_graphs(run.suite_spec, compared),
         allow_missing=options.allow_missing,
         allow_cpu_times=options.allow_cpu_times,
         partial=options.partial,

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from opbench.compare.graphs import GraphLayer
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 COMPARISON_SCHEMA_VERSION = 1
@@ -323,6 +324,8 @@ class Comparison:
     reference_total_source: str = ""
     notes: tuple[str, ...] = ()
     env: Mapping[str, Any] = field(default_factory=dict)
+    #: each compared model's layers and edges (compare/graphs.py), for the graph chart
+    graphs: Mapping[str, tuple[GraphLayer, ...]] = field(default_factory=dict)
     allow_missing: bool = False
     allow_cpu_times: bool = False
     partial: bool = False

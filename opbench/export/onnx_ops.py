@@ -10,7 +10,9 @@ Softmax), and compute exactly what the op's torch `forward` computes:
 - avgpool2d: AveragePool with count_include_pad=1 (PyTorch counts the padding);
 - flatten: Flatten(axis=1) for start_dim 1, else a Reshape to (*kept dims, -1);
 - rmsnorm: x / sqrt(mean(x²) + eps) · w, written out (RMSNormalization needs opset 23);
-- attention: Split of packed q|k|v, then ONNX Attention (opset 23), which scales by 1/√D;
+- attention: Split of packed q|k|v (grouped heads: by sizes), or the three inputs of
+  separate_qkv as they are, then ONNX Attention (opset 23), which scales by 1/√D; a KV cache
+  (kv_len), and causal attention over more keys than queries, have no form yet.
 - relu6: Clip(x, 0, 6) with the bounds as scalar initializers; gelu with `approximate: tanh`:
   Gelu(approximate="tanh");
 - joins (several inputs, in `inputs:` order): add → Add, mul → Mul, matmul → MatMul,
@@ -258,16 +260,34 @@ def _flatten(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
 
 def _attention(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> str:
     p = layer.params
-    if not isinstance(x, str):  # three inputs: q, k and v from separate projections
-        q, k, v = x
-    elif p.get("packed_qkv"):
-        q, k, v = scope.node("Split", [x], outputs=3, axis=-1, num_outputs=3)
-    else:
-        q = k = v = x
     heads = p["heads"]
+    kv_heads = p["kv_heads"] or heads
+    xs = (x,) if isinstance(x, str) else tuple(x)
+    if p["kv_len"] is not None:
+        raise InputError(
+            f"layer {scope.layer!r}: attention over a KV cache (kv_len) has no ONNX form yet"
+        )
+    if p["separate_qkv"]:  # three inputs: q, k and v from separate projections
+        q, k, v = xs
+        (_, seq, _), (_, keys, _) = layer.input_shapes[0], layer.input_shapes[1]
+        if p["causal"] and keys != seq:
+            raise InputError(
+                f"layer {scope.layer!r}: causal attention over more keys than queries has no "
+                "ONNX form (ONNX Attention's is_causal aligns the queries with the first keys)"
+            )
+    elif p["packed_qkv"] and kv_heads != heads:
+        head_dim = layer.input_shape[-1] // (heads + 2 * kv_heads)
+        sizes = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
+        split = scope.weight("split", np.array(sizes, dtype=np.int64))
+        q, k, v = scope.node("Split", [xs[0], split], outputs=3, axis=-1)
+    elif p["packed_qkv"]:
+        q, k, v = scope.node("Split", [xs[0]], outputs=3, axis=-1, num_outputs=3)
+    else:
+        q = k = v = xs[0]
     return scope.one(
-        "Attention", [q, k, v], q_num_heads=heads, kv_num_heads=heads, is_causal=int(p["causal"])
-    )
+        "Attention", [q, k, v], q_num_heads=heads, kv_num_heads=kv_heads,
+        is_causal=int(p["causal"]),
+    )  # fmt: skip
 
 
 EMITTERS: dict[str, Emitter] = {

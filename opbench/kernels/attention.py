@@ -25,12 +25,14 @@ At S = 4096, D = 128 the arithmetic intensity is ~1000 FLOP/byte: matrix bound.
 Layout: q, k and v are strided views of the layer input x, [B, S, H, D] (for packed input,
 views into [B, S, 3, H, D]); the kernel writes o straight into [B, S, H, D] = [B, S, E].
 On Hopper the K/V tiles may come through tensor descriptors (TMA), chosen by tuning
-(attention_plans.py).
+(attention_plans.py), and `Attention` also tunes the Gluon kernel of attention_hopper.py
+against this one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -44,7 +46,7 @@ from opbench.kernels.attention_plans import (
 )
 from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.launch import KernelCall, tuned_call
 from opbench.kernels.tuning import Choice, Config
 
 LOG2E = 1.4426950408889634
@@ -79,7 +81,7 @@ def load_rows(
 @triton.jit
 def online_softmax_update(
     acc, m_i, l_i, qk, qk_offset, qk_scale, v,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
     """Fold one key block into the running (acc, m, l) of the online softmax.
 
@@ -87,17 +89,34 @@ def online_softmax_update(
     maximum is taken on qk and each logit costs one FMA; masked entries of qk are -inf.
     Every row has seen a finite logit by the time this runs, so m stays finite.
     P is rounded to V's dtype, as the tensor cores take it.
+
+    LAZY (FlashAttention-4's conditional rescaling): keep the stale maxima, and skip the
+    rescale of acc and l (one multiply per accumulator element per step), until some row's
+    maximum has grown by more than 8; p <= 2^8 meanwhile, which fp16/bf16 P and the fp32
+    sums hold exactly as well. The decision is one reduction over the block's rows.
     """
-    m_new = tl.maximum(m_i, (tl.max(qk, 1) - qk_offset) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - (m_new + qk_offset * qk_scale)[:, None])
-    alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
+    m_blk = (tl.max(qk, 1) - qk_offset) * qk_scale
+    if LAZY:
+        if tl.max(m_blk - m_i, 0) > 8.0:  # +inf on the first block (m = -inf)
+            m_new = tl.maximum(m_i, m_blk)
+            alpha = tl.math.exp2(m_i - m_new)
+            l_i = l_i * alpha
+            acc = acc * alpha[:, None]
+            m_i = m_new
+        p = tl.math.exp2(qk * qk_scale - (m_i + qk_offset * qk_scale)[:, None])
+        l_i = l_i + tl.sum(p, 1)
+    else:
+        m_new = tl.maximum(m_i, m_blk)
+        p = tl.math.exp2(qk * qk_scale - (m_new + qk_offset * qk_scale)[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        m_i = m_new
     p = p.to(v.dtype)
     acc = tl.dot(
         dot_operand(p, UPCAST_DOT), dot_operand(v, UPCAST_DOT), acc, input_precision=DOT_PRECISION
     )
-    return acc, m_new, l_i
+    return acc, m_i, l_i
 
 
 @triton.jit
@@ -115,11 +134,12 @@ def key_ranges(
 ):
     """Split the keys of query block [start_m, start_m + BLOCK_M) into two passes:
     [0, unmasked_end) needs no mask at all, [unmasked_end, masked_end) needs `key_mask`.
-    Causal: keys left of the diagonal block are visible to every row; keys right of it to
-    none, so those blocks are never visited. Otherwise only a partial last block is masked.
+    Causal: keys left of the key block holding start_m are visible to every row; keys right
+    of the query block to none, so those blocks are never visited. Otherwise only a partial last block is masked.
     """
     if CAUSAL:
-        unmasked_end = start_m
+        # start_m rounded down to a key block: the same when BLOCK_N divides BLOCK_M.
+        unmasked_end = (start_m // BLOCK_N) * BLOCK_N
         masked_end = tl.minimum(start_m + BLOCK_M, seq_len)
     else:
         unmasked_end = (seq_len // BLOCK_N) * BLOCK_N
@@ -133,6 +153,7 @@ def _attend_key_blocks(
     stride_xs, stride_xd, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
     USE_DESC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    LAZY: tl.constexpr,
 ):  # fmt: skip
     """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -151,7 +172,7 @@ def _attend_key_blocks(
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
         acc, m_i, l_i = online_softmax_update(
-            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT
+            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT, LAZY
         )
     return acc, m_i, l_i
 
@@ -185,6 +206,7 @@ def _attention_fwd_kernel(
     BLOCK_M: tl.constexpr,  # query rows per program
     BLOCK_N: tl.constexpr,  # keys per inner step; BLOCK_M % BLOCK_N == 0
     USE_DESC: tl.constexpr,  # load K/V (and Q, store O) through tensor descriptors (TMA)
+    LAZY: tl.constexpr,  # conditional rescaling (online_softmax_update)
 ):
     """Grid (cdiv(S, BLOCK_M), B * H): one program per query block of one (batch, head)."""
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
@@ -236,12 +258,12 @@ def _attention_fwd_kernel(
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, 0, unmasked_end,
         seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
     )  # fmt: skip
     acc, m_i, l_i = _attend_key_blocks(
         acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, unmasked_end, masked_end,
         seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
     )  # fmt: skip
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
@@ -272,20 +294,11 @@ def views_key(q: torch.Tensor, out: torch.Tensor, causal: bool) -> str:
     return f"{q.dtype}|{tuple(q.shape)}|{q.stride()}|{out.stride()}|causal{causal}"
 
 
-def attention_call(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    *,
-    causal: bool,
-    config: Config | dict | None = None,
-) -> tuple[KernelCall, Choice]:
-    """The bound fused kernel on [B, S, H, D] views; q, k and v must share strides.
-
-    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, num_warps, num_stages)
-    instead of tuning (tests use it to cover each code path).
-    """
+def portable_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[tuple, dict, Callable[[Config], tuple[int, int]], list[Config]]:
+    """What the portable kernel needs on [B, S, H, D] views: positional args, constexprs, the
+    grid of a config, and its tile candidates."""
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
@@ -296,10 +309,27 @@ def attention_call(
                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
                  UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16)  # fmt: skip
     candidates = float_candidates(q.dtype, head_dim, descriptors_usable(q, out))
+    return args, named, lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), candidates
+
+
+def attention_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Config | dict | None = None,
+) -> tuple[KernelCall, Choice]:
+    """The bound portable kernel on [B, S, H, D] views; q, k and v must share strides.
+
+    config: explicit meta-parameters (BLOCK_M, BLOCK_N, USE_DESC, LAZY, num_warps,
+    num_stages) instead of tuning (tests use it to cover each code path).
+    """
+    args, named, grid, candidates = portable_launch(q, k, v, out, causal)
     return tuned_call(
-        "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates,
-        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
-        q.device, as_config(config),
+        "attention", _attention_fwd_kernel, views_key(q, out, causal), candidates, grid, args,
+        named, q.device, as_config(config),
     )  # fmt: skip
 
 
@@ -324,35 +354,3 @@ def split_heads(
         return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     q = x.unflatten(-1, (heads, width // heads))
     return q, q, q
-
-
-class Attention:
-    """Attention of x [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as
-    [3, H, D], into [B, S, E] in x's dtype: `bind(x)` or `attention(x, out=None)`.
-    Settings no kernel covers raise Unsupported (at build time when they are known then,
-    else at bind, when the head dim and dtype are)."""
-
-    def __init__(self, *, heads: int, causal: bool, packed_qkv: bool) -> None:
-        if heads < 1:
-            raise Unsupported(f"attention needs heads >= 1, got {heads}")
-        self.heads, self.causal, self.packed_qkv = heads, causal, packed_qkv
-
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.bind(x, out).launch()
-
-    def output(self, x: torch.Tensor, out: torch.Tensor | None):
-        q, k, v = split_heads(x, self.heads, self.packed_qkv)
-        batch, seq_len, _, head_dim = q.shape
-        embed = self.heads * head_dim
-        if out is None:
-            out = torch.empty((batch, seq_len, embed), dtype=x.dtype, device=x.device)
-        elif out.shape != (batch, seq_len, embed) or out.dtype != x.dtype:
-            raise ValueError(f"out must be {(batch, seq_len, embed)} {x.dtype}")
-        return q, k, v, out, out.unflatten(-1, (self.heads, head_dim))
-
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
-        return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])

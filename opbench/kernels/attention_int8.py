@@ -41,7 +41,6 @@ import triton.language as tl
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import (
     LOG2E,
-    Attention,
     as_config,
     check_head_dim,
     key_mask,
@@ -50,6 +49,7 @@ from opbench.kernels.attention import (
     online_softmax_update,
     views_key,
 )
+from opbench.kernels.attention_layer import Attention
 from opbench.kernels.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
@@ -160,6 +160,7 @@ def _attend_key_blocks_int8(
     lo, hi, seq_len, stride_xs, stride_xd,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, KEY_BLOCK: tl.constexpr,
     CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    LAZY: tl.constexpr,
 ):  # fmt: skip
     """One pass over key blocks [lo, hi); k8 rows are padded, so only V loads need masks."""
     for start_n in range(lo, hi, BLOCK_N):
@@ -179,7 +180,7 @@ def _attend_key_blocks_int8(
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
         acc, m_i, l_i = online_softmax_update(
-            acc, m_i, l_i, qk, MAGIC_FLOAT, q_scale * k_scale, v, "tf32", UPCAST_DOT
+            acc, m_i, l_i, qk, MAGIC_FLOAT, q_scale * k_scale, v, "tf32", UPCAST_DOT, LAZY
         )
     return acc, m_i, l_i
 
@@ -215,6 +216,7 @@ def _attention_int8_kernel(
     KEY_BLOCK: tl.constexpr,  # keys per K quantization block; a multiple of BLOCK_N
     BLOCK_N: tl.constexpr,  # keys per inner step
     USE_DESC: tl.constexpr,  # K8/V tiles through tensor descriptors (TMA)
+    LAZY: tl.constexpr,  # conditional rescaling (attention.online_softmax_update)
 ):
     """Grid (cdiv(S, BLOCK_M), B * H), as the fp16 kernel."""
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
@@ -260,12 +262,12 @@ def _attention_int8_kernel(
     acc, m_i, l_i = _attend_key_blocks_int8(
         acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
         0, unmasked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, False, USE_DESC, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, False, USE_DESC, UPCAST_DOT, LAZY,
     )  # fmt: skip
     acc, m_i, l_i = _attend_key_blocks_int8(
         acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
         unmasked_end, masked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, True, USE_DESC, UPCAST_DOT,
+        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, True, USE_DESC, UPCAST_DOT, LAZY,
     )  # fmt: skip
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)

@@ -44,33 +44,71 @@ INT8_TILES: dict[int, list[Tile]] = {
     128: [(128, 64, 8, 2, 128, True), (64, 64, 4, 3, None, True)],
     256: [(64, 32, 4, 3, None, False), (64, 64, 4, 2, None, False)],
 }
+# fp8 (e4m3) QK^T and PV: the 8-bit MMA needs K >= 32 (head dim and key tile). The candidates
+# bracket the int8 winners (one and two programs per SM, 64- and 128-key steps), all with TMA,
+# which the quantized k8 / vt8 buffers always allow; 64 x 64 on 4 warps won every shape of the
+# first H100 run, 64 x 128 was added after it.
+_SMALL_HEAD_FP8_TILES: list[Tile] = [
+    (64, 64, 4, 3, None, True),
+    (64, 128, 4, 3, None, True),
+    (128, 64, 8, 3, 128, True),
+    (128, 128, 8, 3, None, True),
+]
+FP8_TILES: dict[int, list[Tile]] = {
+    32: _SMALL_HEAD_FP8_TILES,
+    64: _SMALL_HEAD_FP8_TILES,
+    128: [
+        (128, 64, 8, 2, 128, True),
+        (128, 128, 8, 2, None, True),
+        (64, 64, 4, 3, None, True),
+        (128, 64, 8, 3, None, True),
+        (64, 128, 4, 2, None, True),
+    ],
+    256: [(64, 64, 4, 2, None, True), (64, 32, 4, 3, None, True)],
+}
 INTERPRET_TILE: Tile = (32, 16, 4, 1, None, False)
 
 
-def tile_config(tile: Tile) -> Config:
+def tile_config(tile: Tile, lazy: bool | None = False) -> Config:
+    """The config of a tile; lazy: the LAZY constexpr (conditional rescaling) of the kernels
+    that take it, None for those that do not."""
     bm, bn, warps, stages, maxnreg, desc = tile
+    extra = {} if lazy is None else {"LAZY": lazy}
     return Config.of(BLOCK_M=bm, BLOCK_N=bn, USE_DESC=desc, num_warps=warps, num_stages=stages,
-                     maxnreg=maxnreg)  # fmt: skip
+                     maxnreg=maxnreg, **extra)  # fmt: skip
 
 
-def candidates(tiles: Sequence[Tile], desc_ok: bool) -> list[Config]:
-    """The configs of `tiles`; where descriptors cannot address the tensors, their TMA
-    candidates run with pointer loads instead. Under the interpreter, one small tile."""
+# Conditional rescaling (LAZY) lost on every shape when tuned beside each tile on an H100
+# (26 fp16/bf16/int8 shapes, docs/perf/attention.md): one CTA-wide reduction per step costs
+# more than the rescales it skips. Kept as a kernel option (tested), not tuned.
+LAZY_CHOICES: tuple[bool, ...] = (False,)
+
+
+def candidates(
+    tiles: Sequence[Tile], desc_ok: bool, lazy: Sequence[bool | None] = (None,)
+) -> list[Config]:
+    """The configs of `tiles` (each with every `lazy` choice); where descriptors cannot
+    address the tensors, their TMA candidates run with pointer loads instead. Under the
+    interpreter, one small tile."""
     if INTERPRET:
-        return [tile_config(INTERPRET_TILE)]
+        return [tile_config(INTERPRET_TILE, lazy[0] if lazy[0] is None else False)]
     if not desc_ok:
         tiles = [t[:5] + (False,) for t in tiles]
-    return [tile_config(t) for t in dict.fromkeys(tiles)]
+    return [tile_config(t, choice) for t in dict.fromkeys(tiles) for choice in lazy]
 
 
 def float_candidates(dtype: torch.dtype, head_dim: int, desc_ok: bool) -> list[Config]:
     if dtype == torch.float32:
-        return candidates(FP32_TILES, desc_ok=False)
-    return candidates(FP16_TILES[head_dim], desc_ok)
+        return candidates(FP32_TILES, desc_ok=False, lazy=(False,))
+    return candidates(FP16_TILES[head_dim], desc_ok, LAZY_CHOICES)
 
 
 def int8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
-    return candidates(INT8_TILES[head_dim], desc_ok)
+    return candidates(INT8_TILES[head_dim], desc_ok, LAZY_CHOICES)
+
+
+def fp8_candidates(head_dim: int, desc_ok: bool) -> list[Config]:
+    return candidates(FP8_TILES[head_dim], desc_ok)
 
 
 def descriptors_usable(*tensors: torch.Tensor) -> bool:

@@ -29,18 +29,20 @@ Ways to read A (the plan's PATH, conv_plans.py), one kernel:
                 blocks would be mostly padding.
   * "pointwise" 1x1, stride 1, no padding on NCHW: A[m, c] = x[n, c, p] is a plain matrix with
                 pixels contiguous, read with vector loads.
-The epilogue adds bias, applies the activation, and stores NCHW: for a fixed channel o the pixels
-of one image are contiguous, so stores run along m.
+The epilogue adds bias (with a folded batchnorm: its shift), then optionally a residual tile of
+the output's shape (a residual block's skip connection), applies the activation, and stores
+NCHW: for a fixed channel o the pixels of one image are contiguous, so stores run along m.
 
-Shapes and strides are compile-time constants: index math divides by constants, the compiler
-knows which runs are contiguous and aligned, and a launch passes only six pointers.
+Shapes and strides are compile-time constants, except M (the batch's): index math divides by
+constants, the compiler knows which runs are contiguous and aligned, and a launch passes seven
+pointers and M.
 int8 (`conv_int8.py`) runs the same kernel with IS_INT8. Measured figures: docs/perf/conv.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -48,6 +50,13 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported, conv_plans
+from opbench.kernels.conv_shapes import (
+    ConvLayer,
+    nhwc_strides,
+    output_for,
+    pack_weight,
+    residual_strides,
+)
 from opbench.kernels.device import dot_accumulate
 from opbench.kernels.epilogue import activation_code, apply_activation
 from opbench.kernels.host import INTERPRET, cdiv, fold_batchnorm, pair
@@ -59,12 +68,13 @@ from opbench.kernels.tuning import Choice, Config, choose, device_tag
 K_CHANNEL_BLOCKS, K_GATHER, K_POINTWISE = 0, 1, 2
 K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GATHER,
            "pointwise": K_POINTWISE}  # fmt: skip
-# Packed weight rows are zero-padded to this many elements, so the "gather" path reads B unmasked
-# and rows start 16-byte aligned.
-K_ALIGN = 128
 
 
-@triton.jit
+# M (= N*OH*OW) is the only shape that changes with the batch: not a compile-time constant and
+# not specialized on, so every batch size of a network runs the kernels compiled for the first
+# (a ResNet-50 is ~200 one-second compiles per batch size otherwise). Every other shape stays
+# constant, so index math still divides by constants.
+@triton.jit(do_not_specialize=["M"])
 def _conv2d_kernel(
     # pointers
     x_ptr,  # input, element (n, c, h, w) at n*STRIDE_XN + c*STRIDE_XC + h*STRIDE_XH + w*STRIDE_XW
@@ -73,8 +83,9 @@ def _conv2d_kernel(
     x_scale_ptr,  # float32 [N] per-image activation scales; unused unless IS_INT8
     w_scale_ptr,  # float32 [COUT] per-channel weight scales; unused unless IS_INT8
     out_ptr,  # output, element (n, o, p) at n*STRIDE_ON + o*STRIDE_OC + p, p = oh*OW + ow
+    res_ptr,  # residual, out's shape, (n, o, p) at n*STRIDE_RN + o*STRIDE_RC + p*STRIDE_RP
     # shapes
-    M: tl.constexpr,  # N*OH*OW, rows of the implicit GEMM
+    M,  # N*OH*OW, rows of the implicit GEMM (a run-time value: see above)
     C: tl.constexpr,  # input channels
     H: tl.constexpr,  # input height
     W: tl.constexpr,  # input width
@@ -89,6 +100,9 @@ def _conv2d_kernel(
     STRIDE_WO: tl.constexpr,  # K_pad: distance between packed weight rows
     STRIDE_ON: tl.constexpr,
     STRIDE_OC: tl.constexpr,
+    STRIDE_RN: tl.constexpr,  # residual strides (unused unless HAS_RESIDUAL)
+    STRIDE_RC: tl.constexpr,
+    STRIDE_RP: tl.constexpr,
     # meta-parameters
     KH: tl.constexpr,  # kernel height
     KW: tl.constexpr,  # kernel width
@@ -101,6 +115,7 @@ def _conv2d_kernel(
     K_MODE: tl.constexpr,  # 0 K_CHANNEL_BLOCKS, 1 K_GATHER, 2 K_POINTWISE
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
+    HAS_RESIDUAL: tl.constexpr,  # add res_ptr's tile after bias/batchnorm, before the activation
     IS_INT8: tl.constexpr,  # int8 x and w, int32 accumulation, dequantized in the epilogue
     INPUT_PRECISION: tl.constexpr,  # "ieee" for true fp32 products; ignored by 16-bit and int8 dots
     UPCAST_OPERANDS: tl.constexpr,  # True only under the CPU interpreter with bfloat16
@@ -186,23 +201,16 @@ def _conv2d_kernel(
         result = acc
     if HAS_BIAS:
         result += tl.load(bias_ptr + offs_n, mask=n_valid, other=0.0)[None, :]
+    out_mask = m_valid[:, None] & n_valid[None, :]
+    if HAS_RESIDUAL:
+        # A residual block's tail, relu(bn(conv(x)) + skip): the skip tile is read here, once,
+        # instead of the conv's output being written, read back and added by a second kernel.
+        res_rows = (image * STRIDE_RN + pixel * STRIDE_RP)[:, None]
+        skip = tl.load(res_ptr + res_rows + (offs_n * STRIDE_RC)[None, :], mask=out_mask, other=0.0)
+        result += skip.to(tl.float32)
     result = apply_activation(result, ACTIVATION)
     out_ptrs = out_ptr + (image * STRIDE_ON + pixel)[:, None] + (offs_n * STRIDE_OC)[None, :]
-    out_mask = m_valid[:, None] & n_valid[None, :]
     tl.store(out_ptrs, result.to(out_ptr.dtype.element_ty), mask=out_mask)
-
-
-@dataclass(frozen=True)
-class ConvLayer:
-    """What the build step fixed: packed weights, fp32 bias, geometry, activation code."""
-
-    packed: torch.Tensor  # [Cout, K_pad], (r, s, c) order
-    bias32: torch.Tensor | None
-    geometry: dict = field(hash=False)
-    activation: int
-    cout: int
-    cin: int
-    w_scale: torch.Tensor | None = None  # int8: fp32 per-channel weight scales
 
 
 @dataclass(frozen=True)
@@ -257,41 +265,6 @@ def prepare_conv(
     )  # fmt: skip
 
 
-def pack_weight(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[Cout, C, KH, KW] -> [Cout, K_pad] in (r, s, c) order, zero-padded to a multiple of K_ALIGN."""
-    cout, c, kh, kw = weight.shape
-    k = kh * kw * c
-    packed = torch.zeros((cout, cdiv(k, K_ALIGN) * K_ALIGN), dtype=dtype, device=weight.device)
-    packed[:, :k] = weight.permute(0, 2, 3, 1).reshape(cout, k).to(dtype)
-    return packed
-
-
-def output_size(
-    h: int, w: int, kh: int, kw: int, sh: int, sw: int, ph: int, pw: int, dh: int, dw: int
-) -> tuple[int, int]:
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    if oh <= 0 or ow <= 0:
-        raise ValueError(f"input {h}x{w} is smaller than the dilated kernel")
-    return oh, ow
-
-
-def output_for(layer: ConvLayer, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    """The output buffer for x: `out` checked, or a new contiguous NCHW tensor."""
-    if x.dim() != 4 or x.shape[1] != layer.cin:
-        raise ValueError(f"x must be [N, {layer.cin}, H, W], got {tuple(x.shape)}")
-    n, _, h, w = x.shape
-    g = layer.geometry
-    oh, ow = output_size(h, w, g["KH"], g["KW"], g["SH"], g["SW"], g["PH"], g["PW"], g["DH"],
-                         g["DW"])  # fmt: skip
-    shape = (n, layer.cout, oh, ow)
-    if out is None:
-        return torch.empty(shape, dtype=x.dtype, device=x.device)
-    if tuple(out.shape) != shape or out.dtype != x.dtype or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {x.dtype} tensor of shape {shape}")
-    return out
-
-
 def conv_call(
     layer: ConvLayer,
     source: torch.Tensor,
@@ -301,9 +274,11 @@ def conv_call(
     plan: Config,
     *,
     x_scale: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
 ) -> KernelCall:
     """The `_conv2d_kernel` launch reading `source` as an [N, C, H, W] input of `shape` and
-    element `strides` (x itself, or its NHWC copy); int8 when x_scale is given."""
+    element `strides` (x itself, or its NHWC copy); int8 when x_scale is given; `residual`
+    (out's shape, checked by `residual_strides`) is added before the activation."""
     n, c, h, w = shape
     _, cout, oh, ow = out.shape
     if max(n * c * h * w, n * cout * oh * ow) >= 2**31:
@@ -314,8 +289,10 @@ def conv_call(
         M=n * oh * ow, C=c, H=h, W=w, COUT=cout, OH=oh, OW=ow,
         STRIDE_XN=sxn, STRIDE_XC=sxc, STRIDE_XH=sxh, STRIDE_XW=sxw,
         STRIDE_WO=layer.packed.stride(0), STRIDE_ON=cout * oh * ow, STRIDE_OC=oh * ow,
+        **dict(zip(("STRIDE_RN", "STRIDE_RC", "STRIDE_RP"), residual_strides(residual, out),
+                   strict=True)),
         **layer.geometry, K_MODE=K_MODES[plan["PATH"]], HAS_BIAS=layer.bias32 is not None,
-        ACTIVATION=layer.activation, IS_INT8=is_int8,
+        ACTIVATION=layer.activation, HAS_RESIDUAL=residual is not None, IS_INT8=is_int8,
         INPUT_PRECISION="ieee" if layer.packed.dtype == torch.float32 else "tf32",
         UPCAST_OPERANDS=INTERPRET and source.dtype == torch.bfloat16, GROUP_M=8,
     )  # fmt: skip
@@ -323,14 +300,9 @@ def conv_call(
     unused = out
     bias = layer.bias32 if layer.bias32 is not None else unused
     scales = (x_scale, layer.w_scale) if is_int8 else (unused, unused)
-    return config_call(_conv2d_kernel, grid, (source, layer.packed, bias, *scales, out), named,
-                       plan)  # fmt: skip
-
-
-def nhwc_strides(shape: Sequence[int]) -> tuple[int, int, int, int]:
-    """(n, c, h, w) strides of a contiguous [N, H, W, C] buffer."""
-    _, c, h, w = shape
-    return (h * w * c, 1, w * c, c)
+    skip = residual if residual is not None else unused
+    return config_call(_conv2d_kernel, grid, (source, layer.packed, bias, *scales, out, skip),
+                       named, plan)  # fmt: skip
 
 
 class FloatConv:
@@ -339,12 +311,19 @@ class FloatConv:
     def __init__(self, layer: ConvLayer, dtype: torch.dtype, path: str):
         self.layer, self.dtype, self.path = layer, dtype, path
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.bind(x, out).launch()
+    def __call__(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.bind(x, out, residual=residual).launch()
 
     def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+        self,
+        x: torch.Tensor,
+        out: torch.Tensor | None = None,
+        config: Config | None = None,
+        residual: torch.Tensor | None = None,
     ) -> BoundKernels:
+        """Bound to x (and `residual`, added before the activation: a residual block's tail)."""
         if x.dtype != self.dtype:
             raise TypeError(f"x is {x.dtype} but the layer was prepared for {self.dtype}")
         n, c, h, w = x.shape if x.dim() == 4 else (0, 0, 0, 0)
@@ -352,25 +331,31 @@ class FloatConv:
             raise ValueError("x rows must be dense: pass a contiguous NCHW or channels_last tensor")
         out = output_for(self.layer, x, out)
         key = f"{x.dtype}|{tuple(x.shape)}|{x.stride()}|{self.path}|Cout{self.layer.cout}|" + \
-            ",".join(f"{k}{v}" for k, v in self.layer.geometry.items())  # fmt: skip
+            ",".join(f"{k}{v}" for k, v in self.layer.geometry.items()) + \
+            ("|residual" if residual is not None else "")  # fmt: skip
         candidates = conv_plans.float_candidates(x, self.layer.cout, self.layer.geometry,
                                                  self.dtype, self.path)  # fmt: skip
         if config is not None:
             choice = Choice("conv2d", key, device_tag(x.device), config, "forced")
         else:
             choice = choose("conv2d", key, candidates, x.device,
-                            lambda cfg: sequence(self.plan_calls(cfg, x, out).calls, out))  # fmt: skip
-        bound = self.plan_calls(choice.config, x, out)
+                            lambda cfg: sequence(self.plan_calls(cfg, x, out, residual).calls,
+                                                 out))  # fmt: skip
+        bound = self.plan_calls(choice.config, x, out, residual)
         return BoundKernels.of(bound.calls, out, [choice, *bound.choices], keep=bound.keep)
 
-    def plan_calls(self, plan: Config, x: torch.Tensor, out: torch.Tensor) -> BoundPlan:
+    def plan_calls(
+        self, plan: Config, x: torch.Tensor, out: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> BoundPlan:
         if plan["PATH"] == "nhwc" and x.stride(1) != 1:
             n, c, h, w = x.shape
             nhwc = torch.empty((n, h, w, c), dtype=x.dtype, device=x.device)
             copy, copy_choice = bind_strided_map(x.permute(0, 2, 3, 1), nhwc, activation=0)
-            conv = conv_call(self.layer, nhwc, x.shape, nhwc_strides(x.shape), out, plan)
+            conv = conv_call(self.layer, nhwc, x.shape, nhwc_strides(x.shape), out, plan,
+                             residual=residual)  # fmt: skip
             return BoundPlan([copy, conv], [nhwc], [copy_choice])
-        return BoundPlan([conv_call(self.layer, x, x.shape, x.stride(), out, plan)], [], [])
+        conv = conv_call(self.layer, x, x.shape, x.stride(), out, plan, residual=residual)
+        return BoundPlan([conv], [], [])
 
 
 def build_conv2d(

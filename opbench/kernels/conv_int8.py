@@ -32,16 +32,9 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.conv import (
-    BoundPlan,
-    ConvLayer,
-    conv_call,
-    nhwc_strides,
-    output_for,
-    pack_weight,
-    prepare_conv,
-)
+from opbench.kernels.conv import BoundPlan, conv_call, prepare_conv
 from opbench.kernels.conv_plans import int8_candidates
+from opbench.kernels.conv_shapes import ConvLayer, nhwc_strides, output_for, pack_weight
 from opbench.kernels.device import inverse_scale, round_to_int8
 from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, sequence
@@ -151,12 +144,19 @@ class Int8Conv:
         self.layer = layer
         self.packed, self.w_scale = layer.packed, layer.w_scale
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.bind(x, out).launch()
+    def __call__(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.bind(x, out, residual=residual).launch()
 
     def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+        self,
+        x: torch.Tensor,
+        out: torch.Tensor | None = None,
+        config: Config | None = None,
+        residual: torch.Tensor | None = None,
     ) -> BoundKernels:
+        """Bound to x (and `residual`, added before the activation: a residual block's tail)."""
         if x.dtype == torch.float32:
             raise Unsupported("int8 convolution of float32 input: only float16/bfloat16")
         if x.dtype not in (torch.float16, torch.bfloat16):
@@ -171,11 +171,12 @@ class Int8Conv:
         x_scale = torch.empty((n,), device=x.device, dtype=torch.float32)
         quantize, keep = quantize_calls(x, xq, x_scale)
         key = f"{x.dtype}|{tuple(x.shape)}|Cout{self.layer.cout}|" + ",".join(
-            f"{k}{v}" for k, v in self.layer.geometry.items())  # fmt: skip
+            f"{k}{v}" for k, v in self.layer.geometry.items()) + \
+            ("|residual" if residual is not None else "")  # fmt: skip
 
         def plan_calls(plan: Config) -> BoundPlan:
             conv = conv_call(self.layer, xq, x.shape, nhwc_strides(x.shape), out, plan,
-                             x_scale=x_scale)  # fmt: skip
+                             x_scale=x_scale, residual=residual)  # fmt: skip
             return BoundPlan([*quantize, conv], [xq, x_scale, *keep], [])
 
         if config is not None:

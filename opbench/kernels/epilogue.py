@@ -1,4 +1,4 @@
-"""Activation functions fused into the epilogue of other kernels.
+"""Activation functions fused into the epilogue of other kernels, and the GEMMs' store.
 
 GEMM, conv and elementwise kernels take the activation as a `tl.constexpr` code so the
 compiler removes the unused branches.
@@ -33,6 +33,10 @@ from opbench.kernels.host import SIXTEEN_BIT
 ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "relu6": 5, "gelu_tanh": 6}
 # GELU for outputs rounded to 16 bits (see above); chosen by activation_code, never by name.
 GELU_16BIT_OUT = 4
+# SwiGLU over column pairs: a GEMM whose weight rows interleave a gate and an up projection
+# (row 2j = gate j, row 2j+1 = up j) writes column j = silu(gate_j) * up_j (swiglu.py). Kept
+# apart from the elementwise codes: it changes the tile's shape, not its values.
+SWIGLU_PAIRS = 16
 
 
 def activation_code(name: str | None, out_dtype: torch.dtype | None = None) -> int:
@@ -81,3 +85,40 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
         # 2 * sqrt(2/pi) = 1.5957691216057308: x * sigmoid(2u), see the module docstring.
         x = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
     return x
+
+
+@triton.jit
+def store_output(
+    y,  # [BLOCK_M, BLOCK_N] fp32: the tile after scales and bias
+    offs_m,  # [BLOCK_M] rows of the tile
+    offs_n,  # [BLOCK_N] GEMM columns of the tile
+    M,
+    N,  # GEMM columns (twice the output's with SWIGLU_PAIRS)
+    out_ptr,
+    stride_om,
+    stride_on,
+    res_ptr,  # residual with out's shape and strides (read only if HAS_RESIDUAL)
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+):
+    """out = act(y) (+ residual), in out's dtype; rows >= M and columns past the output are
+    masked. With SWIGLU_PAIRS the tile's column pairs become half as many output columns:
+    splitting the accumulator's last axis in two stays within each thread's registers (an MMA
+    accumulator holds neighbouring column pairs in one thread)."""
+    if ACTIVATION == 16:  # SWIGLU_PAIRS
+        gate, up = tl.split(tl.reshape(y, (y.shape[0], y.shape[1] // 2, 2)))
+        gate_cols, _ = tl.split(tl.reshape(offs_n, (offs_n.shape[0] // 2, 2)))
+        y = gate / (1.0 + tl.exp(-gate)) * up
+        cols = gate_cols // 2
+        width = N // 2
+    else:
+        y = apply_activation(y, ACTIVATION)
+        cols = offs_n
+        width = N
+    offsets = offs_m.to(tl.int64)[:, None] * stride_om + cols[None, :] * stride_on
+    mask = (offs_m < M)[:, None] & (cols < width)[None, :]
+    if HAS_RESIDUAL:
+        # The residual stream (a transformer's x + proj(...)): read once here instead of a
+        # second kernel reading this output back.
+        y += tl.load(res_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)

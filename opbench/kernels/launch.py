@@ -25,7 +25,11 @@ from typing import Any
 import torch
 
 from opbench.kernels.host import INTERPRET
-from opbench.kernels.tuning import Choice, Config
+from opbench.kernels.tuning import Choice, Config, is_precompiling
+
+
+def _never_launched() -> None:
+    raise RuntimeError("a KernelCall made to precompile was launched")
 
 
 class KernelCall:
@@ -52,7 +56,11 @@ class KernelCall:
         self.args = tuple(args)
         self.named = dict(named)
         self.options = dict(options)
-        self.call: Callable[[], None] = self._jit_call if INTERPRET else self._compiled_call()
+        if is_precompiling() and not INTERPRET:  # only start the compile: tuning.precompile
+            self.kernel.warmup(*self.args, grid=self.grid, **self.named, **self.options)
+            self.call: Callable[[], None] = _never_launched
+            return
+        self.call = self._jit_call if INTERPRET else self._compiled_call()
 
     def _jit_call(self) -> None:
         """Through the JIT function (the interpreter's path; also the unbound reference)."""
@@ -152,6 +160,7 @@ class BoundKernels:
     choices: the configuration each kernel runs with, for the result's `plan`.
     calls: the kernel launches `launch` runs, in order.
     keep: tensors the launches use that nothing else holds (workspace, the input's views).
+    extra: further outputs the same launches write (add → norm's sum), fixed at bind like out.
     """
 
     launch: Callable[[], torch.Tensor]
@@ -159,6 +168,7 @@ class BoundKernels:
     choices: tuple[Choice, ...] = ()
     calls: tuple[KernelCall, ...] = ()
     keep: tuple[Any, ...] = field(default=(), repr=False)
+    extra: tuple[torch.Tensor, ...] = ()
 
     @staticmethod
     def of(
@@ -166,9 +176,10 @@ class BoundKernels:
         out: torch.Tensor,
         choices: Sequence[Choice] = (),
         keep: Sequence[Any] = (),
+        extra: Sequence[torch.Tensor] = (),
     ) -> BoundKernels:
         launch = sequence(calls, out) if calls else no_launch(out)
-        return BoundKernels(launch, out, tuple(choices), tuple(calls), tuple(keep))
+        return BoundKernels(launch, out, tuple(choices), tuple(calls), tuple(keep), tuple(extra))
 
     def plan(self) -> dict:
         """The JSON-able plan: one record per chosen kernel configuration."""

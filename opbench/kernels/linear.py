@@ -73,11 +73,16 @@ class Linear:
                 f"input dtype {x.dtype} differs from the weight's {self.weight.dtype}"
             )
 
+    @property
+    def output_features(self) -> int:
+        """Columns of the output (SwiGLU's GEMM has twice as many: swiglu.py)."""
+        return self.out_features
+
     def _views(self, x: torch.Tensor, out: torch.Tensor | None):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"input's last dim {x.shape[-1]} != in_features {self.in_features}")
         self._check_dtype(x)
-        out_shape = (*x.shape[:-1], self.out_features)
+        out_shape = (*x.shape[:-1], self.output_features)
         if out is None:
             out = torch.empty(out_shape, dtype=x.dtype, device=x.device)
         elif tuple(out.shape) != out_shape or out.dtype != x.dtype:
@@ -86,26 +91,36 @@ class Linear:
             )
         # view() (not reshape) so a strided input is rejected instead of silently copied.
         x2 = x if x.dim() == 2 else x.view(-1, self.in_features)
-        out2 = out if out.dim() == 2 else out.view(-1, self.out_features)
+        out2 = out if out.dim() == 2 else out.view(-1, self.output_features)
         return x2, out2, out
 
-    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.bind(x, out).launch()
+    def __call__(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, residual: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.bind(x, out, residual=residual).launch()
 
     def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+        self,
+        x: torch.Tensor,
+        out: torch.Tensor | None = None,
+        config: Config | None = None,
+        residual: torch.Tensor | None = None,
     ) -> BoundKernels:
-        """The layer bound to x (and out): plan chosen, buffers allocated, kernels fixed."""
+        """The layer bound to x (and out): plan chosen, buffers allocated, kernels fixed.
+        `residual` (the output's shape, dense rows) is added after the activation."""
         x2, out2, out = self._views(x, out)
+        res2 = residual_view(residual, out, out2)
         if x2.shape[0] == 0:
             return BoundKernels.of([], out)
-        choice = self.choose(x2, out2, config)
-        calls, keep = self.calls(choice.config, x2, out2)
+        choice = self.choose(x2, out2, config, res2)
+        calls, keep = self.calls(choice.config, x2, out2, res2)
         return BoundKernels.of(calls, out, [choice], keep=[x2, out2, *keep])
 
-    def launch(self, plan: Config, x2: torch.Tensor, out2: torch.Tensor) -> None:
+    def launch(
+        self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None
+    ) -> None:
         """Bind and run one plan on 2-D views (tests and benchmarks run every candidate)."""
-        calls, _ = self.calls(plan, x2, out2)
+        calls, _ = self.calls(plan, x2, out2, res2)
         sequence(calls, out2)()
 
     def candidates(self, x2: torch.Tensor, every_kind: bool = False) -> list[Config]:
@@ -124,18 +139,25 @@ class Linear:
                                 self.is_int8, sm_count(x2.device))]  # fmt: skip
         return tiles
 
-    def choose(self, x2: torch.Tensor, out2: torch.Tensor, config: Config | None) -> Choice:
+    def choose(
+        self,
+        x2: torch.Tensor,
+        out2: torch.Tensor,
+        config: Config | None,
+        res2: torch.Tensor | None = None,
+    ) -> Choice:
         tma = self._tma_ok(x2)
         key = "|".join([
             f"{x2.dtype}{'-tf32' if self.dot_precision == 'tf32' else ''}",
             "int8" if self.is_int8 else "none", f"M{next_power_of_2(x2.shape[0])}",
             f"N{self.out_features}", f"K{self.in_features}", "tma" if tma else "notma",
+            *(["residual"] if res2 is not None else []),
         ])  # fmt: skip
         if config is not None:
             return Choice(self.kernel_name, key, device_tag(x2.device), config, "forced")
 
         def make(cfg: Config):
-            calls, keep = self.calls(cfg, x2, out2)
+            calls, keep = self.calls(cfg, x2, out2, res2)
             return sequence(calls, out2)
 
         return choose(self.kernel_name, key, self.candidates(x2), x2.device, make)
@@ -144,10 +166,28 @@ class Linear:
         return tma_ok(x2, self.weight)
 
     def calls(
-        self, plan: Config, x2: torch.Tensor, out2: torch.Tensor
+        self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None
     ) -> tuple[list[KernelCall], list]:
         """The KernelCalls of one plan on fixed 2-D views, and the workspace they use."""
-        return gemm_calls(plan, x2, self, out2, row_scale=None)
+        return gemm_calls(plan, x2, self, out2, row_scale=None, residual=res2)
+
+
+def residual_view(
+    residual: torch.Tensor | None, out: torch.Tensor, out2: torch.Tensor
+) -> torch.Tensor | None:
+    """The residual as a 2-D view with out2's strides (what the epilogue reads), or None."""
+    if residual is None:
+        return None
+    if tuple(residual.shape) != tuple(out.shape) or residual.dtype != out.dtype or \
+            residual.device != out.device:  # fmt: skip
+        raise ValueError(f"residual must be {tuple(out.shape)} {out.dtype} on {out.device}, "
+                         f"got {tuple(residual.shape)} {residual.dtype} on {residual.device}")  # fmt: skip
+    # view(), never reshape(): a copy made here would bind the kernel to stale data.
+    dense = residual.dim() == 2 or residual.is_contiguous()
+    res2 = residual if residual.dim() == 2 else residual.view(out2.shape) if dense else None
+    if res2 is None or (res2.stride() != out2.stride() and res2.numel() > 1):
+        raise ValueError("residual must be laid out like the output (contiguous rows)")
+    return res2
 
 
 def gemm_calls(
@@ -156,8 +196,10 @@ def gemm_calls(
     layer: Linear,
     out: torch.Tensor,
     row_scale: torch.Tensor | None,
+    residual: torch.Tensor | None = None,
 ) -> tuple[list[KernelCall], list]:
-    """out[M, N] = epilogue(a[M, K] @ layer.weight[N, K]^T) with one plan, as KernelCalls.
+    """out[M, N] = epilogue(a[M, K] @ layer.weight[N, K]^T) (+ residual, out's strides) with
+    one plan, as KernelCalls.
 
     int8 (layer.is_int8): a is the quantized x with row_scale, or (FUSED_QUANT) x itself.
     Only allocates (the split-K workspace); every number is computed by the kernels.
@@ -168,11 +210,13 @@ def gemm_calls(
     is_int8 = layer.is_int8
     unused = out  # any pointer, for arguments the constexpr flags switch off
     named = dict(IS_INT8=is_int8, HAS_BIAS=bias is not None, ACTIVATION=layer.activation,
+                 HAS_RESIDUAL=residual is not None,
                  DOT_PRECISION="ieee" if is_int8 else layer.dot_precision,
                  UPCAST=INTERPRET and a.dtype == torch.bfloat16)  # fmt: skip
     pointers = (out, bias if bias is not None else unused,
                 row_scale if row_scale is not None else unused,
-                layer.col_scale if is_int8 else unused)  # fmt: skip
+                layer.col_scale if is_int8 else unused,
+                residual if residual is not None else unused)  # fmt: skip
     bm, bn, bk = plan["BLOCK_M"], plan["BLOCK_N"], plan["BLOCK_K"]
     kind = plan["KIND"]
     if kind == "tiled":

@@ -53,15 +53,15 @@ class Int8Linear(Linear):
             raise Unsupported(f"int8 W8A8 linear takes float16/bfloat16 inputs, not {x.dtype}")
 
     def calls(
-        self, plan: Config, x2: torch.Tensor, out2: torch.Tensor
+        self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None
     ) -> tuple[list[KernelCall], list]:
         if plan["FUSED_QUANT"]:  # the split-K kernel quantizes x itself: one launch
-            return gemm_calls(plan, x2, self, out2, row_scale=None)
+            return gemm_calls(plan, x2, self, out2, row_scale=None, residual=res2)
         M, K = x2.shape
         xq = torch.empty((M, K), dtype=torch.int8, device=x2.device)
         row_scale = torch.empty(M, dtype=torch.float32, device=x2.device)
         quantize, _ = quantize_rows_call(x2, xq, row_scale)
-        gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale)
+        gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale, residual=res2)
         return [quantize, *gemm], [xq, row_scale, *keep]
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:

@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_accumulate, inverse_scale, round_to_int8
-from opbench.kernels.epilogue import apply_activation
+from opbench.kernels.epilogue import store_output
 
 
 @triton.jit
@@ -82,13 +82,14 @@ def _epilogue_store(
     bias_ptr,  # fp32 [N] (read only if HAS_BIAS)
     row_scale,  # [BLOCK_M] fp32 per-token scales sx of these rows (used only if IS_INT8)
     col_scale_ptr,  # fp32 [N] per-channel scales sw (read only if IS_INT8)
+    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
     IS_INT8: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
 ):
-    """y = act(acc * sx[m] * sw[n] + b[n]) in fp32, stored in out's dtype; rows >= M and
-    columns >= N are dropped by the store mask."""
-    mask_m = offs_m < M
+    """y = act(acc * sx[m] * sw[n] + b[n]) (+ residual) in fp32, stored in out's dtype; rows
+    >= M and columns >= N are dropped by the store mask (epilogue.store_output)."""
     mask_n = offs_n < N
     y = acc.to(tl.float32)
     if IS_INT8:
@@ -96,9 +97,8 @@ def _epilogue_store(
         y = y * row_scale[:, None] * col_scale[None, :]
     if HAS_BIAS:
         y += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
-    y = apply_activation(y, ACTIVATION)
-    out_ptrs = out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :] * stride_on
-    tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+    store_output(y, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, res_ptr, ACTIVATION,
+                 HAS_RESIDUAL)  # fmt: skip
 
 
 # M changes with the batch: not specializing on it (M == 1, M % 16) avoids a compile per M.
@@ -111,6 +111,7 @@ def _linear_tiled_kernel(
     bias_ptr,  # fp32 [N]
     row_scale_ptr,  # fp32 [M]
     col_scale_ptr,  # fp32 [N]
+    res_ptr,  # residual [M, N] with out's strides (read only if HAS_RESIDUAL)
     # shapes
     M,
     N,
@@ -131,6 +132,7 @@ def _linear_tiled_kernel(
     IS_INT8: tl.constexpr,  # int8 operands, int32 accumulator, dequant in the epilogue
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
+    HAS_RESIDUAL: tl.constexpr,  # add the residual tile after the activation
     DOT_PRECISION: tl.constexpr,  # "ieee" (true fp32) or "tf32"; fp16/bf16 ignore it
     UPCAST: tl.constexpr,  # interpreter + bf16 only (see device.dot_operand)
 ):
@@ -163,7 +165,8 @@ def _linear_tiled_kernel(
     row_scale = _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8)
     _epilogue_store(
         acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-        bias_ptr, row_scale, col_scale_ptr, IS_INT8, HAS_BIAS, ACTIVATION,
+        bias_ptr, row_scale, col_scale_ptr, res_ptr,
+        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
     )  # fmt: skip
 
 
@@ -179,6 +182,7 @@ def _linear_tma_kernel(
     bias_ptr,  # fp32 [N]
     row_scale_ptr,  # fp32 [M]
     col_scale_ptr,  # fp32 [N]
+    res_ptr,  # residual [M, N] with out's strides (read only if HAS_RESIDUAL)
     # shapes
     M,
     N,
@@ -196,6 +200,7 @@ def _linear_tma_kernel(
     IS_INT8: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
@@ -217,7 +222,8 @@ def _linear_tma_kernel(
         row_scale = _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8)
         _epilogue_store(
             acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-            bias_ptr, row_scale, col_scale_ptr, IS_INT8, HAS_BIAS, ACTIVATION,
+            bias_ptr, row_scale, col_scale_ptr, res_ptr,
+        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
         )  # fmt: skip
 
 
@@ -231,6 +237,7 @@ def _linear_split_k_kernel(
     bias_ptr,  # fp32 [N]
     row_scale_ptr,  # fp32 [M] (unused when QUANTIZE_A: the kernel computes sx itself)
     col_scale_ptr,  # fp32 [N]
+    res_ptr,  # residual [M, N] with out's strides (read only if HAS_RESIDUAL)
     partial_ptr,  # [SPLIT_K, M, N] fp32/int32 workspace (unused when SPLIT_K == 1)
     arrivals_ptr,  # int32 [tiles]: zero between launches; the last arrival resets its slot
     # shapes
@@ -255,6 +262,7 @@ def _linear_split_k_kernel(
     IS_INT8: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
@@ -306,7 +314,8 @@ def _linear_split_k_kernel(
     if SPLIT_K == 1:
         _epilogue_store(
             acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-            bias_ptr, row_scale, col_scale_ptr, IS_INT8, HAS_BIAS, ACTIVATION,
+            bias_ptr, row_scale, col_scale_ptr, res_ptr,
+        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
         )  # fmt: skip
     else:
         tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -326,6 +335,7 @@ def _linear_split_k_kernel(
                 )
             _epilogue_store(
                 total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-                bias_ptr, row_scale, col_scale_ptr, IS_INT8, HAS_BIAS, ACTIVATION,
+                bias_ptr, row_scale, col_scale_ptr, res_ptr,
+        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
             )  # fmt: skip
             tl.store(arrivals_ptr + tile_id, 0)

@@ -8,6 +8,10 @@ when a row fits in one block. Rows longer than one block are read twice (statist
 normalisation): 3 * numel * element_size, the second read mostly from L2. About 8 FLOPs per
 element: memory-bound.
 
+With a residual (`bind_norm(..., residual=r)`: a transformer's pre-norm residual stream,
+`s = x + r; y = norm(s)`), the kernel also writes s: x and r are read once, s and y written
+once, 4 * numel * element_size where the unfused add and norm move 5.
+
 Rows use the layout of rows.py (shared with softmax): outer axes from the program id,
 BLOCK_R rows per program and the hidden axis in BLOCK_N chunks. Long layernorm rows combine
 per-chunk means and squared deviations with Chan's parallel formula, which keeps the
@@ -36,6 +40,8 @@ def _norm_kernel(
     y_ptr,  # output rows, same dtype
     weight_ptr,  # [N] scale (ignored unless HAS_WEIGHT)
     bias_ptr,  # [N] shift (ignored unless HAS_BIAS)
+    res_ptr,  # residual rows, x's strides (ignored unless HAS_RESIDUAL)
+    sum_ptr,  # x + residual rows written back, y's strides (ignored unless HAS_RESIDUAL)
     # shapes
     size_o1,  # second outer axis (the first one's size is implied by the grid)
     size_r,  # row axis
@@ -56,6 +62,7 @@ def _norm_kernel(
     RMS: tl.constexpr,  # True: rmsnorm (no centring, no bias); False: layernorm
     HAS_WEIGHT: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,  # normalise x + residual and write that sum too
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
@@ -64,11 +71,16 @@ def _norm_kernel(
         x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
         y_stride_o1, y_stride_r, BLOCK_R, BLOCK_L,
     )  # fmt: skip
+    # With a residual: r_rows and s_rows are the same rows of the residual and of the sum.
+    r_rows, s_rows, _, _ = row_tile(
+        res_ptr, sum_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
+        y_stride_o1, y_stride_r, BLOCK_R, BLOCK_L,
+    )  # fmt: skip
 
     # Statistics: mean (layernorm only) and 1 / sqrt(variance or mean square + eps).
     if ONE_PASS:
         mask = row_mask[:, None] & (cols < length)[None, :]
-        x = tl.load(x_rows + cols[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
+        x = _load_input(x_rows, r_rows, s_rows, cols, x_stride_n, y_stride_n, mask, HAS_RESIDUAL)
         # Load the affine parameters now rather than after the statistics: their latency (L2
         # hits) then overlaps the row's instead of following the block-wide reductions.
         weight, bias = _load_affine(
@@ -86,8 +98,8 @@ def _norm_kernel(
         squares = tl.zeros([BLOCK_R], tl.float32)  # sum of squared deviations (or squares)
         for start in range(0, length, BLOCK_L):
             mask = row_mask[:, None] & (start + cols < length)[None, :]
-            chunk = tl.load(x_rows + (start + cols)[None, :] * x_stride_n, mask=mask, other=0.0)
-            chunk = chunk.to(tl.float32)
+            chunk = _load_input(x_rows, r_rows, s_rows, start + cols, x_stride_n, y_stride_n, mask,
+                                HAS_RESIDUAL)  # fmt: skip
             if RMS:
                 squares += tl.sum(chunk * chunk, axis=1)
             else:
@@ -103,13 +115,21 @@ def _norm_kernel(
                 squares += delta * delta * (count_a * count_b / total)
         variance = squares / length
     rstd = 1.0 / tl.sqrt(variance + eps)
+    if HAS_RESIDUAL and not ONE_PASS:
+        # The second pass re-reads the sum the first one wrote (this program's own rows): the
+        # barrier makes every thread's stores visible to the others' loads.
+        tl.debug_barrier()
+        src_rows, src_stride = s_rows, y_stride_n
+    else:
+        src_rows, src_stride = x_rows, x_stride_n
 
     # Normalisation: from registers in one pass, or re-reading the row chunk by chunk.
     for start in range(0, length, BLOCK_L):
         offs = start + cols
         mask = row_mask[:, None] & (offs < length)[None, :]
         if not ONE_PASS:
-            x = tl.load(x_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(src_rows + offs[None, :] * src_stride, mask=mask, other=0.0)
+            x = x.to(tl.float32)
             weight, bias = _load_affine(
                 weight_ptr, bias_ptr, offs, length, weight_stride, bias_stride, HAS_WEIGHT, HAS_BIAS
             )
@@ -120,6 +140,22 @@ def _norm_kernel(
             y = y + bias[None, :]
         y = y.to(y_ptr.dtype.element_ty)
         tl.store(y_rows + offs[None, :] * y_stride_n, y, mask=mask)
+
+
+@triton.jit
+def _load_input(
+    x_rows, r_rows, s_rows, offs, x_stride_n, y_stride_n, mask, HAS_RESIDUAL: tl.constexpr
+):  # fmt: skip
+    """The row chunk at `offs` in fp32: x, or (HAS_RESIDUAL) x + residual rounded to the sum's
+    dtype and stored there first, so the normalised output is exactly the norm of the sum
+    written (as the unfused add → norm computes it)."""
+    x = tl.load(x_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0)
+    if HAS_RESIDUAL:
+        r = tl.load(r_rows + offs[None, :] * x_stride_n, mask=mask, other=0.0)
+        total = (x.to(tl.float32) + r.to(tl.float32)).to(s_rows.dtype.element_ty)
+        tl.store(s_rows + offs[None, :] * y_stride_n, total, mask=mask)
+        x = total
+    return x.to(tl.float32)
 
 
 @triton.jit
@@ -164,9 +200,16 @@ def bind_norm(
     rms: bool,
     deliberately_slow: bool = False,
     config: Config | None = None,
+    residual: torch.Tensor | None = None,
+    sum_out: torch.Tensor | None = None,
 ) -> BoundKernels:
     """LayerNorm (rms=False) or RMSNorm (rms=True, bias None) over the last dimension of x,
     bound to x. weight and bias are [N] or None.
+
+    residual: x's shape, dtype and strides. Then the kernel normalises s = x + residual
+    (rounded to x's dtype, as an add layer would write it) and also writes s, the pre-norm
+    residual stream, into `sum_out` (out's shape and strides; allocated when None): both
+    outputs in one pass, `extra` of the result.
 
     deliberately_slow: run SLOW_CONFIG instead of the tuned one. For demonstrating a
     regression gate on a GPU with unchanged kernel code (docs/ci.md); never otherwise.
@@ -182,14 +225,17 @@ def bind_norm(
             if param.shape != (hidden,) or param.device != x.device:
                 raise ValueError(f"{op} {name} must be [{hidden}] on {x.device}")
     out = resolve_out(out, x.shape, x)
+    extra = () if residual is None else (_sum_buffer(x, residual, out, sum_out, op),)
     if x.numel() == 0:
-        return BoundKernels.of([], out)
+        return BoundKernels.of([], out, extra=extra)
     layout = rows.row_layout(x, out, x.dim() - 1, op)
     args = (
         x,
         out,
         weight if weight is not None else x,  # never read when absent
         bias if bias is not None else x,
+        residual if residual is not None else x,
+        extra[0] if extra else out,
         *layout.kernel_args,
         weight.stride(0) if weight is not None else 0,
         bias.stride(0) if bias is not None else 0,
@@ -197,14 +243,40 @@ def bind_norm(
     )
     block_l, one_pass = rows.row_block(hidden)
     named = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                 BLOCK_L=block_l, ONE_PASS=one_pass)  # fmt: skip
+                 HAS_RESIDUAL=residual is not None, BLOCK_L=block_l, ONE_PASS=one_pass)  # fmt: skip
     if deliberately_slow:
         config = SLOW_CONFIG
     candidates = fit_norm_rows(rows.row_configs(), layout.sizes[2], block_l)
-    key = f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}"
-    call, choice = tuned_call(op, _norm_kernel, key, candidates, layout.grid, args, named,
+    key = f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}" + (
+        "|residual" if residual is not None else ""
+    )
+    name = op if residual is None else f"add_{op}"
+    call, choice = tuned_call(name, _norm_kernel, key, candidates, layout.grid, args, named,
                               x.device, config)  # fmt: skip
-    return BoundKernels.of([call], out, [choice])
+    return BoundKernels.of([call], out, [choice], extra=extra)
+
+
+def _sum_buffer(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    out: torch.Tensor,
+    sum_out: torch.Tensor | None,
+    op: str,
+) -> torch.Tensor:
+    """The buffer the sum x + residual goes to, after checking the residual: it is read with
+    x's strides and the sum written with out's."""
+    if residual.shape != x.shape or residual.dtype != x.dtype or residual.device != x.device:
+        raise ValueError(
+            f"add → {op}: residual must be {tuple(x.shape)} {x.dtype} on {x.device}, got "
+            f"{tuple(residual.shape)} {residual.dtype} on {residual.device}"
+        )
+    if residual.stride() != x.stride() and residual.numel() > 1:
+        raise ValueError(f"add → {op}: residual must be laid out like x (strides {x.stride()})")
+    if sum_out is None:
+        return torch.empty_like(out)
+    if sum_out.shape != out.shape or sum_out.dtype != out.dtype or sum_out.stride() != out.stride():
+        raise ValueError(f"add → {op}: sum_out must be laid out like out")
+    return sum_out
 
 
 def layernorm(

@@ -186,6 +186,8 @@ def choose(
         source = "retuned"
     if len(candidates) == 1 or tag == INTERPRETER_TAG:
         return Choice(kernel, key, tag, candidates[0], source, note)
+    if is_precompiling():  # a nested choice while another kernel precompiles: nothing is timed
+        return Choice(kernel, key, tag, candidates[0], "fixed", "precompile only")
     full_key = f"{tag}|{kernel}|{key}"
     if full_key in _MEMORY and not note:
         return Choice(kernel, key, tag, _MEMORY[full_key], "cache")
@@ -208,6 +210,7 @@ def _tune(
     from triton.testing import do_bench
 
     start = time.perf_counter()
+    precompile(candidates, make_call)
     timings: list[dict] = []
     ranked: list[tuple[float, int, Callable[[], None]]] = []
     for i, config in enumerate(candidates):
@@ -233,6 +236,53 @@ def _tune(
         timings[i]["final_ms"] = ms
     TUNING_SECONDS[0] += time.perf_counter() - start
     return candidates[best], timings
+
+
+# Set by `precompile` while Triton compiles every candidate in parallel: a KernelCall made then
+# (kernels/launch.py) only starts its compile (JITFunction.warmup under Triton's
+# AsyncCompileMode) and can never launch; a nested `choose` times nothing.
+_PRECOMPILING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "opbench_precompiling", default=False
+)
+
+
+@contextlib.contextmanager
+def precompiling() -> Iterator[None]:
+    token = _PRECOMPILING.set(True)
+    try:
+        yield
+    finally:
+        _PRECOMPILING.reset(token)
+
+
+def is_precompiling() -> bool:
+    return _PRECOMPILING.get()
+
+
+def precompile(
+    candidates: Sequence[Config], make_call: Callable[[Config], Callable[[], None]]
+) -> None:
+    """Compile every candidate at once, on a pool of threads (Triton's AsyncCompileMode): a
+    conv's shapes are compile-time constants, so each candidate of each new shape is a compile
+    of about a second, and Triton's compiler spends most of it outside the GIL. Whatever fails
+    here is compiled again, one at a time, by the timed pass, which reports it.
+    OPBENCH_PARALLEL_COMPILE=0 turns this off."""
+    if len(candidates) < 2 or os.environ.get("OPBENCH_PARALLEL_COMPILE", "1") == "0":
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:  # a Triton without it: the timed pass compiles as it goes
+        return
+    workers = max(1, min(len(candidates), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool, AsyncCompileMode(pool, ignore_errors=True):
+        with precompiling():
+            for config in candidates:
+                try:
+                    make_call(config)
+                except Exception:  # the timed pass meets it again and records it
+                    pass
 
 
 def cache_path() -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from opbench.match.found import Found, MatchSource
 from opbench.match.names import (
+    ACTIVATION,
     families_agree,
     fused_kinds,
     members_of,
@@ -87,7 +88,9 @@ def _span_to_kind(
     none within reach."""
     family = op_family(kind)
     span: list[SuiteLayer] = []
-    for layer in layers[start : start + MAX_SKIPPED + 1]:
+    # Only layers on the path count towards MAX_SKIPPED: a ResNet's downsample branch may stand
+    # between bn3 and the add in the list.
+    for layer in layers[start:]:
         if not layer.reads(span[-1] if span else prev):
             continue
         own = any(link.row == row and link.layer == layer.name for link in found.links)
@@ -96,6 +99,8 @@ def _span_to_kind(
         span.append(layer)
         if families_agree(family, layer.op):
             return span
+        if len(span) > MAX_SKIPPED:
+            return None
     return None
 
 
@@ -132,8 +137,8 @@ def _kind_covered(model: SuiteModel, found: Found, row: int, kind: str) -> bool:
     """A fused kind some layer of this row stands for, or that is part of its op (the bias
     Add of MatMul + Add), or that names no op opbench knows (nothing to say it is missing)."""
     family = op_family(kind)
-    if family is None or kind.casefold() in _PART_OF_ITS_OP:
-        return True
+    if family in (None, ACTIVATION) or kind.casefold() in _PART_OF_ITS_OP:
+        return True  # (an activation of unknown kind may not have been there to fuse)
     ops = {layer.name: layer.op for layer in model.layers}
     return any(
         families_agree(family, ops.get(link.layer)) for link in found.links if link.row == row

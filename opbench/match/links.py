@@ -199,13 +199,17 @@ def _by_name(
     found: Found,
 ) -> None:
     """Rule 3: normalised names, member by member. Layers that set a reference_name are
-    called that by the engine, so their own names are not looked up."""
+    called that by the engine, so their own names are not looked up; except by a member
+    qualified with this model's name (`/resnet50/layer1.0.conv3/Conv`): opbench's own export
+    (`opbench reference onnxruntime`) names nodes after the layers themselves, whatever name
+    the model's original engine gave them (an ONNX import keeps the file's node names)."""
     index = NameIndex([layer.name for layer in model.layers if not layer.reference_name])
+    every = NameIndex([layer.name for layer in model.layers])
     for pos, members in candidates.items():
         if pos in mapped:
             continue
         for member in members:
-            key, names = index.lookup(member.keys)
+            key, names = (every if member.qualified else index).lookup(member.keys)
             for name in names:
                 found.add_named(pos, name, MatchSource.NAME, member, key, len(members) == 1)
             if len(names) > 1:

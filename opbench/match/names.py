@@ -157,6 +157,9 @@ class NameIndex:
 # Engine types that say "a pooling" without saying which: they agree with either pool op.
 _ANY_POOL = frozenset({"pooling", "pool", "tiledpooling"})
 POOL = "pool"
+# A fused activation whose kind the engine does not say (ONNX Runtime's NCHWc conv).
+ACTIVATION = "activation"
+_ACTIVATION_OPS = frozenset({"relu", "relu6", "gelu", "silu", "sigmoid"})
 _POOL_OPS = ("maxpool2d", "avgpool2d")
 
 
@@ -170,6 +173,8 @@ def op_family(raw_type: str | None) -> str | None:
     for name in dict.fromkeys((key, key.removeprefix("cask"))):
         if name in _ANY_POOL:
             return POOL
+        if name == ACTIVATION:
+            return ACTIVATION
         if name in engine_families():
             return engine_families()[name]
     return None
@@ -181,6 +186,8 @@ def families_agree(row_family: str | None, suite_op: str | None) -> bool:
     suite_family = family_of(suite_op)
     if row_family == POOL:
         return suite_family in _POOL_OPS
+    if row_family == ACTIVATION:
+        return suite_family in _ACTIVATION_OPS
     return row_family == suite_family
 
 

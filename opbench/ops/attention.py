@@ -1,68 +1,256 @@
-"""Multi-head self-attention on [S, E] (q = k = v = input) or packed [S, 3E] input.
+"""Multi-head attention: self-attention over the input, or decode attention over a KV cache.
 
-Packed input splits its last dim as [3, heads, D]. Output is [S, E]; scale 1/sqrt(D).
+Four forms, by parameters (D = head size, H = heads, Hkv = kv_heads, G = H / Hkv):
+
+- self-attention, one input [S, E]: q = k = v = the input split into H heads (E = H D);
+- packed self-attention, one input [S, (H + 2 Hkv) D]: q | k | v side by side (with
+  kv_heads = heads, the classic [S, 3E]); grouped-query attention (GQA) when Hkv < H;
+- decode attention, `kv_len: N`: the input is the query [S, H D] of the S newest positions,
+  and K and V are a cache of N positions, [N, Hkv D] each, held by the layer as state
+  (`k_cache`, `v_cache`: seeded random data like weights; a decode step reads a resident cache
+  exactly as it reads resident weights). Causal decode aligns the queries with the last S
+  cache positions: query i sees keys j <= i + N - S, as `causal_lower_right` in torch.
+
+- three inputs, `separate_qkv: true` with `inputs: [q, k, v]`: q [S, H D], k and v [N, Hkv D]
+  (separate projections, or a cache that is a model input); N comes from k's shape, and
+  causal queries are again the last S of the N positions.
+
+Output [S, H D]; scale 1/sqrt(D); each query head h reads kv head h // G.
+
+The op is VARIADIC (`input_count` is 3 with separate_qkv, else 1): its methods get one shape
+(tensor) per input; they also take a bare shape (tensor) for the one-input forms.
 """
 
 from __future__ import annotations
 
-from opbench.ops.base import QUANT, Example, Op, Param, ShapeError
+import math
+
+from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError, numel
+
+QUANT_CHOICES = ("none", "int8", "fp8")
+# Scores of one (batch, head) computed at a time by the written-out reference: bounds its
+# memory (the S x N matrix) at any size.
+REFERENCE_CHUNK = 1 << 24
 
 
 class Attention(Op):
     name = "attention"
-    summary = "multi-head self-attention, [S,E] or packed [S,3E] → [S,E]"
+    summary = "multi-head attention: self, packed or separate q,k,v (GQA), decode over a KV cache"
     engine_names = (
         "attention multiheadattention groupqueryattention mha "
         "aten::scaled_dot_product_attention aten::_scaled_dot_product_flash_attention"
     )
     torch_calls = ("torch.nn.functional.scaled_dot_product_attention",)
+    reference_written_out = True
+    arity = VARIADIC
     example = Example((5, 6), (5, 6), {"heads": 2, "causal": True})
     params = (
         Param("heads", "pos_int"),
         Param("causal", "bool", False),
         Param("packed_qkv", "bool", False),
-        QUANT,
+        Param("kv_heads", "pos_int", None, help="key/value heads (GQA); default: heads"),
+        Param("kv_len", "pos_int", None, help="KV-cache length (decode); default: none"),
+        Param("separate_qkv", "bool", False, help="three inputs q, k, v"),
+        Param("quant", "choice", "none", QUANT_CHOICES),
     )
+
+    def input_count(self, params) -> int:
+        return 3 if params.get("separate_qkv") else 1
+
+    # ---- pure: shapes and costs -------------------------------------------------------
+    @staticmethod
+    def shapes(in_shape) -> tuple[tuple[int, ...], ...]:
+        """One shape per input, from a tuple of shapes or a bare shape."""
+        if in_shape and isinstance(in_shape[0], (tuple, list)):
+            return tuple(tuple(s) for s in in_shape)
+        return (tuple(in_shape),)
+
+    @staticmethod
+    def dims(in_shape, p) -> tuple[int, int, int, int, int]:
+        """(S, H, Hkv, D, N): query length, heads, kv heads, head size, keys per query."""
+        shapes = Attention.shapes(in_shape)
+        if p.get("separate_qkv"):
+            return Attention.separate_dims(shapes, p)
+        in_shape = shapes[0]
+        if len(in_shape) != 3:
+            raise ShapeError(f"attention needs input [S, E] (plus batch), got {list(in_shape[1:])}")
+        seq, width = in_shape[1], in_shape[2]
+        heads = p["heads"]
+        kv_heads = p.get("kv_heads") or heads
+        if heads % kv_heads:
+            raise ShapeError(f"kv_heads={kv_heads} does not divide heads={heads}", "kv_heads")
+        kv_len = p.get("kv_len")
+        if kv_len is not None and p["packed_qkv"]:
+            raise ShapeError(
+                "packed_qkv does not go with kv_len: the input is the query, K and V the cache",
+                "packed_qkv",
+            )
+        if p["packed_qkv"] and kv_heads == heads:
+            if width % 3:
+                raise ShapeError(
+                    f"packed_qkv needs a last dim divisible by 3, got {width}", "packed_qkv"
+                )
+            if (width // 3) % heads:
+                raise ShapeError(
+                    f"heads={heads} does not divide the embedding size {width // 3}", "heads"
+                )
+            head_dim = width // (3 * heads)
+        elif p["packed_qkv"]:
+            parts = heads + 2 * kv_heads
+            if width % parts:
+                raise ShapeError(
+                    f"packed_qkv with kv_heads needs a last dim divisible by heads + 2 kv_heads "
+                    f"= {parts}, got {width}",
+                    "packed_qkv",
+                )
+            head_dim = width // parts
+        else:
+            if width % heads:
+                raise ShapeError(
+                    f"heads={heads} does not divide the embedding size {width}", "heads"
+                )
+            if kv_len is None and kv_heads != heads:
+                raise ShapeError(
+                    "kv_heads < heads needs separate keys: packed_qkv, or kv_len (a cache)",
+                    "kv_heads",
+                )
+            head_dim = width // heads
+        if kv_len is not None and p["causal"] and kv_len < seq:
+            raise ShapeError(
+                f"causal decode needs kv_len >= the query length ({kv_len} < {seq})", "kv_len"
+            )
+        return seq, heads, kv_heads, head_dim, seq if kv_len is None else kv_len
+
+    @staticmethod
+    def separate_dims(shapes, p) -> tuple[int, int, int, int, int]:
+        """dims() of the three-input form: q [B, S, H D], k and v [B, N, Hkv D]."""
+        if len(shapes) != 3 or any(len(s) != 3 for s in shapes):
+            got = " and ".join(str(list(s)) for s in shapes)
+            raise ShapeError(f"separate_qkv needs q [S, H D], k and v [N, Hkv D]; got {got} "
+                             "(batch included)", "separate_qkv")  # fmt: skip
+        q, k, v = shapes
+        heads = p["heads"]
+        kv_heads = p.get("kv_heads") or heads
+        if heads % kv_heads:
+            raise ShapeError(f"kv_heads={kv_heads} does not divide heads={heads}", "kv_heads")
+        if p["packed_qkv"]:
+            raise ShapeError("separate_qkv and packed_qkv exclude each other", "packed_qkv")
+        if q[2] % heads:
+            raise ShapeError(f"heads={heads} does not divide q's width {q[2]}", "heads")
+        head_dim = q[2] // heads
+        if k != v or k[0] != q[0] or k[2] != kv_heads * head_dim:
+            raise ShapeError(
+                f"k {list(k)} and v {list(v)} must both be [B, N, kv_heads x {head_dim}] = "
+                f"[{q[0]}, N, {kv_heads * head_dim}] beside q {list(q)} (batch included)",
+                "separate_qkv",
+            )
+        kv_len = k[1]
+        if p.get("kv_len") is not None and p["kv_len"] != kv_len:
+            raise ShapeError(f"kv_len={p['kv_len']} but k has {kv_len} positions", "kv_len")
+        if p["causal"] and kv_len < q[1]:
+            raise ShapeError(
+                f"causal attention needs as many keys as queries ({kv_len} < {q[1]})", "causal"
+            )
+        return q[1], heads, kv_heads, head_dim, kv_len
 
     @staticmethod
     def embed_dim(in_shape, p) -> int:
-        e = in_shape[-1]
-        if p["packed_qkv"]:
-            if e % 3:
-                raise ShapeError(
-                    f"packed_qkv needs a last dim divisible by 3, got {e}", "packed_qkv"
-                )
-            e //= 3
-        return e
+        _, heads, _, head_dim, _ = Attention.dims(in_shape, p)
+        return heads * head_dim
 
     def infer_shape(self, in_shape, p):
-        if len(in_shape) != 3:
-            raise ShapeError(f"attention needs input [S, E] (plus batch), got {list(in_shape[1:])}")
-        e = self.embed_dim(in_shape, p)
-        if e % p["heads"]:
-            raise ShapeError(f"heads={p['heads']} does not divide the embedding size {e}", "heads")
-        return (in_shape[0], in_shape[1], e)
+        q = self.shapes(in_shape)[0]
+        return (q[0], q[1], self.embed_dim(in_shape, p))
+
+    def weight_shapes(self, in_shape, p):
+        """The KV cache of a decode layer, one [B, N, Hkv D] tensor each for K and V."""
+        if p.get("kv_len") is None or p.get("separate_qkv"):
+            return {}
+        _, _, kv_heads, head_dim, kv_len = self.dims(in_shape, p)
+        shape = (self.shapes(in_shape)[0][0], kv_len, kv_heads * head_dim)
+        return {"k_cache": shape, "v_cache": shape}
+
+    def input_numel(self, in_shape) -> int:
+        return sum(numel(shape) for shape in self.shapes(in_shape))
+
+    @staticmethod
+    def visible_pairs(seq: int, kv_len: int, causal: bool) -> float:
+        """(query, key) pairs computed per (batch, head). Causal counts S N - S^2 / 2 (the
+        usual half of S^2 for self-attention; about N for one decode query)."""
+        return seq * kv_len - seq * seq / 2 if causal else seq * kv_len
 
     def flops(self, in_shape, out_shape, p):
-        b, s, e = out_shape
-        full = 4 * b * s * s * e
-        return full // 2 if p["causal"] else full
+        seq, heads, _, head_dim, kv_len = self.dims(in_shape, p)
+        # QK^T and PV, 2 FLOPs per multiply-add each.
+        pairs = self.visible_pairs(seq, kv_len, p["causal"])
+        return int(4 * self.shapes(in_shape)[0][0] * heads * head_dim * pairs)
 
-    def split(self, x, layer):
-        """q, k, v as [B, H, S, D] views of the input."""
-        b, s, _ = x.shape
-        h = layer.params["heads"]
-        e = self.embed_dim(x.shape, layer.params)
+    # ---- torch ----------------------------------------------------------------------------
+    def split(self, x, weights, layer):
+        """q [B, H, S, D], k and v [B, Hkv, N, D]: views of the input(s) (or of the cache)."""
+        xs = x if isinstance(x, (tuple, list)) else (x,)
+        b, s, _ = xs[0].shape
+        _, h, hkv, d, _ = self.dims(tuple(tuple(t.shape) for t in xs), layer.params)
+        if layer.params.get("separate_qkv"):
+            q, k, v = xs
+            return (q.unflatten(-1, (h, d)).transpose(1, 2),
+                    k.unflatten(-1, (hkv, d)).transpose(1, 2),
+                    v.unflatten(-1, (hkv, d)).transpose(1, 2))  # fmt: skip
+        x = xs[0]
+        if layer.params.get("kv_len") is not None:
+            q = x.view(b, s, h, d).transpose(1, 2)
+            k, v = (weights[key].unflatten(-1, (hkv, d)).transpose(1, 2)
+                    for key in ("k_cache", "v_cache"))  # fmt: skip
+            return q, k, v
         if layer.params["packed_qkv"]:
-            qkv = x.view(b, s, 3, h, e // h).permute(2, 0, 3, 1, 4)
-            return qkv[0], qkv[1], qkv[2]
-        q = x.view(b, s, h, e // h).transpose(1, 2)
+            q, k, v = x.split([h * d, hkv * d, hkv * d], dim=-1)
+            return (q.unflatten(-1, (h, d)).transpose(1, 2),
+                    k.unflatten(-1, (hkv, d)).transpose(1, 2),
+                    v.unflatten(-1, (hkv, d)).transpose(1, 2))  # fmt: skip
+        q = x.view(b, s, h, d).transpose(1, 2)
         return q, q, q
 
     def forward(self, x, weights, layer):
+        """F.scaled_dot_product_attention as a user writes it: enable_gqa for grouped heads,
+        causal_lower_right for a causal query shorter than its keys."""
         import torch.nn.functional as F
 
-        q, k, v = self.split(x, layer)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=layer.params["causal"])
+        q, k, v = self.split(x, weights, layer)
+        causal = layer.params["causal"]
+        extra = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+        if causal and k.shape[2] != q.shape[2]:
+            from torch.nn.attention.bias import causal_lower_right
+
+            mask = causal_lower_right(q.shape[2], k.shape[2])
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
         b, h, s, d = out.shape
+        return out.transpose(1, 2).reshape(b, s, h * d)
+
+    def reference(self, x, weights, layer):
+        """softmax(q k^T / sqrt(D) + causal mask) v, written out, one (batch, head) at a time
+        (few at a time when small) so the S x N score matrix stays bounded."""
+        import torch
+
+        q, k, v = self.split(x, weights, layer)
+        b, h, s, d = q.shape
+        group = h // k.shape[1]
+        n = k.shape[2]
+        out = torch.empty_like(q)
+        mask = None
+        if layer.params["causal"]:
+            # Query i is position i + N - S: keys after it are hidden.
+            mask = torch.ones(s, n, dtype=torch.bool, device=q.device).triu(n - s + 1)
+        per_step = max(1, REFERENCE_CHUNK // max(1, s * n))
+        pairs = [(bi, hi) for bi in range(b) for hi in range(h)]
+        for start in range(0, len(pairs), per_step):
+            chunk = pairs[start : start + per_step]
+            bi = torch.tensor([p[0] for p in chunk], device=q.device)
+            hi = torch.tensor([p[1] for p in chunk], device=q.device)
+            qs, ks, vs = q[bi, hi], k[bi, hi // group], v[bi, hi // group]
+            scores = qs @ ks.transpose(-1, -2) / math.sqrt(d)
+            if mask is not None:
+                scores = scores.masked_fill(mask, float("-inf"))
+            out[bi, hi] = scores.softmax(-1) @ vs
         return out.transpose(1, 2).reshape(b, s, h * d)

@@ -52,7 +52,7 @@ class Param:
     """One op parameter as written in a suite.
 
     kind: "int", "pos_int", "nonneg_int", "float", "pos_float", "bool", "choice",
-        "pair" (an int or [a, b]; stored as a 2-tuple), "int_list".
+        "pair" (an int or [a, b]; stored as a 2-tuple), "int_list", "str".
     """
 
     name: str
@@ -109,6 +109,10 @@ def coerce_param(param: Param, value: Any) -> Any:
         if any(v < 0 for v in pair):
             raise ValueError(f"must not be negative, got {value!r}")
         return pair
+    if kind == "str":
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"must be a non-empty string, got {value!r}")
+        return value
     if kind == "int_list":
         if not isinstance(value, (list, tuple)) or not all(is_int(v) for v in value):
             raise ValueError(f"must be a list of integers, got {value!r}")
@@ -196,6 +200,9 @@ class Op:
     onnx_op: str = ""
     #: A small layer for the tests that run every op; every built-in op has one.
     example: Example | None = None
+    #: False for an op that computes nothing (`placeholder`, which stands for an ONNX node
+    #: opbench cannot run): no backend runs it, and the tests that run every op skip it.
+    runs: bool = True
     #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
     #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
     arity: int = 1

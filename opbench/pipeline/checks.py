@@ -46,9 +46,10 @@ class WrongOutput(Exception):
 def checked_launch(
     bound: Bound, device: str, nbytes: int, validate: Validate | None = None
 ) -> torch.Tensor:
-    """One call of `bound` whose output starts as poison; synchronised and validated."""
-    if bound.out is not None:
-        poison_(bound.out)
+    """One call of `bound` whose outputs start as poison; synchronised and validated."""
+    for buffer in (bound.out, *bound.extra.values()):
+        if buffer is not None:
+            poison_(buffer)
     poison_free_memory(device, nbytes)
     with poisoned_allocations():
         out = bound.launch()
@@ -87,13 +88,29 @@ class Checks:
     def _launch(self, bound: Bound) -> torch.Tensor:
         return checked_launch(bound, self.device, self.nbytes, self.validate)
 
+    def _extra_failures(self, bound: Bound, refs: dict, kind: str) -> tuple[str, ...]:
+        """A fused group's other outputs (`WorkItem.extra_outputs`) against their references,
+        each failure prefixed with the output's name; a missing one is a wrong output."""
+        failures: list[str] = []
+        graph = self.item.model.graph
+        for layer in self.item.extra_outputs:
+            out = bound.extra.get(layer.name)
+            if out is None:
+                raise WrongOutput(f"the group gives no buffer for its output {layer.name!r}")
+            ref = refs[graph.index(layer.name)]
+            found = compare_outputs(out, ref, layer.effective_tolerance, kind)
+            failures += [f"output {layer.name!r}: {f}" for f in found.failures]
+        return tuple(failures)
+
     def first_call(self) -> Bound:
         """Bind the seeded inputs, check the first call, and return the binding to time."""
         xs = self.xs = self.built.prepared(self.data.group_inputs(self.item.indices))
         bound = self.built.bind_input(*xs)
-        ref, kind = self.data.reference(self.item.indices)
+        refs, kind = self.data.references(self.item.indices)
+        ref = refs[self.item.model.graph.index(self.item.output_layer.name)]
         out = self._launch(bound)
         self.correctness = compare_outputs(out, ref, self.tolerance, kind, self.loose)
+        self._add("", self._extra_failures(bound, refs, kind))
         self.first_finite = self.correctness.nonfinite == 0
         # A copy: a backend may write every call into the same buffer.
         self.first = out.detach().clone()
@@ -102,21 +119,24 @@ class Checks:
 
     def second_input(self) -> None:
         raw = self.data.group_inputs(self.item.indices, check=self.item.backend)
-        ref, kind = self.data.reference(self.item.indices, raw)
+        refs, kind = self.data.references(self.item.indices, raw)
+        ref = refs[self.item.model.graph.index(self.item.output_layer.name)]
         xs = self.built.prepared(raw)
         # A backend may record each bind's tuned choices in Built.plan: the plan reported is
         # the timed binding's, so what this extra bind writes there is undone.
         plan = self.built.plan
         timed_plan = dict(plan) if isinstance(plan, dict) else None
         try:
-            out = self._launch(self.built.bind_input(*xs))
+            second = self.built.bind_input(*xs)
+            out = self._launch(second)
+            extra = self._extra_failures(second, refs, kind)
         finally:
             if timed_plan is not None and isinstance(plan, dict):
                 plan.clear()
                 plan.update(timed_plan)
         found = compare_outputs(out, ref, self.tolerance, kind)
         scrub(out, spare=xs)
-        self._add(SECOND_INPUT, found.failures)
+        self._add(SECOND_INPUT, found.failures + extra)
 
     def after_timing(self, bound: Bound) -> None:
         """One more call on the timed binding, against the first call's output (against the
@@ -128,7 +148,11 @@ class Checks:
             against, kind = self.data.reference(self.item.indices)
         found = compare_outputs(out, against, self.tolerance, kind)
         scrub(out, spare=self.xs)
-        self._add(AFTER_TIMING, found.failures)
+        extra = ()
+        if self.item.extra_outputs:
+            refs, ref_kind = self.data.references(self.item.indices)
+            extra = self._extra_failures(bound, refs, ref_kind)
+        self._add(AFTER_TIMING, found.failures + extra)
 
     def _add(self, what: str, failures: tuple[str, ...]) -> None:
         assert self.correctness is not None, "first_call runs first"

@@ -49,7 +49,7 @@ class ModelData:
         self.graph = model.graph
         self._weights: dict[int, dict[str, Any]] = {}
         self._values: dict[tuple[str, str], Any] = {}
-        self._refs: dict[tuple[int, ...], tuple[Any, str]] = {}
+        self._refs: dict[tuple[int, ...], tuple[dict[int, Any], str]] = {}
         self._model_ref: tuple[dict[int, Any], str] | None = None
 
     # ---- weights and data ------------------------------------------------------------------
@@ -119,14 +119,18 @@ class ModelData:
         """The group's output computed in high precision from the same (rounded) inputs and
         weights. xs: other inputs than the group's own (the check's second input, one per
         `group_inputs`); not cached."""
+        refs, kind = self.references(indices, xs)
+        return refs[self.graph.group_outputs(indices)[-1]], kind
+
+    def references(self, indices: tuple[int, ...], xs: tuple[Any, ...] | None = None):
+        """Every output of the group (`Graph.group_outputs`: the result, and a fused group's
+        other outputs) by layer index, in high precision, and how they were computed."""
         if xs is None and indices in self._refs:
             return self._refs[indices]
         own = xs is None
         given = self.group_inputs(indices) if own else xs
         sources = dict(zip(self.graph.external_inputs(indices), given, strict=True))
-        (last,) = self.graph.group_outputs(indices)
-        ref, kind = self._evaluate(sorted(indices), sources, (last,))
-        result = (ref[last], kind)
+        result = self._evaluate(sorted(indices), sources, self.graph.group_outputs(indices))
         if own:
             self._refs = {indices: result}  # keep one: references of large layers are big
         return result

@@ -67,8 +67,9 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
     env: Env = {}  # one call of the forward, made while setting it up
     for k, group in enumerate(order):
         group_built = built[group]
-        (made,) = _one_output(graph, group)
-        name = graph.names[made]
+        made = graph.group_outputs(group)
+        name = graph.names[made[-1]]
+        others = tuple(graph.names[i] for i in made[:-1])  # a fused group's other outputs
         sources: list[tuple[str, Any, Any]] = []  # (value, fixed tensor or None, dtype)
         for value in graph.external_inputs(group):
             reader = next(i for i in group if value in graph.reads[i])
@@ -83,14 +84,25 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
             else:
                 x = None
             sources.append((value, x, want))
-        frees = tuple(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
+        frees = tuple(
+            dict.fromkeys(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
+        )
         if all(x is not None for _, x, _ in sources):
             bound = group_built.bind_input(*(x for _, x, _ in sources))
             out = bound.launch()
             if bound.out is not None and out.data_ptr() == bound.out.data_ptr():
                 fixed[name] = out  # only a buffer the backend owns is the same next call
                 buffers.append(bound.out)
-            steps.append(_launch_step(bound.launch, name, frees))
+            extra = _extra_outputs(group, others, bound.extra)
+            for value, tensor in extra.items():
+                fixed[value] = env[value] = tensor
+                buffers.append(tensor)
+            steps.append(_launch_step(bound.launch, name, frees, extra))
+        elif others:
+            raise ValueError(
+                f"the group {group} has several outputs ({', '.join((*others, name))}) and "
+                "inputs made anew on every call: only a bound group can hand on its others"
+            )
         else:
             step = _call_step(group_built.fn, tuple(sources), name, frees)
             steps.append(step)
@@ -109,15 +121,27 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
     return Forward(forward, tuple(buffers))
 
 
-def _one_output(graph, group: tuple[int, ...]) -> tuple[int]:
-    made = graph.group_outputs(group)
-    if len(made) != 1:
-        names = ", ".join(graph.names[i] for i in made)
-        raise ValueError(f"the group {group} has {len(made)} outputs ({names}), not one")
-    return (made[0],)
+def _extra_outputs(group, others: tuple[str, ...], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """The buffers of a fused group's other outputs (`Bound.extra`), each one required: a
+    value its readers would otherwise never get."""
+    missing = [v for v in others if v not in extra]
+    if missing:
+        raise ValueError(f"the group {group} gives no buffer for its outputs {missing}")
+    return {v: extra[v] for v in others}
 
 
-def _launch_step(launch: Callable[[], Any], name: str, frees: tuple[str, ...]) -> Step:
+def _launch_step(
+    launch: Callable[[], Any], name: str, frees: tuple[str, ...], extra: Mapping[str, Any]
+) -> Step:
+    if extra:  # fixed buffers the same launch writes: handed on under their names
+
+        def step_with_extra(env: Env) -> None:
+            env[name] = launch()
+            env.update(extra)
+            for v in frees:
+                del env[v]
+
+        return step_with_extra
     if not frees:
 
         def step(env: Env) -> None:

@@ -27,9 +27,16 @@ class WorkItem:
 
     @property
     def output_layer(self) -> LayerSpec:
-        """The layer whose output is the group's (a fused group has exactly one)."""
-        (index,) = self.model.graph.group_outputs(self.indices)
-        return self.model.layers[index]
+        """The layer whose output is the group's result: its last layer read outside it (a
+        fused group may have others, `extra_outputs`, written by the same launch)."""
+        return self.model.layers[self.model.graph.group_outputs(self.indices)[-1]]
+
+    @property
+    def extra_outputs(self) -> tuple[LayerSpec, ...]:
+        """The group's other layers read outside it (add → norm: the sum)."""
+        return tuple(
+            self.model.layers[i] for i in self.model.graph.group_outputs(self.indices)[:-1]
+        )
 
 
 @dataclass
@@ -48,6 +55,12 @@ class RunOptions:
     timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
     # Recorded plans to reuse (`--plans`), by (model, layer, backend): see pipeline/plans.py.
     plans: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Makes each model's data: ModelData (seeded) unless the run's suite is an ONNX file,
+    # whose own weights and ONNX Runtime's output come in (pipeline/file_data.py).
+    model_data: Callable[..., Any] | None = None
+    # Where the suite came from, kept in run.json (`RunResult.origin`): the ONNX import's
+    # record (every node: in which layer, absorbed, or unsupported).
+    origin: Mapping[str, Any] = field(default_factory=dict)
 
 
 Progress = Callable[[str, Any], None]

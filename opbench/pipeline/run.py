@@ -48,6 +48,7 @@ def run_suite(
         suite_source=suite.source,
         shard=options.shard,
         planned=len(items),
+        origin=dict(options.origin),
     )
     notify("plan", len(items))
 
@@ -63,7 +64,7 @@ def run_suite(
         model_items = [item for item in items if item.model.name == model.name]
         if not model_items:
             continue
-        data = ModelData(suite, model, options.device)
+        data = (options.model_data or ModelData)(suite, model, options.device)
         for backend_name in dict.fromkeys(item.backend for item in model_items):
             built: dict[tuple[int, ...], Built] = {}
             for item in (i for i in model_items if i.backend == backend_name):

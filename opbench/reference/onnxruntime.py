@@ -102,6 +102,7 @@ class _Occurrence:
     pos: int
     device_us: float = 0.0
     kernels: int = 0
+    inputs: tuple[tuple[int, ...] | None, ...] = ()
 
 
 @dataclass
@@ -113,6 +114,7 @@ class _Node:
     ops: Counter = field(default_factory=Counter)
     providers: Counter = field(default_factory=Counter)
     shape: tuple[int, ...] | None = None
+    inputs: tuple[tuple[int, ...] | None, ...] = ()
 
 
 def _number(value: Any) -> float | None:
@@ -128,28 +130,51 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def _shape(args: dict[str, Any]) -> tuple[int, ...] | None:
-    shapes = args.get("output_type_shape")
+def _shape_list(args: dict[str, Any], key: str) -> list[tuple[int, ...] | None]:
+    shapes = args.get(key)
     if isinstance(shapes, str):  # old ORT wrote every args value as a string
         try:
             shapes = json.loads(shapes)
         except ValueError:
-            return None
-    if not isinstance(shapes, list) or not shapes or not isinstance(shapes[0], dict):
-        return None
-    dims = next(iter(shapes[0].values()), None)
-    if isinstance(dims, list) and all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-        return tuple(dims)
-    return None
+            return []
+    if not isinstance(shapes, list):
+        return []
+    out: list[tuple[int, ...] | None] = []
+    for item in shapes:
+        dims = next(iter(item.values()), None) if isinstance(item, dict) else None
+        ok = isinstance(dims, list) and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in dims
+        )
+        out.append(tuple(dims) if ok else None)
+    return out
 
 
-def node_members(name: str, op: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(members, flags) of a node from its name and op_name."""
+def _shape(args: dict[str, Any]) -> tuple[int, ...] | None:
+    shapes = _shape_list(args, "output_type_shape")
+    return shapes[0] if shapes else None
+
+
+def _input_shapes(args: dict[str, Any]) -> tuple[tuple[int, ...] | None, ...]:
+    return tuple(_shape_list(args, "input_type_shape"))
+
+
+def node_members(
+    name: str,
+    op: str | None,
+    inputs: tuple[tuple[int, ...] | None, ...] = (),
+    shape: tuple[int, ...] | None = None,
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(members, flags) of a node from its name, op_name and shapes."""
     match = _NODE_OP.match(name)
     name_op = match.group(1) if match else None
     flags: tuple[str, ...] = ()
     if name.endswith("_nchwc") or (op in ("FusedConv", "FusedGemm") and name_op in _ACTIVATIONS):
         flags = (Flag.RENAMED_BY_ENGINE,)
+    if op in ("Conv", "FusedConv") and len(inputs) == 4 and shape and inputs[3] == shape:
+        # X, W, B and Z: the NCHWc and fused convs add Z, a residual of the output's shape,
+        # before their activation (ResNet's conv3 + Add + Relu is one such node).
+        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+        return ("Conv", "Add", activation), flags
     if op in ("FusedConv", "FusedGemm"):
         activation = name_op if name_op in _ACTIVATIONS else "Activation"
         return (op.removeprefix("Fused"), activation), flags
@@ -220,6 +245,7 @@ class OnnxRuntimeReader:
                     op=op if isinstance(op, str) else None,
                     provider=provider if isinstance(provider, str) else None,
                     shape=_shape(args),
+                    inputs=_input_shapes(args),
                     pos=pos,
                 )
                 occurrences.append(last)
@@ -327,6 +353,7 @@ class OnnxRuntimeReader:
                     node.ops[o.op] += 1
                     node.providers[o.provider] += 1
                     node.shape = node.shape or o.shape
+                    node.inputs = node.inputs or o.inputs
         if skip:
             notes.append(f"dropped the first {skip} of {len(runs)} model_run(s) as warm-up")
         notes.append(f"{len(runs) - skip} run(s) aggregated")
@@ -341,7 +368,7 @@ class OnnxRuntimeReader:
         for index, node in enumerate(ordered):
             op = node.ops.most_common(1)[0][0]
             provider = node.providers.most_common(1)[0][0]
-            members, flags = node_members(node.name, op)
+            members, flags = node_members(node.name, op, node.inputs, node.shape)
             if node.device_us:
                 samples, kind = node.device_us, TimeKind.DEVICE
             elif provider in _ASYNC_PROVIDERS:

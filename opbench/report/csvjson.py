@@ -14,6 +14,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from opbench.compare.graphs import GraphLayer
 from opbench.compare.model import (
     COMPARISON_SCHEMA_VERSION,
     BackendTiming,
@@ -179,6 +180,13 @@ def comparison_from_dict(data: dict[str, Any]) -> Comparison:
         reference_total_ms=_f(data.get("reference_total_ms")),
         notes=tuple(data.get("notes") or ()),
         env=data.get("env") or {},
+        graphs={
+            str(model): tuple(
+                _build(GraphLayer, layer, inputs=tuple(layer.get("inputs") or ()))
+                for layer in layers
+            )
+            for model, layers in (data.get("graphs") or {}).items()
+        },
     )
 
 

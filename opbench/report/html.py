@@ -12,6 +12,7 @@ from typing import Any
 
 from opbench.compare.model import Comparison, ComparisonRow, Interval, Verdict
 from opbench.report.facts import layer_facts, with_host_stream, with_int8
+from opbench.report.graph_chart import graphs_html
 from opbench.report.plots import PlotImage
 from opbench.report.style import (
     MARKS,
@@ -45,6 +46,7 @@ dl.meta dt { font-weight: bold; } dl.meta dd { margin: 0; }
 figure { margin: 1rem 0; } figure img { max-width: 100%; border: 1px solid #ddd; }
 .swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.3em; vertical-align: -0.05em; }
 .reason { color: #555; font-size: 0.8rem; }
+figure.model-graph { display: inline-block; vertical-align: top; margin-right: 2rem; }
 """
 
 # Click a header to sort by that column (again: the other way). Cells sort by their
@@ -281,6 +283,8 @@ def render_html(comparison: Comparison, plots: Sequence[PlotImage]) -> str:
         _models(c),
         "<h2>End to end</h2>",
         _end_to_end(c),
+        "<h2>Model graphs</h2>",
+        graphs_html(c, c.graphs),
         "<h2>Per layer</h2>",
         _layers_table(c),
         _legend(c),

@@ -248,6 +248,9 @@ class RunResult:
     complete: False until every planned layer has a result; an interrupted run stays False.
     shard: (k, n) when this run is share k of n (1-based), else None.
     planned: number of (model, layer, backend) results this run set out to produce.
+    origin: where the suite came from when it is not a suite file: for `opbench run
+        model.onnx`, the import's record (which nodes each layer computes, which were absorbed
+        as views or constants, which are unsupported).
     """
 
     suite: str
@@ -262,6 +265,7 @@ class RunResult:
     complete: bool = False
     shard: tuple[int, int] | None = None
     planned: int = 0
+    origin: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def with_layer(self, result: LayerResult) -> RunResult:

@@ -150,7 +150,10 @@ class Graph:
     def external_inputs(self, group: Sequence[int]) -> tuple[str, ...]:
         """The values the group reads that no layer of the group makes, in order of first use
         (walk order, then each layer's `inputs:` order), each once: the inputs of the group's
-        `Built`."""
+        `Built`. A single layer gets its `inputs:` as written, repeats included (`add [x, x]`
+        takes two tensors); a fused group takes each value once."""
+        if len(group) == 1:
+            return tuple(self.reads[group[0]])
         members = set(group)
         found: dict[str, None] = {}
         for i in sorted(members):

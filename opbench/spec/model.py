@@ -21,6 +21,11 @@ DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2e-2}
 # W8A8 int8: symmetric rounding of both operands costs ~0.9-1.1e-2 relative L2 each, ~1.3-1.6e-2
 # for their product (docs/suite-format.md works it out); 3e-2 leaves twice that, no more.
 INT8_TOLERANCE = 3e-2
+# fp8 (e4m3: 3 mantissa bits, relative rms rounding eps = 2.66e-2). Written for attention, the
+# one fp8 op: Q, K, P and V are each rounded, about sqrt(4) eps = 5.3e-2 on random data, and
+# 8e-2 is 1.5x that (docs/perf/attention.md works it out).
+FP8_TOLERANCE = 8e-2
+QUANT_TOLERANCE = {"int8": INT8_TOLERANCE, "fp8": FP8_TOLERANCE}
 # A layer's tolerance above this needs `allow_loose_tolerance: true` on the layer itself.
 LOOSE_TOLERANCE_LIMIT = 0.1
 
@@ -120,7 +125,7 @@ class LayerSpec:
     @property
     def default_tolerance(self) -> float:
         """The relative L2 limit of the layer's dtype (and quantization) when it sets none."""
-        return INT8_TOLERANCE if self.quant == "int8" else DEFAULT_TOLERANCE[self.dtype]
+        return QUANT_TOLERANCE.get(self.quant, DEFAULT_TOLERANCE[self.dtype])
 
     @property
     def effective_tolerance(self) -> float:
@@ -138,7 +143,7 @@ def loose_tolerance_problem(layer: LayerSpec) -> str | None:
     tolerance = layer.effective_tolerance
     if tolerance <= LOOSE_TOLERANCE_LIMIT or layer.allow_loose_tolerance:
         return None
-    kind = "int8" if layer.quant == "int8" else layer.dtype
+    kind = layer.quant if layer.quant in QUANT_TOLERANCE else layer.dtype
     return (
         f"tolerance {tolerance:g} is above {LOOSE_TOLERANCE_LIMIT:g} (the {kind} default is "
         f"{layer.default_tolerance:g}); set `allow_loose_tolerance: true` on layer "

@@ -42,3 +42,32 @@ def test_every_join_layer_and_every_whole_model_is_right(tmp_path: Path) -> None
     for e in eager:
         assert e.status == "ok" and e.correctness is not None, (e.model, e.backend, e.status)
         assert not e.correctness.failures, (e.model, e.backend, e.correctness)
+
+
+def test_a_layer_may_read_one_value_twice(tmp_path: Path) -> None:
+    """`add [x, x]` and `mul [r, r]` take two tensors (the same value twice); the group's inputs
+    are the layer's `inputs:` as written, not a de-duplicated set (a bind with one tensor fails)."""
+    suite = tmp_path / "twice.yaml"
+    suite.write_text(
+        "name: twice\n"
+        "defaults: {backends: [torch, triton], timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}\n"
+        "models:\n"
+        "  - name: twice\n"
+        "    batch: 3\n"
+        "    input: [5, 7]\n"
+        "    layers:\n"
+        "      - {name: double, op: add, inputs: [input, input]}\n"
+        "      - {name: r, op: relu}\n"
+        "      - {name: square, op: mul, inputs: [r, r]}\n"
+    )
+    result = CliRunner().invoke(app, ["run", str(suite), "--out", str(tmp_path), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    run = read_run(resolve_latest(tmp_path / "twice") / "run.json")
+    assert {(r.layer, r.backend) for r in run.layers} == {
+        (layer, backend) for layer in ("double", "r", "square") for backend in ("torch", "triton")
+    }
+    for r in run.layers:
+        assert r.status == Status.OK and r.correct, f"{r.layer}/{r.backend}: {r.message}"
+    for e in run.end_to_end:
+        if e.mode == "eager":
+            assert e.status == "ok" and not e.correctness.failures, (e.backend, e.correctness)

@@ -12,10 +12,10 @@ import math
 import pytest
 import torch
 
-from opbench.backends.triton_table import check_quant
+from opbench.backends.triton_table import ATTENTION_QUANTS, check_quant
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import Attention as prepare_attention
 from opbench.kernels.attention import attention_forward, split_heads
+from opbench.kernels.attention_layer import Attention as prepare_attention
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 
@@ -67,9 +67,23 @@ def test_matches_float64_reference(batch, seq, heads, head_dim, causal, packed, 
     "config",
     [
         # 64-row query blocks over 32-key steps: two masked steps on each causal diagonal.
-        {"BLOCK_M": 64, "BLOCK_N": 32, "USE_DESC": False, "num_warps": 4, "num_stages": 2},
+        {
+            "BLOCK_M": 64,
+            "BLOCK_N": 32,
+            "USE_DESC": False,
+            "LAZY": False,
+            "num_warps": 4,
+            "num_stages": 2,
+        },
         # tensor-descriptor loads and stores (TMA on Hopper) zero-fill past the sequence.
-        {"BLOCK_M": 32, "BLOCK_N": 32, "USE_DESC": True, "num_warps": 4, "num_stages": 2},
+        {
+            "BLOCK_M": 32,
+            "BLOCK_N": 32,
+            "USE_DESC": True,
+            "LAZY": True,
+            "num_warps": 4,
+            "num_stages": 2,
+        },
     ],
 )
 @pytest.mark.parametrize("causal", [False, True])
@@ -99,9 +113,35 @@ def test_allocates_output_and_writes_strided_out() -> None:
 
 def test_unsupported_settings() -> None:
     with pytest.raises(Unsupported, match="quant"):
-        check_quant("attention", "fp8")
+        check_quant("attention", "int4", ATTENTION_QUANTS)
+    with pytest.raises(Unsupported, match="quant"):
+        check_quant("linear", "fp8")
     fn = prepare_attention(heads=2, causal=False, packed_qkv=False)
     with pytest.raises(Unsupported, match="head dim 48"):
         fn(torch.randn(1, 8, 96, dtype=torch.float16))
     with pytest.raises(Unsupported, match="split"):
         prepare_attention(heads=2, causal=False, packed_qkv=True)(torch.randn(1, 8, 128))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lazy_rescaling_with_a_growing_maximum(causal: bool) -> None:
+    """Keys that grow along the sequence push the row maxima up by more than 8 (base 2) a few
+    times (the rescale branch) and by less most steps (the stale-maximum branch)."""
+    batch, seq, heads, head_dim = 1, 150, 2, 32
+    x = make_input(batch, seq, heads, head_dim, True, torch.float32, seed=21)
+    ramp = torch.linspace(0.1, 5.0, seq)[None, :, None]
+    x[..., heads * head_dim : 2 * heads * head_dim] *= ramp  # keys only
+    x = x.to(torch.float16)
+    q, k, v = split_heads(x, heads, packed_qkv=True)
+    ref = reference(x, heads, causal, True)
+    qd, kd = q.double().transpose(1, 2), k.double().transpose(1, 2)
+    logits = qd @ kd.transpose(-1, -2) / math.sqrt(head_dim) * math.log2(math.e)
+    if causal:
+        logits = logits.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+    growth = logits.amax(-1) - logits[..., :16].amax(-1)  # past the first 16-key block
+    assert (growth > 8).any(), "the data must move some maximum by more than 8"
+    config = {"BLOCK_M": 32, "BLOCK_N": 16, "USE_DESC": False, "LAZY": True, "num_warps": 4,
+              "num_stages": 1}  # fmt: skip
+    out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=torch.float16)
+    attention_forward(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal, config=config)
+    check(out, ref, TOLERANCE[torch.float16])

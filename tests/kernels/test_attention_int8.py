@@ -77,7 +77,14 @@ def test_descriptor_path_and_wide_query_blocks(causal: bool) -> None:
     x = make_input(batch, seq, heads, head_dim, True, torch.float16, seed=9, key_bias=2.0)
     out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=torch.float16)
     q, k, v = split_heads(x, heads, packed_qkv=True)
-    config = {"BLOCK_M": 64, "BLOCK_N": 32, "USE_DESC": True, "num_warps": 4, "num_stages": 2}
+    config = {
+        "BLOCK_M": 64,
+        "BLOCK_N": 32,
+        "USE_DESC": True,
+        "LAZY": True,
+        "num_warps": 4,
+        "num_stages": 2,
+    }
     attention_int8_forward(
         q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal, config=config
     )

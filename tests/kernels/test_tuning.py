@@ -80,3 +80,33 @@ def test_config_json_round_trip() -> None:
     config = Config.of(KIND="tma", BLOCK_M=128, PERSISTENT=True, num_warps=8, num_stages=3,
                        maxnreg=128)  # fmt: skip
     assert Config.from_json(json.loads(json.dumps(config.to_json()))) == config
+
+
+def test_precompile_starts_every_candidate_and_swallows_failures(fake_gpu, monkeypatch) -> None:
+    """Before timing, every candidate is made once inside `precompiling` (its KernelCalls then
+    only submit compiles to Triton's thread pool); a candidate that fails there is met again,
+    and recorded, by the timed pass."""
+    make_call, _, _ = fake_gpu
+    seen: list[tuple[int, bool]] = []
+
+    def recording(config):
+        seen.append((config["BLOCK"], tuning.is_precompiling()))
+        return make_call(config)
+
+    choice = choose("demo", "K2", CANDIDATES, "cuda", recording)
+    assert choice.config["BLOCK"] == 256
+    assert seen[:4] == [(b, True) for b in (64, 128, 256, 512)], "all made first, precompiling"
+    assert all(not flag for _, flag in seen[4:]) and not tuning.is_precompiling()
+    seen.clear()
+    monkeypatch.setenv("OPBENCH_PARALLEL_COMPILE", "0")
+    choose("demo", "K3", CANDIDATES, "cuda", recording)
+    assert all(not flag for _, flag in seen), "switched off: the timed pass alone compiles"
+
+
+def test_a_choice_nested_in_a_precompile_times_and_remembers_nothing(fake_gpu) -> None:
+    make_call, calls, cache_dir = fake_gpu
+    with tuning.precompiling():
+        choice = choose("inner", "K4", CANDIDATES, "cuda", make_call)
+    assert choice.config == CANDIDATES[0] and calls == []
+    assert not (cache_dir / "plans.json").exists()
+    assert choose("inner", "K4", CANDIDATES, "cuda", make_call).source == "tuned"

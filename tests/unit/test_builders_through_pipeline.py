@@ -1,6 +1,6 @@
 """Every Triton builder of backends/triton_table.py, through run_suite on the interpreter, checks and
 all: the real kernels (nothing swapped for torch, unlike test_pipeline.py), small odd shapes,
-each dtype path and the int8 ones, and a fused conv → batchnorm → relu group.
+each dtype path and the int8 and fp8 ones, grouped-query and KV-cache attention, and a fused conv → batchnorm → relu group.
 
 Every result must pass every check at the suite's default tolerances: first call, second
 input, and the call after timing, with the element-wise limit too.
@@ -59,7 +59,17 @@ models:
     layers:
       - {name: causal, op: attention, heads: 2, packed_qkv: true, causal: true}
       - {name: int8, op: attention, heads: 2, packed_qkv: true, causal: false, quant: int8, input: [19, 96]}
+      - {name: fp8, op: attention, heads: 1, packed_qkv: true, causal: true, quant: fp8, input: [19, 96]}
+      - {name: gqa, op: attention, heads: 4, kv_heads: 2, packed_qkv: true, causal: true, input: [19, 128]}
+      - {name: decode, op: attention, heads: 4, kv_heads: 1, kv_len: 300, causal: true, input: [3, 64]}
       - {name: swap, op: transpose, dims: [1, 2], input: [19, 32]}
+  - name: qkv
+    batch: 2
+    inputs: {q: [3, 64], k: [37, 32], v: [37, 32], x: [37, 32]}
+    dtype: float16
+    layers:
+      - {name: decode, op: attention, heads: 4, kv_heads: 2, causal: true, separate_qkv: true, inputs: [q, k, v]}
+      - {name: self, op: attention, heads: 2, causal: true, separate_qkv: true, inputs: [x, k, v]}
 """
 
 

@@ -65,7 +65,8 @@ def test_every_layer_passes_on_torch_and_triton(run) -> None:
 def test_triton_fuses_conv_bn_act_along_the_graph(run) -> None:
     fused = {r.covers for r in run.layers if r.backend == "triton" and r.covers}
     assert ("b1_down", "b1_down_bn") in fused, "the downsample branch, after the main path"
-    assert ("b1_conv3", "b1_bn3") in fused, "bn3 is read by the add: the add is not fused"
+    # issue 26: the residual add and the ReLU after it join the conv's epilogue
+    assert ("b1_conv3", "b1_bn3", "b1_add", "b1_out") in fused
     assert ("ir_expand", "ir_bn1", "ir_act1") in fused, "relu6 fuses too"
     assert ("br_b", "br_b_act") in fused
 

@@ -11,9 +11,9 @@ import torch
 from opbench.backends import triton as triton_backend
 from opbench.backends.base import Unsupported
 from opbench.backends.registry import BACKEND_NAMES, get_backend
+from opbench.backends.triton_fused import external_inputs
 from opbench.ops.activation import GELU
 from opbench.ops.base import numel
-from opbench.ops.functional import activate
 from opbench.ops.registry import OPS
 from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item, plan_work, run_suite
 from opbench.results.io import read_run
@@ -41,25 +41,22 @@ def fake_kernels(monkeypatch):
     for name in OPS:
         monkeypatch.setitem(triton_backend.BUILDERS, name, builder)
 
-    def fused_conv(layer, w, batchnorm=None, activation=None):
-        def run(x):
-            y = OPS["conv2d"].forward(x, w, layer)
-            if batchnorm is not None:
-                y = torch.nn.functional.batch_norm(
-                    y,
-                    batchnorm["running_mean"].to(y.dtype),
-                    batchnorm["running_var"].to(y.dtype),
-                    batchnorm["weight"].to(y.dtype),
-                    batchnorm["bias"].to(y.dtype),
-                    False,
-                    0.0,
-                    batchnorm["eps"],
-                )
-            return activate(y, activation) if activation else y
+    def fused(layers, weights):
+        """The group computed layer by layer with the ops' torch forward, by value name."""
+        names = external_inputs(layers)
 
-        return run
+        def run(*xs):
+            env = dict(zip(names, xs, strict=True))
+            for layer, w in zip(layers, weights, strict=True):
+                op = OPS[layer.op]
+                cast = {k: v.to(xs[0].dtype) for k, v in w.items()}
+                env[layer.name] = op.forward(op.input_arg([env[v] for v in layer.inputs]), cast,
+                                             layer)  # fmt: skip
+            return env[layers[-1].name]
 
-    monkeypatch.setattr(triton_backend, "_conv2d", fused_conv)
+        return run, "fused " + " → ".join(layer.name for layer in layers)
+
+    monkeypatch.setattr(triton_backend, "build_fused", fused)
 
 
 # ---- planning ------------------------------------------------------------------------------------

@@ -30,12 +30,13 @@ ort = pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
 SUITES = Path(__file__).parents[3] / "suites"
+DATA = Path(__file__).parents[2] / "data" / "suites"  # cnn_chain.yaml: the chain cnn.yaml was
 GRAPHS = Path(__file__).parents[2] / "data" / "suites" / "graphs.yaml"
 runner = CliRunner()
 
 
 def _cnn_at_batch_1(tmp_path: Path) -> Path:
-    raw = yaml.safe_load((SUITES / "cnn.yaml").read_text())
+    raw = yaml.safe_load((DATA / "cnn_chain.yaml").read_text())
     for model in raw["models"]:
         model["batch"] = 1
     path = tmp_path / "cnn.yaml"  # same file name and suite name: the same seeds
@@ -179,3 +180,30 @@ def test_op_with_an_onnx_op_and_no_emitter_exports_one_node(tmp_path: Path, monk
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     proto = onnx.load(str(tmp_path / "out" / manifest["models"][0]["cuts"][-1]["file"]))
     assert [(n.name, n.op_type) for n in proto.graph.node if n.name == "act"] == [("act", "Relu")]
+
+
+GROUPED = """name: gqa
+defaults: {dtype: float32}
+models:
+  - name: m
+    batch: 2
+    input: [7, 96]
+    layers:
+      - {name: gqa, op: attention, heads: 4, kv_heads: 2, packed_qkv: true, causal: true}
+"""
+
+
+def test_grouped_query_attention_exports_with_its_kv_heads(tmp_path: Path):
+    """[q | k | v] of 4 query and 2 kv heads: a Split by sizes and Attention(kv_num_heads=2)."""
+    suite = tmp_path / "gqa.yaml"
+    suite.write_text(GROUPED)
+    assert _check_export(suite, tmp_path / "out") == 1
+
+
+def test_kv_cache_attention_is_bad_input(tmp_path: Path):
+    suite = tmp_path / "decode.yaml"
+    suite.write_text(GROUPED.replace("[7, 96]", "[1, 64]").replace(
+        "kv_heads: 2, packed_qkv: true, causal: true", "kv_len: 10"))  # fmt: skip
+    done = runner.invoke(app, ["export", "onnx", str(suite), "--out", str(tmp_path / "out")])
+    assert done.exit_code == 2
+    assert "layer 'gqa': attention over a KV cache (kv_len) has no ONNX form yet" in done.output

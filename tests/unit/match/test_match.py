@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -373,6 +374,73 @@ def test_fused_kinds_take_the_following_layers():
         (2, "fc", MatchSource.NAME),
         (2, "probs", MatchSource.FUSION),
     }
+
+
+def test_a_sum_fused_conv_covers_the_add_and_the_activation_after_it():
+    """ONNX Runtime's NCHWc conv adds a residual and applies the ReLU in one node (ResNet's
+    conv3 + Add + Relu); its kind of activation is not in the profile. Layers of other branches
+    in between (the downsample conv) are not on the fused path."""
+    m = model(
+        "rn",
+        ("conv3", "conv2d", (1, 8, 4, 4)),
+        ("down", "conv2d", (1, 8, 4, 4)),
+        ("add", "add", (1, 8, 4, 4)),
+        ("relu", "relu", (1, 8, 4, 4)),
+        ("next", "conv2d", (1, 8, 4, 4)),
+    )
+    m = replace(
+        m,
+        layers=tuple(
+            replace(layer, inputs=reads)
+            for layer, reads in zip(
+                m.layers, [("x",), ("x",), ("conv3", "down"), ("add",), ("relu",)], strict=True
+            )
+        ),
+    )
+    rows = [
+        row("/rn/down/Conv_output_0_nchwc", 0, raw_type="Conv", shape=(1, 8, 4, 4)),
+        row(
+            "/rn/conv3/Conv_output_0_nchwc",
+            1,
+            raw_type="Conv",
+            shape=(1, 8, 4, 4),
+            members=("Conv", "Add", "Activation"),
+        ),  # fmt: skip
+        row("/rn/next/Conv_output_0_nchwc", 2, raw_type="Conv", shape=(1, 8, 4, 4)),
+    ]
+    assert links(match_model(m, rows)) == {
+        (0, "down", MatchSource.NAME),
+        (1, "conv3", MatchSource.NAME),
+        (1, "add", MatchSource.FUSION),
+        (1, "relu", MatchSource.FUSION),
+        (2, "next", MatchSource.NAME),
+    }
+    # no activation after the add (MobileNetV2's residuals): the add alone, and no doubt
+    plain = replace(m, layers=m.layers[:3])
+    result = match_model(plain, rows[:2])
+    assert (1, "add", MatchSource.FUSION) in links(result) and not result.ambiguities
+
+
+def test_rows_of_opbench_own_export_name_layers_that_have_a_reference_name():
+    """An imported suite keeps the model file's node names as reference_name; the profile of
+    the suite's own export (`opbench reference onnxruntime`) names nodes after the layers,
+    qualified with the model's name: those rows find the layers by their own names."""
+    m = model(
+        "rn",
+        ("layer1.0.conv1", "conv2d", (1, 8), "node_Conv_757"),
+        ("fc", "linear", (1, 8), "node_Gemm_1"),
+    )
+    rows = [
+        row("/rn/layer1.0.conv1/Conv", 0, raw_type="Conv"),
+        row("node_Gemm_1", 1, raw_type="Gemm"),
+    ]
+    assert links(match_model(m, rows)) == {
+        (0, "layer1.0.conv1", MatchSource.NAME),
+        (1, "fc", MatchSource.REFERENCE_NAME),
+    }
+    # unqualified, the layer's own name is still not looked up (rule 5 may pair them by kind)
+    unqualified = links(match_model(m, [row("layer1.0.conv1", 0, raw_type="Conv")]))
+    assert (0, "layer1.0.conv1", MatchSource.NAME) not in unqualified
 
 
 def test_tensorrt_pointwise_names():

@@ -46,8 +46,16 @@ def _conv_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
 
 def _sdpa_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
     q, k, v = args
-    assert q.dim() == 4 and q.shape[1] == layer.params["heads"]
-    assert kwargs["is_causal"] == layer.params["causal"]
+    p = layer.params
+    assert q.dim() == 4 and q.shape[1] == p["heads"] and k.shape[1] == (p["kv_heads"] or p["heads"])
+    assert kwargs.get("enable_gqa", False) == (k.shape[1] != q.shape[1])
+    if p["causal"] and k.shape[2] != q.shape[2]:  # decode: the queries are the last positions
+        from torch.nn.attention.bias import CausalBias, CausalVariant
+
+        mask = kwargs["attn_mask"]
+        assert isinstance(mask, CausalBias) and mask.variant == CausalVariant.LOWER_RIGHT
+    else:
+        assert kwargs["is_causal"] == p["causal"]
 
 
 def _softmax_args(args: tuple, kwargs: dict[str, Any], layer: Any) -> None:
@@ -186,6 +194,41 @@ def test_eager_forward_makes_the_users_call(op: str, monkeypatch: pytest.MonkeyP
     # The spied call's result is the layer's output: nothing recomputes it another way.
     assert torch.equal(out, built.fn(*xs))
     assert tuple(out.shape) == layer.output_shape
+
+
+@pytest.mark.parametrize(
+    "shape,params",
+    [
+        ("[3, 16]", "heads: 4, kv_heads: 2, kv_len: 9, causal: true"),
+        ("[2, 16]", "heads: 4, kv_len: 5"),
+        ("[5, 24]", "heads: 4, kv_heads: 1, packed_qkv: true, causal: true"),
+        ("{q: [3, 16], k: [9, 8], v: [9, 8]}", "heads: 4, kv_heads: 2, causal: true, separate_qkv: true"),
+    ],
+)
+def test_grouped_and_decode_attention_make_the_users_call(
+    shape: str, params: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """enable_gqa for grouped heads; causal_lower_right when the keys outnumber the queries."""
+    layer, built, data = built_layer("attention", shape, params)
+    calls: list[tuple[tuple, dict[str, Any]]] = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        # CausalBias recognises the call by the function's identity: restore it inside.
+        calls.append((args, kwargs))
+        monkeypatch.setattr(F, "scaled_dot_product_attention", real)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    out = built.fn(*data.inputs(0))
+    monkeypatch.undo()
+    assert len(calls) == 1
+    _sdpa_args(*calls[0], layer)
+    ref, _ = data.reference((0,))
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", list(FUSED_ACTIVATIONS))

@@ -85,6 +85,11 @@ SHAPES = [
     ("attention", (2, 9, 12), {"heads": 3}, (2, 9, 12)),
     ("attention", (2, 9, 36), {"heads": 3, "packed_qkv": True}, (2, 9, 12)),
     ("attention", (1, 1, 6), {"heads": 2, "packed_qkv": True, "causal": True}, (1, 1, 2)),
+    # grouped-query: [q | k | v] = (8 + 2 x 2) heads of 16
+    ("attention", (2, 9, 192), {"heads": 8, "kv_heads": 2, "packed_qkv": True}, (2, 9, 128)),
+    # decode: the input is the query, the cache is state
+    ("attention", (2, 1, 128), {"heads": 8, "kv_heads": 2, "kv_len": 4096}, (2, 1, 128)),
+    ("attention", (2, 5, 64), {"heads": 4, "kv_len": 5, "causal": True}, (2, 5, 64)),
 ]
 
 
@@ -97,7 +102,7 @@ def test_every_builtin_op_example_infers_its_shape(op_name: str) -> None:
     op = OPS[op_name]
     in_shape = op.shape_arg([(2, *shape) for shape in example.inputs])
     assert op.infer_shape(in_shape, p) == (2, *example.output)
-    assert op.takes(len(example.inputs))
+    assert op.takes(len(example.inputs), p)
 
 
 @pytest.mark.parametrize(
@@ -177,6 +182,11 @@ def test_permutation_of_transpose_and_permute() -> None:
         ("attention", (2, 9), {"heads": 1}, None),
         ("attention", (2, 9, 10), {"heads": 4}, "heads"),
         ("attention", (2, 9, 10), {"heads": 2, "packed_qkv": True}, "packed_qkv"),
+        ("attention", (2, 9, 96), {"heads": 6, "kv_heads": 4, "packed_qkv": True}, "kv_heads"),
+        ("attention", (2, 9, 32), {"heads": 4, "kv_heads": 2}, "kv_heads"),
+        ("attention", (2, 9, 30), {"heads": 4, "kv_heads": 2, "packed_qkv": True}, "packed_qkv"),
+        ("attention", (2, 9, 32), {"heads": 4, "kv_len": 8, "causal": True}, "kv_len"),
+        ("attention", (2, 9, 96), {"heads": 4, "kv_len": 16, "packed_qkv": True}, "packed_qkv"),
     ],
 )
 def test_impossible_shapes_raise_with_the_field(op_name, in_shape, given, field) -> None:
@@ -245,6 +255,46 @@ def test_attention_flops_halve_when_causal() -> None:
     assert op.min_bytes((b, s, 3 * e), (b, s, e), packed, "float16") == 2 * (
         b * s * 3 * e + b * s * e
     )
+
+
+def test_three_input_attention_shapes_and_errors() -> None:
+    """separate_qkv: q [B, S, H D], k and v [B, N, Hkv D]; N from k; the fields named."""
+    op = OPS["attention"]
+    p = params("attention", heads=4, kv_heads=2, causal=True, separate_qkv=True)
+    assert op.input_count(p) == 3 and op.input_count(params("attention", heads=4)) == 1
+    shapes = ((2, 3, 64), (2, 9, 32), (2, 9, 32))
+    assert op.infer_shape(shapes, p) == (2, 3, 64)
+    assert op.flops(shapes, (2, 3, 64), p) == 4 * 2 * 4 * 16 * (3 * 9 - 9 / 2)
+    assert op.weight_shapes(shapes, p) == {}
+    assert op.min_bytes(shapes, (2, 3, 64), p, "float16") == 2 * (2 * 3 * 64 * 2 + 2 * 2 * 9 * 32)
+    for bad, field in [
+        (((2, 3, 64), (2, 9, 32), (2, 8, 32)), "separate_qkv"),  # v differs from k
+        (((2, 3, 64), (2, 9, 48), (2, 9, 48)), "separate_qkv"),  # not kv_heads x 16
+        (((2, 3, 64), (2, 2, 32), (2, 2, 32)), "causal"),  # fewer keys than queries
+        (((2, 3, 64), (2, 9, 32)), "separate_qkv"),  # two inputs
+    ]:
+        with pytest.raises(ShapeError) as info:
+            op.infer_shape(bad, p)
+        assert info.value.field == field, bad
+    with pytest.raises(ShapeError) as info:
+        op.infer_shape(shapes, {**p, "kv_len": 10})
+    assert info.value.field == "kv_len"
+
+
+def test_decode_attention_costs_and_cache() -> None:
+    """The cache is state of [B, N, Hkv D] twice, read once; causal queries are the last S of
+    N positions, so they see S N - S^2 / 2 (query, key) pairs."""
+    op = OPS["attention"]
+    b, s, h, hkv, d, n = 2, 4, 8, 2, 16, 100
+    p = params("attention", heads=h, kv_heads=hkv, kv_len=n)
+    in_shape = out_shape = (b, s, h * d)
+    assert op.weight_shapes(in_shape, p) == {"k_cache": (b, n, hkv * d), "v_cache": (b, n, hkv * d)}
+    assert op.flops(in_shape, out_shape, p) == 4 * b * h * s * n * d
+    causal = params("attention", heads=h, kv_heads=hkv, kv_len=n, causal=True)
+    assert op.flops(in_shape, out_shape, causal) == 4 * b * h * d * (s * n - s * s // 2)
+    cache = 2 * b * n * hkv * d
+    assert op.min_bytes(in_shape, out_shape, p, "float16") == 2 * (2 * b * s * h * d + cache)
+    assert op.weight_shapes(in_shape, params("attention", heads=h)) == {}
 
 
 def test_memory_bound_ops_bytes() -> None:

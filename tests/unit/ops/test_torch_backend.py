@@ -36,7 +36,8 @@ def example_case(op_name: str) -> tuple[str, str]:
 
 
 # One layer per built-in op (its example: odd, small shapes), whatever ops there are.
-BUILTIN_OPS = [name for name in OPS if op_origin(name) == BUILTIN]
+# Ops that compute (a `placeholder` stands for an ONNX node and runs nowhere: test_placeholder).
+BUILTIN_OPS = [name for name in OPS if op_origin(name) == BUILTIN and OPS[name].runs]
 CASES = {name: example_case(name) for name in BUILTIN_OPS}
 EXTRA_CASES = {
     "linear-no-bias-relu": ("linear", "[1, 7]", "out_features: 3, bias: false, activation: relu"),
@@ -53,6 +54,13 @@ EXTRA_CASES = {
     ),
     "attention-packed": ("attention", "[5, 18]", "heads: 3, packed_qkv: true"),
     "attention-one-token": ("attention", "[1, 4]", "heads: 1, causal: true"),
+    "attention-packed-gqa": ("attention", "[5, 24]", "heads: 4, kv_heads: 1, packed_qkv: true"),
+    "attention-decode": ("attention", "[3, 16]", "heads: 4, kv_heads: 2, kv_len: 9, causal: true"),
+    "attention-qkv": (
+        "attention",
+        "{q: [3, 16], k: [9, 8], v: [9, 8]}",
+        "heads: 4, kv_heads: 2, causal: true, separate_qkv: true",
+    ),
     "softmax-batch-dim": ("softmax", "[3]", "dim: 0"),
     "gelu-erf": ("gelu", "[5, 7]", "approximate: none"),
     "add-per-channel": ("add", "{x0: [4, 3, 5], x1: [4, 1, 1]}", ""),

@@ -223,6 +223,17 @@ def test_member_rules():
     assert node_members("/fc/Gemm", "FusedGemm") == (("Gemm", "Activation"), ())
     assert node_members("/fc/MatMul/MatMulAddFusion", "Gemm") == (("MatMul", "Add"), ())
     assert node_members("/sm/Softmax", "Softmax") == ((), ())
+    # ResNet's conv3 + residual Add + Relu as one NCHWc Conv: X, W, B and the residual Z (of
+    # the output's shape) as inputs, named after the conv's own output
+    shape = (1, 256, 56, 56)
+    inputs = ((1, 64, 56, 56), (256, 64, 1, 1), (256,), shape)
+    assert node_members("/m/l1.conv3/Conv_output_0_nchwc", "Conv", inputs, shape) == (
+        ("Conv", "Add", "Activation"),
+        (Flag.RENAMED_BY_ENGINE,),
+    )
+    # three inputs, or a fourth of another shape: no residual was added
+    assert node_members("/m/c/Conv_output_0_nchwc", "Conv", inputs[:3], shape)[0] == ()
+    assert node_members("/m/c/Conv", "Conv", (*inputs[:3], (256,)), shape)[0] == ()
 
 
 def test_sniff():

@@ -48,6 +48,9 @@ def test_normative_example_loads() -> None:
         "heads": 12,
         "causal": False,
         "packed_qkv": True,
+        "kv_heads": None,
+        "kv_len": None,
+        "separate_qkv": False,
         "quant": "none",
     }
     assert model.layer("ffn_up").params["activation"] == "gelu"

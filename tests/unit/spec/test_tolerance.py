@@ -10,7 +10,12 @@ import pytest
 import torch
 
 from opbench.spec.load import load_suite_text
-from opbench.spec.model import DEFAULT_TOLERANCE, INT8_TOLERANCE, LOOSE_TOLERANCE_LIMIT
+from opbench.spec.model import (
+    DEFAULT_TOLERANCE,
+    FP8_TOLERANCE,
+    INT8_TOLERANCE,
+    LOOSE_TOLERANCE_LIMIT,
+)
 
 
 def quantized(v: torch.Tensor, dim: int) -> torch.Tensor:
@@ -45,6 +50,38 @@ def test_int8_default_is_below_the_loose_limit_and_fp16_above_rounding() -> None
     assert DEFAULT_TOLERANCE["float16"] < INT8_TOLERANCE < LOOSE_TOLERANCE_LIMIT
 
 
+def e4m3(v: torch.Tensor, dim: tuple[int, ...]) -> torch.Tensor:
+    """e4m3 rounding with the largest |v| of each slice over `dim` at 448, back in float64."""
+    scale = v.abs().amax(dim=dim, keepdim=True) / 448
+    return (v / scale).float().to(torch.float8_e4m3fn).double() * scale
+
+
+def fp8_attention_error(head_dim: int, seq: int = 512) -> float:
+    """Relative L2 error of attention with Q (per 64 rows), K (per 128 keys), P (448 p) and
+    V (per channel) in e4m3, as kernels/attention_fp8.py quantizes them, on normal data."""
+    gen = torch.Generator().manual_seed(head_dim)
+    q, k, v = torch.randn(3, 4, seq, head_dim, dtype=torch.float64, generator=gen)
+    exact = (q @ k.transpose(-1, -2) / math.sqrt(head_dim)).softmax(-1) @ v
+    q8 = e4m3(q.unflatten(1, (-1, 64)), (2, 3)).flatten(1, 2)
+    k8 = e4m3(k.unflatten(1, (-1, 128)), (2, 3)).flatten(1, 2)
+    p = torch.exp(q8 @ k8.transpose(-1, -2) / math.sqrt(head_dim))
+    p = p / p.amax(-1, keepdim=True)
+    approx = (e4m3(p, (-1,)) * p.amax(-1, keepdim=True)) @ e4m3(v, (1,)) / p.sum(-1, keepdim=True)
+    return float((approx - exact).norm() / exact.norm())
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_fp8_default_is_one_and_a_half_times_the_attention_rounding_error(head_dim: int) -> None:
+    """e4m3 rounds with a relative rms error eps = 2.66e-2; Q and K put sqrt(2) eps on the
+    logits, P and V eps each: about 2 eps = 5.3e-2 at the output, and 8e-2 is 1.5x that."""
+    x = torch.randn(100_000, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    eps = float((x.float().to(torch.float8_e4m3fn).double() - x).norm() / x.norm())
+    assert 2.5e-2 < eps < 2.8e-2
+    error = fp8_attention_error(head_dim)
+    assert 1.7 * eps < error < 2.2 * eps
+    assert 1.4 * error <= FP8_TOLERANCE <= 1.7 * error < LOOSE_TOLERANCE_LIMIT
+
+
 def layers(text: str):
     suite = load_suite_text(
         "name: t\nmodels:\n  - name: m\n    input: [8]\n    layers:\n" + text, "t.yaml"
@@ -60,7 +97,9 @@ def test_a_tolerance_above_the_dtype_default_is_marked_loose() -> None:
         "      - {name: int8, op: linear, out_features: 8, quant: int8, dtype: float16}\n"
         "      - {name: int8_loose, op: linear, out_features: 8, quant: int8, tolerance: 0.05}\n"
         "      - {name: allowed, op: relu, tolerance: 0.5, allow_loose_tolerance: true}\n"
+        "      - {name: fp8, op: attention, heads: 2, quant: fp8, input: [4, 64], dtype: float16}\n"
     )
+    assert got["fp8"].effective_tolerance == FP8_TOLERANCE and not got["fp8"].loose_tolerance
     assert not got["default"].loose_tolerance and not got["stricter"].loose_tolerance
     assert got["looser"].loose_tolerance
     assert got["int8"].effective_tolerance == INT8_TOLERANCE and not got["int8"].loose_tolerance

@@ -1,0 +1,236 @@
+"""Shared pieces of bench/attention_gpu.py (settings, inputs, references, SDPA calls, cases,
+the env section, the compile pool's job); that file says what is measured and how."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+TINY = "--tiny" in sys.argv
+if TINY:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
+from opbench.kernels.attention_decode import decode_calls  # noqa: E402
+from opbench.kernels.attention_fp8 import attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention_int8 import attention_int8_calls  # noqa: E402
+
+DEVICE = "cpu" if TINY else "cuda"
+OUT = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="attn_"))
+ROWS = OUT / "attention_gpu.jsonl"
+PEAK = {"fp16": 989.0, "bf16": 989.0, "int8": 1979.0, "fp8": 1979.0}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+START = time.monotonic()
+BUDGET_S = float(sys.argv[sys.argv.index("--budget-s") + 1]) if "--budget-s" in sys.argv else 420
+QUANT_SHAPES = [(2048, 128), (8192, 128), (4096, 64)]
+LIMIT = {"fp16": 5e-3, "bf16": 2e-2, "int8": 3e-2, "fp8": 8e-2}
+
+
+def record(row: dict) -> dict:
+    with ROWS.open("a") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+    print(json.dumps(row, default=str)[:400], flush=True)
+    return row
+
+
+def over_budget() -> bool:
+    return time.monotonic() - START > BUDGET_S
+
+
+def bench_ms(fn: Callable[[], object]) -> float:
+    if TINY:
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+
+
+def sync() -> None:
+    if not TINY:
+        torch.cuda.synchronize()
+
+
+def rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    ref = ref.double()
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def packed_input(b: int, s: int, h: int, d: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """[B, S, 3 H D] random normal, a random per-channel bias on K (real keys carry one)."""
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    x = torch.randn(b, s, 3 * h * d, device=DEVICE, generator=gen)
+    x[..., h * d : 2 * h * d] += torch.randn(h * d, device=DEVICE, generator=gen)
+    return x.to(dtype)
+
+
+def attention_ref(q, k, v, causal: bool, dtype=torch.float64) -> torch.Tensor:
+    """q [B, H, S, D], k/v [B, Hkv, N, D] -> [B, H, S, D]; causal queries are the last S."""
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s, n = scores.shape[-2:]
+        hidden = torch.ones(s, n, dtype=torch.bool, device=q.device).triu(n - s + 1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return scores.softmax(-1) @ v
+
+
+def heads_view(x: torch.Tensor, h: int) -> tuple[torch.Tensor, ...]:
+    """q, k, v as [B, H, S, D] views of packed x."""
+    return tuple(t.transpose(1, 2) for t in split_heads(x, h, True))
+
+
+def sdpa_backends() -> dict[str, object]:
+    from torch.nn.attention import SDPBackend
+
+    return {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+            "efficient": SDPBackend.EFFICIENT_ATTENTION}  # fmt: skip
+
+
+def sdpa_fn(q, k, v, causal: bool, backend: str, **extra) -> Callable[[], torch.Tensor]:
+    """F.scaled_dot_product_attention as the torch backend runs it ([B, S, E] out)."""
+    from torch.nn.attention import sdpa_kernel
+
+    b, h, s, d = q.shape
+    mask = {}
+    if causal and k.shape[2] != s:
+        from torch.nn.attention.bias import causal_lower_right
+
+        mask = {"attn_mask": causal_lower_right(s, k.shape[2])}
+    flag = {"is_causal": causal} if not mask else {}
+
+    def call() -> torch.Tensor:
+        if backend == "default":
+            o = F.scaled_dot_product_attention(q, k, v, **flag, **mask, **extra)
+        else:
+            with sdpa_kernel(sdpa_backends()[backend]):
+                o = F.scaled_dot_product_attention(q, k, v, **flag, **mask, **extra)
+        return o.transpose(1, 2).reshape(b, s, h * d)
+
+    return call
+
+
+def env_section() -> dict:
+    row: dict = {"section": "env", "torch": torch.__version__}
+    import triton
+
+    row["triton"] = triton.__version__
+    if TINY:
+        row["copy_GBps"] = 1.0
+        return record(row)
+    props = torch.cuda.get_device_properties(0)
+    row.update(gpu=props.name, sms=props.multi_processor_count, cc=f"{props.major}.{props.minor}")
+    src = torch.empty(2**30, dtype=torch.float16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ms = bench_ms(lambda: dst.copy_(src))
+    row["copy_GBps"] = 2 * src.numel() * 2 / ms / 1e6
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    ms = bench_ms(lambda: a @ a)
+    row["gemm_fp16_TFLOPs"] = 2 * 8192**3 / ms / 1e9
+    return record(row)
+
+
+# ---- cases -----------------------------------------------------------------------------------
+def prefill_cases() -> list[dict]:
+    """Fixed tokens (B S = 16384) and width (H D = 2048); int8/fp8 on QUANT_SHAPES (fp16)."""
+    if TINY:
+        return [
+            dict(B=2, S=40, H=2, D=64, causal=c, dtype="fp16", quant=True) for c in (False, True)
+        ]
+    cases = []
+    for d, seqs in ((128, (2048, 8192, 1024, 4096, 16384)), (64, (1024, 4096, 16384))):
+        for s in seqs:
+            for causal in (False, True):
+                cases.append(dict(B=16384 // s, S=s, H=2048 // d, D=d, causal=causal, dtype="fp16"))
+    for s in (2048, 8192):
+        for causal in (False, True):
+            cases.append(dict(B=16384 // s, S=s, H=16, D=128, causal=causal, dtype="bf16"))
+    for case in cases:
+        case["quant"] = case["dtype"] == "fp16" and (case["S"], case["D"]) in QUANT_SHAPES
+    return cases
+
+
+def decode_cases() -> list[dict]:
+    if TINY:
+        return [dict(B=2, H=4, Hkv=2, q=1, N=300, D=64, causal=False),
+                dict(B=1, H=4, Hkv=1, q=5, N=200, D=64, causal=True)]  # fmt: skip
+    rows = [(8, 32, 8, 1, n, False) for n in (1024, 4096, 16384, 32768)]
+    rows += [(8, 32, 8, 16, 4096, True), (8, 32, 8, 64, 16384, True), (32, 32, 8, 1, 2048, False)]
+    rows += [(8, 32, 32, 1, n, False) for n in (4096, 16384)]
+    rows += [(1, 64, 8, 1, 8192, False), (1, 64, 8, 1, 32768, False), (1, 64, 8, 64, 32768, True)]
+    return [dict(B=b, H=h, Hkv=g, q=q, N=n, D=128, causal=c) for b, h, g, q, n, c in rows]
+
+
+# ---- the compile pool's job: compile (never time) one configuration into Triton's cache -----
+def compile_job(job: tuple) -> tuple[str, float, str | None]:
+    """Build the inputs of a case and bind one kernel configuration (forced, so no tuning):
+    the same shapes, dtypes and strides as the timed run, hence the same cache entries."""
+    os.environ.setdefault("OPBENCH_CACHE_DIR", tempfile.mkdtemp(prefix="plans_"))
+    kind, case, config = job
+    start = time.perf_counter()
+    try:
+        if kind == "decode":
+            b, h, g, q, n, d = (case[key] for key in ("B", "H", "Hkv", "q", "N", "D"))
+            dtype = DTYPES[case.get("dtype", "fp16")]
+            qx = torch.randn(b, q, h * d, device=DEVICE, dtype=dtype)
+            kc = torch.randn(b, n, g * d, device=DEVICE, dtype=dtype)
+            out = torch.empty_like(qx).unflatten(-1, (h, d))
+            decode_calls(qx.unflatten(-1, (h, d)), kc.unflatten(-1, (g, d)),
+                         kc.unflatten(-1, (g, d)), out, causal=case["causal"], config=config)  # fmt: skip
+        else:
+            x = packed_input(case["B"], case["S"], case["H"], case["D"], DTYPES[case["dtype"]], 0)
+            q, k, v = split_heads(x, case["H"], True)
+            out = torch.empty(q.shape, dtype=x.dtype, device=DEVICE)
+            call = {"portable": attention_call, "int8": attention_int8_calls,
+                    "fp8": attention_fp8_calls}.get(kind)  # fmt: skip
+            if kind == "hopper":
+                from opbench.kernels.attention_hopper import hopper_call as call
+            call(q, k, v, out, causal=case["causal"], config=config)
+        sync()
+        return kind, time.perf_counter() - start, None
+    except Exception as exc:  # a config that does not fit is the tuner's business, not ours
+        return kind, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
+    """Every (kind, case, config) the run binds."""
+    from opbench.kernels.attention_decode_plans import tuning_candidates
+    from opbench.kernels.attention_hopper import HOPPER_TILES
+    from opbench.kernels.attention_plans import (
+        FP8_TILES,
+        FP16_TILES,
+        INT8_TILES,
+        LAZY_CHOICES,
+        tile_config,
+    )
+
+    hopper = not TINY and torch.cuda.get_device_capability()[0] == 9
+    jobs = []
+    for case in check_cases + prefill:
+        d = case["D"]
+        jobs += [("portable", case, tile_config(t, lazy)) for t in FP16_TILES[d]
+                 for lazy in LAZY_CHOICES]  # fmt: skip
+        if hopper:
+            jobs += [("hopper", case, {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w,
+                                       "num_stages": 1}) for bm, bn, w in HOPPER_TILES[d]]  # fmt: skip
+        if case.get("quant") and case["dtype"] == "fp16":
+            jobs += [("int8", case, tile_config(t, lazy)) for t in INT8_TILES[d]
+                     for lazy in LAZY_CHOICES]  # fmt: skip
+            jobs += [("fp8", case, tile_config(t, None)) for t in FP8_TILES[d]]
+    for case in decode:
+        b, h, g, q, n, d = (case[key] for key in ("B", "H", "Hkv", "q", "N", "D"))
+        configs = tuning_candidates((b, q, h, d), (b, n, g, d), torch.float16, torch.device("cuda"))
+        jobs += [("decode", case, c) for c in configs]
+    return jobs

@@ -1,0 +1,174 @@
+"""Builders of the triton backend's fused groups (triton_fusion.py finds them): from a group's
+layers (walk order) and their weights, the one kernel that computes the group.
+
+A group's kernel takes the group's external inputs in order of first use (the values its layers
+read that no layer of the group makes: `Graph.external_inputs`, recomputed here from the
+layers' own `inputs`), so `bind(*xs)` maps them back to names and hands each kernel what it
+needs: the conv its input and skip, the SwiGLU GEMM its one input, the add → norm kernel the
+add's two operands. Build-time work (casting, folding, interleaving weights) happens here,
+before timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opbench.backends.base import Weights, cast_weights
+from opbench.backends.triton_fusion import group_kind
+from opbench.backends.triton_table import LayerKernel, activation_name, check_quant
+from opbench.kernels import Unsupported
+from opbench.spec.model import LayerSpec
+
+
+def external_inputs(layers: Sequence[LayerSpec]) -> tuple[str, ...]:
+    """The values the group reads that none of its layers makes, in order of first use."""
+    made = {layer.name for layer in layers}
+    found: dict[str, None] = {}
+    for layer in layers:
+        for value in layer.inputs:
+            if value not in made:
+                found.setdefault(value, None)
+    return tuple(found)
+
+
+def _by_name(layers: Sequence[LayerSpec], bind: Callable[[dict[str, Any]], Any]) -> LayerKernel:
+    """A LayerKernel whose bind receives the external inputs by value name."""
+    names = external_inputs(layers)
+
+    def bind_all(*xs: Any) -> Any:
+        if len(xs) != len(names):
+            raise TypeError(
+                f"the group reads {len(names)} inputs ({', '.join(names)}), got {len(xs)}"
+            )
+        return bind(dict(zip(names, xs, strict=True)))
+
+    return LayerKernel(bind_all)
+
+
+def _skip_of(add: LayerSpec, inner: str) -> str:
+    (skip,) = [v for v in add.inputs if v != inner]
+    return skip
+
+
+def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """conv2d → [batchnorm2d] → [add] → [activation]: the batchnorm folded into the weights,
+    the add's other operand read in the epilogue, then the activation."""
+    conv = layers[0]
+    p = conv.params
+    batchnorm = add = None
+    activation = "none"
+    inner = conv.name
+    for layer, w in zip(layers[1:], weights[1:], strict=True):
+        if layer.op == "batchnorm2d":
+            batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
+        elif layer.op == "add":
+            add = _skip_of(layer, inner)
+        else:
+            activation = activation_name(layer)
+        inner = layer.name
+    w = cast_weights(weights[0], conv.dtype)
+    geometry = dict(stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
+    if p["groups"] != 1:
+        from opbench.kernels.depthwise import build_depthwise_conv2d
+
+        if add is not None:
+            raise Unsupported("a depthwise conv takes no residual in its epilogue")
+        kernel = build_depthwise_conv2d(w["weight"], w.get("bias"), activation=activation,
+                                        batchnorm=batchnorm, **geometry)  # fmt: skip
+        return _by_name(layers, lambda v: kernel.bind(v[conv.inputs[0]]))
+    from opbench.kernels.conv import build_conv2d
+    from opbench.kernels.conv_int8 import build_conv2d_int8
+
+    check_quant("conv2d", p["quant"])
+    build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
+    kernel = build(w["weight"], w.get("bias"), groups=1, activation=activation,
+                   batchnorm=batchnorm, **geometry)  # fmt: skip
+    skip = add
+    return _by_name(
+        layers, lambda v: kernel.bind(v[conv.inputs[0]], residual=v[skip] if skip else None)
+    )
+
+
+def _swiglu(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """gate and up linears, [silu], mul: one GEMM over interleaved weights."""
+    from opbench.kernels.swiglu import build_swiglu
+
+    by_name = {layer.name: (layer, w) for layer, w in zip(layers, weights, strict=True)}
+    mul = layers[-1] if layers[-1].op == "mul" else next(la for la in layers if la.op == "mul")
+    gate = up = None
+    for value in mul.inputs:
+        layer, _ = by_name[value]
+        if layer.op == "silu":
+            gate = by_name[layer.inputs[0]]
+        elif layer.params.get("activation") == "silu":
+            gate = by_name[value]
+        else:
+            up = by_name[value]
+    assert gate is not None and up is not None, "triton_fusion only groups gate, up and mul"
+    (g_layer, g_w), (u_layer, u_w) = gate, up
+    check_quant("linear", g_layer.params["quant"])
+    gw, uw = cast_weights(g_w, g_layer.dtype), cast_weights(u_w, u_layer.dtype)
+    kernel = build_swiglu(gw["weight"], uw["weight"], gw.get("bias"), uw.get("bias"),
+                          quant=g_layer.params["quant"])  # fmt: skip
+    source = g_layer.inputs[0]
+    return _by_name(layers, lambda v: kernel.bind(v[source]))
+
+
+def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """linear → add: the add's other operand read in the GEMM's epilogue."""
+    from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_int8 import Int8Linear
+
+    linear, add = layers
+    p = linear.params
+    check_quant("linear", p["quant"])
+    w = cast_weights(weights[0], linear.dtype)
+    cls = Int8Linear if p["quant"] == "int8" else Linear
+    kernel = cls(w["weight"], w.get("bias"), activation=p["activation"])
+    source, skip = linear.inputs[0], _skip_of(add, linear.name)
+    return _by_name(layers, lambda v: kernel.bind(v[source], residual=v[skip]))
+
+
+def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """linear → relu/gelu/silu: the activation in the GEMM's epilogue."""
+    from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_int8 import Int8Linear
+
+    linear, act = layers
+    p = linear.params
+    check_quant("linear", p["quant"])
+    w = cast_weights(weights[0], linear.dtype)
+    cls = Int8Linear if p["quant"] == "int8" else Linear
+    kernel = cls(w["weight"], w.get("bias"), activation=act.op)
+    source = linear.inputs[0]
+    return _by_name(layers, lambda v: kernel.bind(v[source]))
+
+
+def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """add → layernorm/rmsnorm: the sum and its normalisation in one pass; the sum is the
+    kernel's `extra` output."""
+    from opbench.kernels.norm import bind_norm
+
+    add, norm = layers
+    w = cast_weights(weights[1], norm.dtype)
+    rms = norm.op == "rmsnorm"
+    a, b = add.inputs
+    eps = norm.params["eps"]
+    kernel = _by_name(
+        layers,
+        lambda v: bind_norm(v[a], w["weight"], w.get("bias"), eps, rms=rms, residual=v[b]),
+    )
+    kernel.extra_names = (add.name,)
+    return kernel
+
+
+FUSED_BUILDERS = {"conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
+                  "linear_act": _linear_act, "add_norm": _add_norm}  # fmt: skip
+
+
+def build_fused(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> tuple[LayerKernel, str]:
+    """The group's kernel and the note that says what it fused."""
+    kind = group_kind(layers)
+    kernel = FUSED_BUILDERS[kind](layers, weights)
+    return kernel, "fused " + " → ".join(f"{layer.name} ({layer.op})" for layer in layers)

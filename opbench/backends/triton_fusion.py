@@ -1,0 +1,229 @@
+"""Which layers the triton backend runs as one kernel: fusion over the model's graph.
+
+A fused group is a connected piece of the graph (spec/graph.py) whose inner values nothing
+outside the group reads, so they never need to exist in memory. With `fuse: true` on a model,
+these pieces become one kernel each (kernels named in brackets):
+
+- **conv**: conv2d → [batchnorm2d] → [add(skip)] → [relu | gelu | silu | relu6]: a residual
+  block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
+  then the activation (conv.py; depthwise.py without the add).
+- **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
+  mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
+  (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
+  at M = 16, but 0.80x at M = 2048, where the GEMM is compute-bound and the pair epilogue costs
+  the mainloop registers (255 against 156); larger M take the next rule for the gate instead.
+- **linear + activation**: a projection whose only reader is relu/gelu/silu: the activation
+  runs in the GEMM's epilogue (the SwiGLU gate at prefill sizes: silu(gate) in one GEMM, then
+  the mul).
+- **linear + add**: a projection whose only reader is a residual add: the epilogue adds the
+  other operand (linear_kernels.py, epilogue.store_output).
+- **add + norm**: an add whose output a layernorm/rmsnorm reads: both written in one pass
+  (norm.py). The sum may have other readers (the pre-norm residual stream): it is a second
+  output of the group. Tried last: when the add's operand comes from a projection, adding in
+  that projection's epilogue moves fewer bytes (one write and one read of the sum, against
+  the projection's write plus two reads).
+
+Every step takes a layer only when it is the sole reader of the value before it, reads
+nothing else from inside the group, and has the group's dtype; an add only when both operands
+have the full output shape (no broadcast). Pure Python over the spec: no torch, no triton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from opbench.ops.base import numel
+from opbench.spec.model import LayerSpec, ModelSpec
+
+# The activations a conv's epilogue applies (epilogue.apply_activation).
+CONV_ACTIVATIONS = ("relu", "gelu", "silu", "relu6")
+# The activations a linear layer's epilogue takes (its `activation` parameter's values).
+LINEAR_ACTIVATIONS = ("relu", "gelu", "silu")
+# SwiGLU as one GEMM up to this many rows (tokens): the decode regime, where the weights'
+# bytes bound the GEMM (kernels/linear_plans.SMALL_M; see the module docstring).
+SWIGLU_MAX_ROWS = 64
+NORMS = ("layernorm", "rmsnorm")
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """One group: its kind and its layer indices in walk order."""
+
+    kind: str  # "single" | "conv" | "swiglu" | "linear_add" | "linear_act" | "add_norm"
+    layers: tuple[int, ...]
+
+
+class _Planner:
+    def __init__(self, model: ModelSpec) -> None:
+        self.model, self.graph = model, model.graph
+        self.layers: Sequence[LayerSpec] = model.layers
+        self.taken: set[int] = set()
+
+    # ---- facts about one layer -------------------------------------------------------------
+    def op(self, i: int) -> str:
+        return self.layers[i].op
+
+    def sole_reader(self, i: int) -> int | None:
+        """The one layer that reads layer i's output, if exactly one does (model outputs have
+        none) and it is not taken yet."""
+        readers = self.graph.consumers[i]
+        if len(readers) != 1 or i in self.graph.outputs or readers[0] in self.taken:
+            return None
+        return readers[0]
+
+    def same_kind(self, i: int, j: int) -> bool:
+        return self.layers[i].dtype == self.layers[j].dtype
+
+    def full_add(self, i: int) -> bool:
+        """An add whose two operands are distinct values of the full output shape."""
+        layer = self.layers[i]
+        if layer.op != "add" or len(set(layer.inputs)) != 2:
+            return False
+        return all(tuple(s) == tuple(layer.output_shape) for s in layer.input_shapes)
+
+    def other_operand(self, add: int, inner: int) -> str | None:
+        """The add's operand that is not layer `inner`'s output, or None if both are."""
+        name = self.graph.names[inner]
+        others = [v for v in self.layers[add].inputs if v != name]
+        return others[0] if len(others) == 1 else None
+
+    # ---- patterns --------------------------------------------------------------------------
+    def conv(self, i: int) -> tuple[int, ...] | None:
+        layer = self.layers[i]
+        if layer.op != "conv2d" or layer.params["activation"] != "none":
+            return None
+        depthwise = layer.params["groups"] != 1
+        group = [i]
+        nxt = self.sole_reader(i)
+        if nxt is not None and self.op(nxt) == "batchnorm2d" and self.same_kind(i, nxt):
+            group.append(nxt)
+            nxt = self.sole_reader(nxt)
+        if (nxt is not None and not depthwise and self.full_add(nxt) and self.same_kind(i, nxt)
+                and self.other_operand(nxt, group[-1]) is not None):  # fmt: skip
+            group.append(nxt)
+            nxt = self.sole_reader(nxt)
+        if nxt is not None and self.op(nxt) in CONV_ACTIVATIONS and self.same_kind(i, nxt):
+            group.append(nxt)
+        return tuple(group) if len(group) > 1 else None
+
+    def swiglu(self, mul: int) -> tuple[int, ...] | None:
+        """gate/up linears, [silu], mul: the group ending at `mul`, or None."""
+        layer = self.layers[mul]
+        if layer.op != "mul" or len(set(layer.inputs)) != 2:
+            return None
+        shape = layer.output_shape
+        if numel(shape) // max(shape[-1], 1) > SWIGLU_MAX_ROWS:
+            return None
+        a, b = (self.graph.producer(v) for v in layer.inputs)
+        if a is None or b is None:
+            return None
+        for act_side, up in ((a, b), (b, a)):
+            gate, silu = self._gate_of(act_side)
+            if gate is None or not self._pairs(gate, up):
+                continue
+            members = {gate, up, mul} | ({silu} if silu is not None else set())
+            for m in members - {mul}:
+                readers = self.graph.consumers[m]
+                inside = set(readers) <= members and m not in self.graph.outputs
+                if not inside or m in self.taken or not self.same_kind(m, mul):
+                    break
+            else:
+                return tuple(sorted(members))
+        return None
+
+    def _gate_of(self, i: int) -> tuple[int | None, int | None]:
+        """(gate linear, its silu layer or None) when value i is silu(linear(h))."""
+        if self.op(i) == "linear" and self.layers[i].params["activation"] == "silu":
+            return i, None
+        if self.op(i) == "silu":
+            (producer,) = self.graph.producers[i]
+            if producer is not None and self.op(producer) == "linear" and \
+                    self.layers[producer].params["activation"] == "none":  # fmt: skip
+                return producer, i
+        return None, None
+
+    def _pairs(self, gate: int, up: int) -> bool:
+        """The two projections can share one GEMM: same input, width, quant, bias, no
+        activation on up."""
+        g, u = self.layers[gate], self.layers[up]
+        return (u.op == "linear" and u.params["activation"] == "none" and g.inputs == u.inputs
+                and g.params["out_features"] == u.params["out_features"]
+                and g.params["quant"] == u.params["quant"]
+                and g.params["bias"] == u.params["bias"])  # fmt: skip
+
+    def linear_add(self, i: int) -> tuple[int, ...] | None:
+        if self.op(i) != "linear":
+            return None
+        add = self.sole_reader(i)
+        if add is None or not self.full_add(add) or not self.same_kind(i, add):
+            return None
+        return (i, add) if self.other_operand(add, i) is not None else None
+
+    def linear_act(self, i: int) -> tuple[int, ...] | None:
+        layer = self.layers[i]
+        if layer.op != "linear" or layer.params["activation"] != "none":
+            return None
+        act = self.sole_reader(i)
+        if act is None or self.op(act) not in LINEAR_ACTIVATIONS or not self.same_kind(i, act):
+            return None
+        if self.layers[act].params.get("approximate", "none") != "none":
+            return None  # the GEMM epilogue has GELU's erf form only
+        return (i, act)
+
+    def add_norm(self, i: int) -> tuple[int, ...] | None:
+        if not self.full_add(i):
+            return None
+        name = self.graph.names[i]
+        for reader in self.graph.consumers[i]:
+            norm = self.layers[reader]
+            if norm.op in NORMS and reader not in self.taken and norm.inputs == (name,) and \
+                    self.same_kind(i, reader):  # fmt: skip
+                return (i, reader)
+        return None
+
+    # ---- the plan ----------------------------------------------------------------------------
+    def plan(self) -> list[Fusion]:
+        found: list[Fusion] = []
+        passes = (("swiglu", self.swiglu), ("conv", self.conv), ("linear_add", self.linear_add),
+                  ("linear_act", self.linear_act), ("add_norm", self.add_norm))  # fmt: skip
+        for kind, pattern in passes:
+            for i in self.graph.walk():
+                if i in self.taken:
+                    continue
+                group = pattern(i)
+                if group is not None and not self.taken & set(group):
+                    assert self.graph.is_connected(group), (kind, group)
+                    self.taken.update(group)
+                    found.append(Fusion(kind, group))
+        found += [Fusion("single", (i,)) for i in self.graph.walk() if i not in self.taken]
+        return sorted(found, key=lambda f: f.layers[0])
+
+
+def plan_fusions(model: ModelSpec) -> list[Fusion]:
+    """The model's fused groups and single layers, each once, ordered by first layer; every
+    layer single unless the model sets `fuse: true`."""
+    if not model.fuse:
+        return [Fusion("single", (i,)) for i in range(len(model.layers))]
+    return _Planner(model).plan()
+
+
+def fusion_groups(model: ModelSpec) -> list[tuple[int, ...]]:
+    """The groups as the backend protocol's `plan` returns them."""
+    return [f.layers for f in plan_fusions(model)]
+
+
+def group_kind(layers: Sequence[LayerSpec]) -> str:
+    """The kind of a group from its layers alone (walk order), as `build` sees it."""
+    ops = [layer.op for layer in layers]
+    if len(ops) == 1:
+        return "single"
+    if ops[0] == "conv2d":
+        return "conv"
+    if "mul" in ops:
+        return "swiglu"
+    if ops[0] == "linear":
+        return "linear_add" if ops[-1] == "add" else "linear_act"
+    if ops[0] == "add" and ops[-1] in NORMS:
+        return "add_norm"
+    raise ValueError(f"no fused kernel for the group {' → '.join(ops)}")

@@ -1,0 +1,22 @@
+"""ONNX models in: the graph of suite layers an ONNX file computes (`opbench suite from-onnx`,
+`opbench run model.onnx`).
+
+    importer.py  import_onnx: the steps below, the batch axis, the result
+    load.py      read, static shapes, onnxscript constant folding + shape inference
+    rules.py     onnxscript rewrite rules: node groups that are one op (norms, GELU, SiLU,
+                 linear + bias, the attention core), kept as functions so no node is lost
+    views.py     ONNX values as views of batch-first tensors (where the batch is)
+    attention.py q, k, v head splits, masks and scale
+    walk.py      the walk's state; steps.py view nodes as layers where data moves
+    handlers*.py each node as layers; names.py layer names; model.py the result
+    suite_yaml.py the suite file; as_suite.py the suite of `opbench run model.onnx`
+    file_data.py the file's own weights and constants, ONNX Runtime's outputs
+
+`import_onnx` tries the input's possible batch axes (a symbolic one first, then each dim) and
+keeps the reading with the fewest unsupported nodes: the batch is the axis the graph carries
+through without mixing it, which is how a sequence-first model is told from a batch-first one.
+"""
+
+from opbench.export.onnx_import.importer import import_onnx
+
+__all__ = ["import_onnx"]

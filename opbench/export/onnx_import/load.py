@@ -1,0 +1,164 @@
+"""Reading an ONNX file for import: static shapes, shape arithmetic folded, patterns found.
+
+1. `onnx_ir.load` (weights kept in external data files are read from beside the model);
+2. symbolic input dims get values: the batch from `--batch`, others from `--dim NAME=N`;
+3. onnxscript's constant folding with node-level ONNX shape inference
+   (`FoldConstantsPass(shape_inference=True)`), then dead nodes removed: Shape/Gather/Concat
+   arithmetic, masks built from Trilu/Where, weight transposes become constants, and every value
+   gets a static shape. The default rewrite rules of `onnxscript.optimizer.optimize` are not
+   run: they merge nodes under new names, and the layers must keep the file's node names;
+4. rules.apply_rules.
+
+Every node removed on the way is returned with its op type, so the import can account for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from opbench.errors import InputError
+
+# Limits for constant folding: a weight transpose of a large model must still fold.
+_FOLD_LIMIT = 1 << 31
+
+
+@dataclass
+class Loaded:
+    model: object  # onnx_ir.Model
+    folded: list[tuple[str, str]] = field(default_factory=list)  # (node, op type) folded away
+    unused: list[tuple[str, str]] = field(default_factory=list)  # dead nodes removed
+    node_count: int = 0
+    node_names: list[str] = field(default_factory=list)
+    symbols: dict[str, int] = field(default_factory=dict)  # symbolic dims and their values
+    batch_symbol: str | None = None
+    batch_axis: int | None = None  # where the batch symbol sits in the first input
+
+
+def _data_inputs(model) -> list:
+    initializers = set(model.graph.initializers)
+    return [v for v in model.graph.inputs if v.name not in initializers]
+
+
+def read(path: Path):
+    from onnxscript import ir
+
+    if not path.is_file():
+        raise InputError(f"no such ONNX file: {path}")
+    try:
+        return ir.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - any parse failure is a bad input file
+        raise InputError(f"{path}: not an ONNX model ({type(exc).__name__})") from None
+
+
+def small_constants_in_memory(model, limit: int = 1 << 16) -> None:
+    """Constants kept in an external data file that shape inference needs to read (shapes,
+    axes, scalars: every integer constant and every small one) are loaded into memory; large
+    weights stay where they are until used."""
+    from onnxscript import ir
+
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if isinstance(tensor, ir.ExternalTensor) and (
+            tensor.dtype.is_integer() or tensor.nbytes <= limit
+        ):
+            value.const_value = ir.Tensor(tensor.numpy(), name=tensor.name)
+
+
+def fix_dims(model, batch: int | None, dims: Mapping[str, int], source: str) -> Loaded:
+    """Give every symbolic input dim a value; the first input's first symbolic dim is the
+    batch (`--batch`), any other needs `--dim NAME=N`."""
+    from onnxscript import ir
+
+    loaded = Loaded(model)
+    inputs = _data_inputs(model)
+    if not inputs:
+        raise InputError(f"{source}: the graph has no data input")
+    for value in inputs:
+        if value.shape is None:
+            raise InputError(f"{source}: graph input {value.name!r} has no shape")
+        new = []
+        for dim in value.shape:
+            if isinstance(dim, int):
+                new.append(dim)
+                continue
+            symbol = str(dim) if dim is not None and str(dim) else f"{value.name}[{len(new)}]"
+            if symbol not in loaded.symbols:
+                if symbol in dims:
+                    loaded.symbols[symbol] = int(dims[symbol])
+                elif loaded.batch_symbol is None and batch is not None:
+                    loaded.symbols[symbol] = batch
+                    loaded.batch_symbol = symbol
+                    if value is inputs[0]:
+                        loaded.batch_axis = len(new)
+                elif loaded.batch_symbol is None:
+                    raise InputError(
+                        f"{source}: graph input {value.name!r} has a symbolic batch dimension "
+                        f"{symbol!r}: give --batch N"
+                    )
+                else:
+                    raise InputError(
+                        f"{source}: graph input {value.name!r} has a symbolic dimension "
+                        f"{symbol!r}: give --dim {symbol}=N"
+                    )
+            new.append(loaded.symbols[symbol])
+        value.shape = ir.Shape(new)
+    return loaded
+
+
+def fold(loaded: Loaded) -> None:
+    """Constant folding and shape inference (onnxscript), then dead nodes removed."""
+    import onnx_ir.passes.common as common_passes
+    from onnxscript.optimizer import _constant_folding
+
+    model = loaded.model
+    graph = model.graph
+    before = {id(n): (n.name or f"#{i}", n.op_type) for i, n in enumerate(graph)}
+    loaded.node_count = len(before)
+    loaded.node_names = [name for name, _ in before.values()]
+    # Shapes the exporter wrote may hold symbols that are now numbers: infer them again.
+    inputs = {id(v) for v in graph.inputs}
+    for node in graph:
+        for out in node.outputs:
+            if id(out) not in inputs and out.const_value is None:
+                out.shape = None
+    _constant_folding.FoldConstantsPass(
+        shape_inference=True, input_size_limit=_FOLD_LIMIT, output_size_limit=_FOLD_LIMIT
+    )(model)
+    after_fold = {id(n) for n in graph}
+    common_passes.RemoveUnusedNodesPass()(model)
+    after = {id(n) for n in graph}
+    for key, (name, op_type) in before.items():
+        if key not in after_fold:
+            loaded.folded.append((name, op_type))
+        elif key not in after:
+            loaded.unused.append((name, op_type))
+
+
+def load(
+    path: Path,
+    *,
+    batch: int | None,
+    dims: Mapping[str, int],
+    log: Callable[[str], None] = lambda _m: None,
+) -> Loaded:
+    from opbench.export.onnx_import.rules import apply_rules
+
+    model = read(path)
+    for i, node in enumerate(model.graph):  # every node needs a name to be accounted for
+        if not node.name:
+            node.name = f"_unnamed_{node.op_type}_{i}"
+    small_constants_in_memory(model)
+    loaded = fix_dims(model, batch, dims, str(path))
+    try:
+        fold(loaded)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a model the folder cannot read is bad input
+        raise InputError(f"{path}: constant folding failed ({type(exc).__name__}: {exc})") from None
+    try:
+        apply_rules(model, log)
+    except Exception as exc:  # noqa: BLE001 - without the patterns, their nodes are listed
+        log(f"onnxscript's rewriter failed ({type(exc).__name__}: {exc}); no pattern folded")
+    return loaded

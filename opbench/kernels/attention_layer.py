@@ -1,0 +1,54 @@
+"""The attention layer's launcher: x [B, S, E] (or packed [B, S, 3E]) → [B, S, E], on the
+Hopper (Gluon) kernel where it applies, else the portable kernel of attention.py.
+
+It sits apart from both kernel files so that each stays a leaf: the Hopper module reuses the
+portable kernel's launch pieces, and this module alone knows about the two.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from opbench.kernels import Unsupported
+from opbench.kernels.attention import attention_call, split_heads
+from opbench.kernels.launch import BoundKernels
+from opbench.kernels.tuning import Config
+
+
+class Attention:
+    """Attention of x [B, S, E] (q = k = v = x) or, with packed_qkv, [B, S, 3E] split as
+    [3, H, D], into [B, S, E] in x's dtype: `bind(x)` or `attention(x, out=None)`.
+    Settings no kernel covers raise Unsupported (at build time when they are known then,
+    else at bind, when the head dim and dtype are)."""
+
+    def __init__(self, *, heads: int, causal: bool, packed_qkv: bool) -> None:
+        if heads < 1:
+            raise Unsupported(f"attention needs heads >= 1, got {heads}")
+        self.heads, self.causal, self.packed_qkv = heads, causal, packed_qkv
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.bind(x, out).launch()
+
+    def output(self, x: torch.Tensor, out: torch.Tensor | None):
+        q, k, v = split_heads(x, self.heads, self.packed_qkv)
+        batch, seq_len, _, head_dim = q.shape
+        embed = self.heads * head_dim
+        if out is None:
+            out = torch.empty((batch, seq_len, embed), dtype=x.dtype, device=x.device)
+        elif out.shape != (batch, seq_len, embed) or out.dtype != x.dtype:
+            raise ValueError(f"out must be {(batch, seq_len, embed)} {x.dtype}")
+        return q, k, v, out, out.unflatten(-1, (self.heads, head_dim))
+
+    def bind(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+    ) -> BoundKernels:
+        q, k, v, out, out4 = self.output(x, out)
+        # Imported here: Gluon's Hopper module is needed only where a Hopper kernel may run.
+        from opbench.kernels.attention_hopper import hopper_usable, tuned_attention_call
+
+        if config is None and hopper_usable(q, k, v, out4):
+            # Hopper: the Gluon kernel's tiles and the portable kernel's, one tuned choice.
+            call, choice = tuned_attention_call(q, k, v, out4, causal=self.causal)
+        else:
+            call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
+        return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])
