@@ -24,14 +24,15 @@ Where the output comes from:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
 POISON_BYTE = 0xFF
+T = TypeVar("T")
 
 
 def _bits_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -185,6 +186,29 @@ def poisoned_allocations() -> Iterator[None]:
         yield
 
 
+# What torch says when code builds a Tensor subclass with the legacy constructor over a tensor
+# a dispatch mode has seen (torch.nn.attention.bias.CausalBias does): any mode makes it fail.
+_SUBCLASS_REFUSED = "Creating a new Tensor subclass"
+
+
+def call_poisoned(call: Callable[[], T], prepare: Callable[[], object]) -> T:
+    """`prepare()` (poison what the call will write), then `call()` within
+    `poisoned_allocations`. Where torch refuses what the call does under a dispatch mode
+    (building a Tensor subclass, above), both again without it: the outputs the call allocates
+    are then covered as memory no dispatcher call allocates is (the module doc). Only torch's
+    own layers are known to do that; every allocation of theirs is written by the op making it.
+    """
+    prepare()
+    try:
+        with poisoned_allocations():
+            return call()
+    except RuntimeError as exc:
+        if _SUBCLASS_REFUSED not in str(exc):
+            raise
+    prepare()  # what the refused call wrote before it stopped must not pass for written
+    return call()
+
+
 _MODE_CLASS: list[Any] = []
 
 
@@ -210,6 +234,9 @@ def _define_mode() -> Any:
         growing.update(getattr(packet, name) for name in packet.overloads())
 
     class PoisonAllocations(TorchDispatchMode):
+        # Higher-order ops (eager flex_attention, cond) come through as any op: run as they are.
+        supports_higher_order_operators = True
+
         @classmethod
         def ignore_compile_internals(cls) -> bool:
             return True

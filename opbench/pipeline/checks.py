@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from opbench.backends.base import Bound, Built, torch_dtype
 from opbench.measure.check import compare_outputs, with_failures
-from opbench.measure.poison import poison_, poison_free_memory, poisoned_allocations, scrub
+from opbench.measure.poison import call_poisoned, poison_, poison_free_memory, scrub
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import WorkItem
@@ -47,16 +47,22 @@ def checked_launch(
     bound: Bound, device: str, nbytes: int, validate: Validate | None = None
 ) -> torch.Tensor:
     """One call of `bound` whose outputs start as poison; synchronised and validated."""
-    for buffer in (bound.out, *bound.extra.values()):
-        if buffer is not None:
-            poison_(buffer)
-    poison_free_memory(device, nbytes)
-    with poisoned_allocations():
+
+    def prepare() -> None:
+        for buffer in (bound.out, *bound.extra.values()):
+            if buffer is not None:
+                poison_(buffer)
+        poison_free_memory(device, nbytes)
+
+    def call() -> torch.Tensor:
         out = bound.launch()
         if device.startswith("cuda"):
             import torch
 
             torch.cuda.synchronize()
+        return out
+
+    out = call_poisoned(call, prepare)
     problem = validate(out) if validate is not None else None
     if problem:
         raise WrongOutput(problem)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opbench.measure.poison import poisoned_allocations, unwritten
+from opbench.measure.poison import call_poisoned, poison_, poisoned_allocations, unwritten
 
 SHAPE = (3, 37, 41)
 
@@ -124,3 +124,45 @@ def test_an_inference_tensor_allocated_outside_inference_mode_code() -> None:
     with torch.inference_mode(), poisoned_allocations():
         t = torch.empty_strided((5, 3), (1, 5), dtype=torch.float16)
     assert t.is_inference() and unwritten(t) == 15
+
+
+def test_higher_order_ops_run_as_they_are() -> None:
+    x = torch.randn(4, 3)
+    with poisoned_allocations():
+        got = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))
+    assert torch.equal(got, x.sin() if x.sum() > 0 else x.cos())
+
+
+def test_a_call_torch_refuses_under_the_mode_runs_again_without_it() -> None:
+    """torch cannot build a Tensor subclass (CausalBias) over a tensor a dispatch mode has seen:
+    the call runs again without the mode, after what it wrote is poisoned again."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    buffer = torch.zeros(6)
+    prepared: list[int] = []
+
+    def prepare() -> None:
+        prepared.append(1)
+        poison_(buffer)
+
+    def call() -> torch.Tensor:
+        if len(prepared) == 1:
+            buffer.fill_(1.0)  # written before the refusal: must not pass for the retry's
+        mask = causal_lower_right(4, 6)
+        return mask._materialize()
+
+    out = call_poisoned(call, prepare)
+    assert len(prepared) == 2 and out.shape == (4, 6)
+    assert unwritten(buffer) == 6, "the retry wrote nothing"
+
+
+def test_any_other_error_of_the_call_is_its_own() -> None:
+    calls: list[int] = []
+
+    def call() -> None:
+        calls.append(1)
+        raise RuntimeError("a kernel's own failure")
+
+    with pytest.raises(RuntimeError, match="own failure"):
+        call_poisoned(call, lambda: None)
+    assert calls == [1]
