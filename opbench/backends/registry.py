@@ -26,6 +26,7 @@ _BUILTINS: dict[str, str] = {
     "torch-compile": "opbench.backends.torch_compile:TorchCompile",
     "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
     "torch-int8": "opbench.backends.torch_int8:TorchInt8",
+    "torch-fp8": "opbench.backends.torch_fp8:TorchFp8",
     "triton": "opbench.backends.triton:TritonBackend",
 }
 

@@ -1,6 +1,6 @@
 """PyTorch eager: what a PyTorch user runs, in the layer's dtype.
 
-A `quant: int8` layer runs unquantized in its dtype: that is the baseline a quantized kernel
+A quantized layer (`quant: int8`, `fp8`, `int8-weight`, `int4-weight`) runs unquantized in its dtype: that is the baseline a quantized kernel
 has to beat, and the result's note says so.
 """
 
@@ -50,8 +50,8 @@ class TorchEager:
         op = get_op(layer.op)
         w = cast_weights(weights[0], layer.dtype)
         notes = []
-        if layer.quant == "int8":
-            notes.append(f"torch runs quant=int8 layers unquantized in {layer.dtype}")
+        if layer.quant != "none":
+            notes.append(f"torch runs quant={layer.quant} layers unquantized in {layer.dtype}")
         prepare = None
         if layer.op == "conv2d" and layer.params.get("channels_last"):
             w["weight"] = w["weight"].contiguous(memory_format=torch.channels_last)

@@ -95,6 +95,8 @@ def int8_linear(
 
 class TorchInt8:
     name = "torch-int8"
+    #: What the notes call this peer's GEMM.
+    label = "torch._int_mm W8A8"
     #: "auto": on a GPU time eager and compiled at build and keep the faster; on the CPU eager.
     #: "eager" / "compile": that variant, untimed (tests; forcing one to compare).
     variant = "auto"
@@ -114,13 +116,7 @@ class TorchInt8:
         import torch
 
         (layer,) = layers
-        if layer.op != "linear" or layer.quant != "int8":
-            what = "an unquantized linear" if layer.op == "linear" else f"a {layer.op} layer"
-            raise Unsupported(f"torch-int8 runs only `quant: int8` linear layers; this is {what}")
-        if layer.dtype not in ("float16", "bfloat16"):
-            raise Unsupported(
-                f"W8A8 linear writes float16/bfloat16; a {layer.dtype} layer has no int8 path"
-            )
+        require_quant_linear(self.name, layer, "int8")
         k, n = layer.input_shape[-1], layer.params["out_features"]
         m = numel(layer.input_shape[:-1])
         refusal = int_mm_refusal(m, k, n, device)
@@ -136,6 +132,12 @@ class TorchInt8:
         )
 
         probe = torch.randn(layer.input_shape, device=device, dtype=dtype)
+        return self._built(eager, probe, device)
+
+    def _built(self, eager: Callable, probe: torch.Tensor, device: str) -> Built:
+        """The Built of the variant `_pick` chooses, with its note and the time choosing took."""
+        import torch
+
         start = time.perf_counter()
         fn, note = self._pick(eager, probe, device)
         return Built(
@@ -149,7 +151,7 @@ class TorchInt8:
         """The variant to run and the note that says which and why."""
         variant = self.variant
         if variant not in VARIANTS:
-            raise ValueError(f"torch-int8 variant must be one of {VARIANTS}, got {variant!r}")
+            raise ValueError(f"{self.name} variant must be one of {VARIANTS}, got {variant!r}")
         _run_once(eager, probe)  # _int_mm's own refusals surface here, as unsupported
         if variant == "eager" or (variant == "auto" and not device.startswith("cuda")):
             why = (
@@ -157,12 +159,12 @@ class TorchInt8:
                 if variant == "eager"
                 else "on the CPU the compiled variant is not tried"
             )
-            return eager, f"torch._int_mm W8A8, eager ({why})"
+            return eager, f"{self.label}, eager ({why})"
         compiled = self._compile(eager)
         _run_once(compiled, probe)
         if variant == "compile":
-            return compiled, "torch._int_mm W8A8 under torch.compile (asked for)"
-        return choose_faster(eager, compiled, probe, device)
+            return compiled, f"{self.label} under torch.compile (asked for)"
+        return choose_faster(eager, compiled, probe, device, self.label)
 
     def _compile(self, eager: Callable) -> Callable:
         import torch
@@ -179,16 +181,31 @@ def _run_once(fn: Callable, x: torch.Tensor) -> None:
         with torch.no_grad():
             fn(x)
     except RuntimeError as exc:
-        # A shape rule of a newer torch that int_mm_refusal does not know yet.
+        # A shape rule of a newer torch that int_mm_refusal (or the fp8 peer's rule) does not
+        # know yet.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        if "_int_mm" in first or "needs to be" in first:
-            raise Unsupported(f"torch._int_mm refused this layer: {first}") from None
+        if any(rule in first for rule in ("_int_mm", "_scaled_mm", "needs to be", "must be")):
+            raise Unsupported(f"torch refused this layer: {first}") from None
         raise
 
 
+def require_quant_linear(backend: str, layer: LayerSpec, quant: str) -> None:
+    """Unsupported unless `layer` is a float16/bfloat16 linear with this `quant`."""
+    if layer.op != "linear" or layer.quant != quant:
+        what = (f"a {layer.op} layer" if layer.op != "linear"
+                else "an unquantized linear" if layer.quant == "none"
+                else f"a quant={layer.quant} linear")  # fmt: skip
+        raise Unsupported(f"{backend} runs only `quant: {quant}` linear layers; this is {what}")
+    if layer.dtype not in ("float16", "bfloat16"):
+        raise Unsupported(
+            f"{quant} linear writes float16/bfloat16; a {layer.dtype} layer has no {quant} path"
+        )
+
+
 def choose_faster(
-    eager: Callable, compiled: Callable, x: torch.Tensor, device: str
-) -> tuple[Callable, str]:
+    eager: Callable, compiled: Callable, x: torch.Tensor, device: str,
+    label: str = TorchInt8.label,
+) -> tuple[Callable, str]:  # fmt: skip
     """Time both variants on x (median of short flushed rounds); the faster and a note."""
     import torch
 
@@ -203,5 +220,5 @@ def choose_faster(
     eager_ms, compiled_ms = median_ms(eager), median_ms(compiled)
     times = f"compiled {compiled_ms:.4f} ms, eager {eager_ms:.4f} ms at build"
     if compiled_ms < eager_ms:
-        return compiled, f"torch._int_mm W8A8 under torch.compile, the faster ({times})"
-    return eager, f"torch._int_mm W8A8, eager, the faster ({times})"
+        return compiled, f"{label} under torch.compile, the faster ({times})"
+    return eager, f"{label}, eager, the faster ({times})"

@@ -23,7 +23,7 @@ from opbench.spec.model import LayerSpec
 Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
 ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
-QUANTS = ("none", "int8")
+QUANTS = ("none", "int8")  # conv2d; attention: ATTENTION_QUANTS; linear: ops.quant.LINEAR_QUANTS
 ATTENTION_QUANTS = ("none", "int8", "fp8")
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
 # (docs/ci.md). Read once per layer build; the kernel takes it as `deliberately_slow`.
@@ -67,13 +67,25 @@ def check_quant(op: str, quant: str, allowed: tuple[str, ...] = QUANTS) -> None:
 
 
 def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    """The linear kernel the layer's quant picks (kernels/linear*.py)."""
     from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_fp8 import Fp8Linear
     from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.ops.quant import LINEAR_QUANTS
 
     p = layer.params
-    check_quant("linear", p["quant"])
-    cls = Int8Linear if p["quant"] == "int8" else Linear
-    return LayerKernel(cls(w["weight"], w.get("bias"), activation=p["activation"]).bind)
+    quant = p["quant"]
+    check_quant("linear", quant, LINEAR_QUANTS)
+    args = (w["weight"], w.get("bias"))
+    if quant == "int4-weight":
+        layer_kernel = Int4WeightLinear(*args, p["activation"], group_size=p["group_size"])
+    else:
+        cls = {"int8": Int8Linear, "fp8": Fp8Linear, "int8-weight": Int8WeightLinear}.get(
+            quant, Linear
+        )
+        layer_kernel = cls(*args, activation=p["activation"])
+    return LayerKernel(layer_kernel.bind)
 
 
 def conv2d(

@@ -9,6 +9,7 @@ from opbench.cli.compare import compare_command
 from opbench.cli.export import export_app
 from opbench.cli.info import env_command, list_command, validate_command
 from opbench.cli.merge import merge_command
+from opbench.cli.plans import plans_app
 from opbench.cli.reference import reference_app
 from opbench.cli.report import report_command
 from opbench.cli.run import run_command
@@ -49,6 +50,7 @@ app.command("report")(report_command)
 app.add_typer(reference_app, name="reference")
 app.add_typer(export_app, name="export")
 app.add_typer(suite_app, name="suite")
+app.add_typer(plans_app, name="plans")
 
 
 def main() -> None:

@@ -197,7 +197,9 @@ def run_command(
     if world is not None:
         from opbench.cli.run_distributed import run_distributed
 
-        run_distributed(suite, options, out, world, exclusive_timing=exclusive_timing)
+        run_distributed(
+            suite, options, out, world, exclusive_timing=exclusive_timing, plans_out=plans_out
+        )
         return
     if exclusive_timing:
         console.print(

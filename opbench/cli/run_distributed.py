@@ -10,7 +10,7 @@ import typer
 
 from opbench import distributed as dist_run
 from opbench.cli.console import console
-from opbench.cli.run_output import device_peaks, finish
+from opbench.cli.run_output import device_peaks, finish, report_plans
 from opbench.errors import ExitCode
 from opbench.exclusive import HostTurns, lock_path
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, write_run
@@ -18,8 +18,15 @@ from opbench.results.model import RunResult
 
 
 def run_distributed(
-    suite, options, out: Path, world: dist_run.World, exclusive_timing: bool = False
+    suite,
+    options,
+    out: Path,
+    world: dist_run.World,
+    exclusive_timing: bool = False,
+    plans_out: Path | None = None,
 ) -> None:
+    """Each rank runs its share; rank 0 merges the ranks' results into one run.json and, with
+    --plans-out, writes the plans of every rank's results (the merged run's) to one file."""
     import torch
 
     from opbench.measure.env import fingerprint
@@ -110,6 +117,7 @@ def run_distributed(
             f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
             f"finished results in {run_path}, the rest marked error"
         )
+    report_plans(merged, bool(options.plans), plans_out)
     finish(merged, run_path)
 
 

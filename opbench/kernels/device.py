@@ -10,6 +10,14 @@ so |v - s q| <= s / 2, the code range is symmetric, and ties go away from zero a
 `round` does (not to even, as `torch.round` does). An all-zero row has s = 0 and q = 0.
 `quantize.quantize_per_row` is the same rule in torch for build-time weights; tests check
 both against a plain-Python statement of it.
+
+The fp8 rule (`quant: fp8`, OCP e4m3, Triton's float8e4nv, torch's float8_e4m3fn): a row v
+gets s = max|v| / 448 and codes q = round_to_nearest_even_e4m3(v / s), so the row's largest
+value lands on 448, the largest finite e4m3 number. `round_to_e4m3` does the rounding in fp32
+arithmetic and the conversion to float8e4nv is then exact: the same codes on the GPU and in
+Triton's CPU interpreter, whose own fp32 -> fp8 cast drops the carry when rounding crosses a
+power of two (1.94 becomes 1.0, not 2.0). torch's cast rounds the same way as this rule
+(`ops.quant.fp8_rows`, the build-time weight quantizer; tests compare both).
 """
 
 from __future__ import annotations
@@ -41,6 +49,28 @@ def round_to_int8(v):
 def inverse_scale(absmax):
     """127 / absmax, finite for an all-zero row (whose codes are 0 whatever the multiplier)."""
     return 127.0 / tl.maximum(absmax, 1e-30)
+
+
+@triton.jit
+def round_to_e4m3(v):
+    """fp32 v -> fp32 on the e4m3 grid, round to nearest even, clamped to +-448.
+
+    e4m3 has 3 mantissa bits: between 2^e and 2^(e+1) its step is 2^(e-3), and below the
+    smallest normal (2^-6) a fixed step of 2^-9. The step of v is read off v's fp32 exponent
+    bits; v / step is then exact and below 16, where adding and subtracting 1.5 * 2^23 rounds
+    it to the nearest integer, ties to even (fp32's own rounding, with no fast-math)."""
+    v = tl.minimum(tl.maximum(v, -448.0), 448.0)
+    exponent = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    step_exponent = tl.maximum(exponent, -6) - 3
+    step = ((step_exponent + 127) << 23).to(tl.float32, bitcast=True)
+    magic = 12582912.0  # 1.5 * 2^23
+    return ((v / step + magic) - magic) * step
+
+
+@triton.jit
+def fp8_inverse_scale(absmax):
+    """448 / absmax, finite for an all-zero row (whose codes are 0 whatever the multiplier)."""
+    return 448.0 / tl.maximum(absmax, 1e-30)
 
 
 @triton.jit

@@ -3,7 +3,8 @@
 
 `Linear(weight, bias, activation)` holds the prepared weight (contiguous), the fp32 bias and
 the split-K tile counters. `bind(x)` checks x, allocates the output and the split-K
-workspace, picks a plan (the decode table for M <= 64, else tuned) and fixes every kernel
+workspace, picks a plan (the streaming GEMV for fp16/bf16 M <= GEMV_MAX_M, the decode
+table for M <= 64, else tuned) and fixes every kernel
 argument; the bound launch then only launches. `Linear(x)` is bind-and-launch in one call.
 """
 
@@ -14,7 +15,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opbench.kernels import Unsupported
 from opbench.kernels.epilogue import ACTIVATION_CODES, activation_code
-from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
+from opbench.kernels.host import INTERPRET, SIXTEEN_BIT, cdiv, next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequence
 from opbench.kernels.linear_kernels import (
     _linear_split_k_kernel,
@@ -22,10 +23,12 @@ from opbench.kernels.linear_kernels import (
     _linear_tma_kernel,
 )
 from opbench.kernels.linear_plans import (
+    GEMV_MAX_M,
     SMALL_M,
     decode_plan,
     sm_count,
     split_k_candidates,
+    stream_plan,
     tile_candidates,
     tma_ok,
 )
@@ -36,7 +39,16 @@ class Linear:
     """y = act(x @ weight^T + bias) for x [..., K] -> y [..., N]; float16/bfloat16/float32.
     Float32 uses true fp32 dots unless allow_tf32."""
 
+    #: The layer's `quant` (the plan key names it); int8 operands sum in int32 (is_int8);
+    #: quantized operands are dequantized in the epilogue (scaled).
+    quant = "none"
     is_int8 = False
+    scaled = False
+    #: The split-K kernel can quantize x itself (int8's FUSED_QUANT plans).
+    fuses_quant = False
+    #: How the streaming kernel (linear_stream.py) reads W: 16-bit floats here.
+    w_bits = 16
+    group_size = 0
     kernel_name = "linear"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none",
@@ -123,21 +135,36 @@ class Linear:
         calls, _ = self.calls(plan, x2, out2, res2)
         sequence(calls, out2)()
 
-    def candidates(self, x2: torch.Tensor, every_kind: bool = False) -> list[Config]:
-        """Plans for x2's row count: the decode table's one for M <= SMALL_M on a GPU, else
-        the tuned tile plans (every kernel kind when every_kind)."""
-        m = x2.shape[0]
+    def candidates(
+        self, x2: torch.Tensor, every_kind: bool = False, residual: bool = False
+    ) -> list[Config]:
+        """Plans for x2's row count: the streaming GEMV for fp16/bf16 M <= GEMV_MAX_M, the
+        decode table's split-K plan for M <= SMALL_M on a GPU, else the tuned tile plans
+        (every kernel kind when every_kind). With a residual to add, no streaming GEMV: its
+        epilogue has none."""
+        m, k = x2.shape
         elem_bytes = self.weight.element_size()
         tiles = tile_candidates(elem_bytes, self._tma_ok(x2))
-        few_rows = split_k_candidates(m, elem_bytes, fused_quant=self.is_int8)
+        few_rows = split_k_candidates(m, elem_bytes, fused_quant=self.fuses_quant)
+        gemv = []
+        if self.streams(x2, residual):
+            gemv = [stream_plan(m, self.out_features, k, 16, 0, sm_count(x2.device))]
         if every_kind:
-            return few_rows + tiles
+            return gemv + few_rows + tiles
+        if m <= GEMV_MAX_M and gemv:
+            return gemv
         if m <= SMALL_M:
             if INTERPRET:
                 return few_rows
             return [decode_plan(m, self.out_features, self.in_features, elem_bytes,
-                                self.is_int8, sm_count(x2.device))]  # fmt: skip
+                                self.scaled, sm_count(x2.device), self.fuses_quant)]  # fmt: skip
         return tiles
+
+    def streams(self, x2: torch.Tensor, residual: bool) -> bool:
+        """Whether the streaming GEMV may run this layer: fp16/bf16, unquantized, unit-stride
+        rows, and no residual (its epilogue has none)."""
+        return (self.quant == "none" and self.weight.dtype in SIXTEEN_BIT
+                and x2.stride(1) == 1 and not residual)  # fmt: skip
 
     def choose(
         self,
@@ -149,7 +176,7 @@ class Linear:
         tma = self._tma_ok(x2)
         key = "|".join([
             f"{x2.dtype}{'-tf32' if self.dot_precision == 'tf32' else ''}",
-            "int8" if self.is_int8 else "none", f"M{next_power_of_2(x2.shape[0])}",
+            self.quant_key, f"M{next_power_of_2(x2.shape[0])}",
             f"N{self.out_features}", f"K{self.in_features}", "tma" if tma else "notma",
             *(["residual"] if res2 is not None else []),
         ])  # fmt: skip
@@ -160,7 +187,13 @@ class Linear:
             calls, keep = self.calls(cfg, x2, out2, res2)
             return sequence(calls, out2)
 
-        return choose(self.kernel_name, key, self.candidates(x2), x2.device, make)
+        candidates = self.candidates(x2, residual=res2 is not None)
+        return choose(self.kernel_name, key, candidates, x2.device, make)
+
+    @property
+    def quant_key(self) -> str:
+        """The quantization as plan keys name it."""
+        return f"{self.quant}-g{self.group_size}" if self.w_bits == 4 else self.quant
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:
         return tma_ok(x2, self.weight)
@@ -202,20 +235,21 @@ def gemm_calls(
     one plan, as KernelCalls.
 
     int8 (layer.is_int8): a is the quantized x with row_scale, or (FUSED_QUANT) x itself.
+    fp8 (layer.scaled, not is_int8): a is the quantized x with row_scale.
     Only allocates (the split-K workspace); every number is computed by the kernels.
     """
     w, bias = layer.weight, layer.bias
     M, K = a.shape
     N = w.shape[0]
-    is_int8 = layer.is_int8
+    is_int8, scaled = layer.is_int8, layer.scaled
     unused = out  # any pointer, for arguments the constexpr flags switch off
-    named = dict(IS_INT8=is_int8, HAS_BIAS=bias is not None, ACTIVATION=layer.activation,
-                 HAS_RESIDUAL=residual is not None,
-                 DOT_PRECISION="ieee" if is_int8 else layer.dot_precision,
+    named = dict(IS_INT8=is_int8, SCALED=scaled, HAS_BIAS=bias is not None,
+                 ACTIVATION=layer.activation, HAS_RESIDUAL=residual is not None,
+                 DOT_PRECISION="ieee" if scaled else layer.dot_precision,
                  UPCAST=INTERPRET and a.dtype == torch.bfloat16)  # fmt: skip
     pointers = (out, bias if bias is not None else unused,
                 row_scale if row_scale is not None else unused,
-                layer.col_scale if is_int8 else unused,
+                layer.col_scale if scaled else unused,
                 residual if residual is not None else unused)  # fmt: skip
     bm, bn, bk = plan["BLOCK_M"], plan["BLOCK_N"], plan["BLOCK_K"]
     kind = plan["KIND"]
@@ -230,6 +264,8 @@ def gemm_calls(
         a_desc = TensorDescriptor(a, list(a.shape), list(a.stride()), [bm, bk])
         w_desc = TensorDescriptor(w, list(w.shape), list(w.stride()), [bn, bk])
         args = (a_desc, w_desc, *pointers, M, N, K, *out.stride(), programs)
+        specialize = bool(plan.kwargs.get("WARP_SPECIALIZE", False))
+        named.update(WARP_SPECIALIZE=specialize, FLATTEN=not specialize)
         return [config_call(_linear_tma_kernel, (programs,), args, named, plan)], [a_desc, w_desc]
     if kind == "split_k":
         grid = (cdiv(N, bn), plan["SPLIT_K"], cdiv(M, bm))
@@ -237,11 +273,17 @@ def gemm_calls(
             raise ValueError(f"split-K plan needs {grid[0] * grid[2]} tile counters")
         partial = unused
         if plan["SPLIT_K"] > 1:
-            acc_dtype = torch.int32 if is_int8 else torch.float32
+            acc_dtype = torch.int32 if is_int8 else torch.float32  # fp8 sums in fp32
             partial = torch.empty(plan["SPLIT_K"] * M * N, dtype=acc_dtype, device=a.device)
         args = (a, w, *pointers, partial, layer.arrivals, M, N, K, *a.stride(), *w.stride(),
                 *out.stride())  # fmt: skip
         named.update(EVEN_K=K % bk == 0, QUANTIZE_A=is_int8 and a.dtype != torch.int8,
                      QUANT_BLOCK_K=max(16, bk * 16 // bm))  # fmt: skip
         return [config_call(_linear_split_k_kernel, grid, args, named, plan)], [partial]
+    if kind == "stream":
+        from opbench.kernels.linear_stream import stream_calls
+
+        if residual is not None:  # a forced plan: candidates() never offers it with a residual
+            raise Unsupported("the streaming GEMV adds no residual: take a split-K or tile plan")
+        return stream_calls(plan, a, layer, out)
     raise ValueError(f"unknown plan kind {kind!r}")

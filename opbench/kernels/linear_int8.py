@@ -32,7 +32,10 @@ from opbench.kernels.tuning import Config
 class Int8Linear(Linear):
     """`Linear` for quant="int8": x fp16/bf16 [..., K] -> y [..., N] in x's dtype."""
 
+    quant = "int8"
     is_int8 = True
+    scaled = True
+    fuses_quant = True
     kernel_name = "linear_int8"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none"):

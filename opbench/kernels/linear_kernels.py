@@ -6,9 +6,12 @@ layout), b is [N]:
     y[m, n] = act( sum_k x[m, k] * W[n, k] + b[n] )
 
 For W8A8 (`linear_int8.py`) x and W arrive as int8 with a scale per row of x (per token) and
-per row of W (per output channel), and the epilogue first dequantizes:
+per row of W (per output channel), and the epilogue first dequantizes (SCALED):
 
     y[m, n] = act( sx[m] * sw[n] * sum_k xq[m, k] * Wq[n, k] + b[n] )
+
+fp8 (`linear_fp8.py`) is the same with e4m3 operands (Triton's float8e4nv) summed in fp32 on
+the fp8 tensor cores: IS_INT8 picks the int32 accumulator, SCALED the dequantizing epilogue.
 
 Cost. 2*M*N*K FLOPs (int8: OPs). Bytes at least e*(M*K + N*K + M*N) with e = 2 for fp16/bf16
 (W alone is e*N*K). With M <= 64 (decode) W dominates: the kernel is a stream over W, and
@@ -24,7 +27,8 @@ Three kernels, one epilogue:
     to arrive (an atomic counter) reduces them in a fixed order and runs the epilogue. For
     int8 it can also quantize x itself (QUANTIZE_A), saving the separate quantize launch.
 All three accumulate in fp32 (int32 for int8), then `_epilogue_store` applies the dequant
-scales, bias and activation in fp32 and stores in the output's dtype. Which kernel and
+scales, bias and activation in fp32 and stores in the output's dtype; `finish_tile` is the
+split-K end (also used by the weight-streaming kernel of `linear_stream.py`). Which kernel and
 tiles: `linear_plans.py`; binding and launching: `linear.py`.
 """
 
@@ -60,9 +64,9 @@ def _zero_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.
 
 
 @triton.jit
-def _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8: tl.constexpr):
-    """sx for the rows offs_m (int8); a dummy the epilogue ignores otherwise."""
-    if IS_INT8:
+def _load_row_scale(row_scale_ptr, offs_m, M, SCALED: tl.constexpr):
+    """sx for the rows offs_m (int8 and fp8); a dummy the epilogue ignores otherwise."""
+    if SCALED:
         row_scale = tl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
     else:
         row_scale = tl.zeros_like(offs_m).to(tl.float32)
@@ -80,10 +84,10 @@ def _epilogue_store(
     stride_om,
     stride_on,
     bias_ptr,  # fp32 [N] (read only if HAS_BIAS)
-    row_scale,  # [BLOCK_M] fp32 per-token scales sx of these rows (used only if IS_INT8)
-    col_scale_ptr,  # fp32 [N] per-channel scales sw (read only if IS_INT8)
+    row_scale,  # [BLOCK_M] fp32 per-token scales sx of these rows (used only if SCALED)
+    col_scale_ptr,  # fp32 [N] per-channel scales sw (read only if SCALED)
     res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
-    IS_INT8: tl.constexpr,
+    SCALED: tl.constexpr,  # dequantize: int8 and fp8 operands, int8 weight-only
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
@@ -92,7 +96,7 @@ def _epilogue_store(
     >= M and columns >= N are dropped by the store mask (epilogue.store_output)."""
     mask_n = offs_n < N
     y = acc.to(tl.float32)
-    if IS_INT8:
+    if SCALED:
         col_scale = tl.load(col_scale_ptr + offs_n, mask=mask_n, other=0.0)
         y = y * row_scale[:, None] * col_scale[None, :]
     if HAS_BIAS:
@@ -129,7 +133,8 @@ def _linear_tiled_kernel(
     BLOCK_K: tl.constexpr,  # reduction step
     GROUP_M: tl.constexpr,  # tile-rows per L2 group
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask in the K loop
-    IS_INT8: tl.constexpr,  # int8 operands, int32 accumulator, dequant in the epilogue
+    IS_INT8: tl.constexpr,  # int8 operands, int32 accumulator
+    SCALED: tl.constexpr,  # int8 or fp8 operands: dequantize (sx[m] * sw[n]) in the epilogue
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
     HAS_RESIDUAL: tl.constexpr,  # add the residual tile after the activation
@@ -156,17 +161,17 @@ def _linear_tiled_kernel(
             w = tl.load(w_ptrs)
         else:
             k_mask = offs_k[None, :] < K - k_step * BLOCK_K
-            a = tl.load(a_ptrs, mask=k_mask, other=0)
-            w = tl.load(w_ptrs, mask=k_mask, other=0)
+            a = tl.load(a_ptrs, mask=k_mask, other=0.0)
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
         acc = dot_accumulate(a, tl.trans(w), acc, IS_INT8, DOT_PRECISION, UPCAST)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
 
-    row_scale = _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8)
+    row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
     _epilogue_store(
         acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
         bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+        SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
     )  # fmt: skip
 
 
@@ -198,19 +203,24 @@ def _linear_tma_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     IS_INT8: tl.constexpr,
+    SCALED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,  # Hopper/Blackwell: TMA-load warps apart from the MMA warps
+    FLATTEN: tl.constexpr,  # not WARP_SPECIALIZE (set by the host)
 ):
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
-    # flatten=True lets the pipeliner prefetch the next tile's operands during this epilogue.
+    # flatten=True lets the pipeliner prefetch the next tile's operands during this epilogue;
+    # with WARP_SPECIALIZE the compiler's producer/consumer partition does that instead.
     for tile_id in tl.range(
-        tl.program_id(0), num_tiles_m * num_tiles_n, NUM_PROGRAMS, flatten=True
-    ):
+        tl.program_id(0), num_tiles_m * num_tiles_n, NUM_PROGRAMS,
+        flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE,
+    ):  # fmt: skip
         tile_m, tile_n = _tile_coords(tile_id, num_tiles_m, num_tiles_n, GROUP_M)
         acc = _zero_accumulator(BLOCK_M, BLOCK_N, IS_INT8)
         for k_step in range(k_steps):
@@ -219,11 +229,11 @@ def _linear_tma_kernel(
             acc = dot_accumulate(a, w.T, acc, IS_INT8, DOT_PRECISION, UPCAST)
         offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8)
+        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
         _epilogue_store(
             acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
             bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
         )  # fmt: skip
 
 
@@ -260,6 +270,7 @@ def _linear_split_k_kernel(
     QUANTIZE_A: tl.constexpr,  # int8 path, x still fp16/bf16: quantize it per token in here
     QUANT_BLOCK_K: tl.constexpr,  # row chunk of the absmax prologue (QUANTIZE_A)
     IS_INT8: tl.constexpr,
+    SCALED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     HAS_RESIDUAL: tl.constexpr,
@@ -294,7 +305,7 @@ def _linear_split_k_kernel(
         inv_scale = inverse_scale(row_max)
         row_scale = row_max / 127.0
     else:
-        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, IS_INT8)
+        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
 
     acc = _zero_accumulator(BLOCK_M, BLOCK_N, IS_INT8)
     for k_block in range(first_block, last_block):
@@ -303,19 +314,54 @@ def _linear_split_k_kernel(
             w = tl.load(w_ptrs)
         else:
             k_mask = offs_k[None, :] < K - (k_block - first_block) * BLOCK_K
-            a = tl.load(a_ptrs, mask=k_mask, other=0)
-            w = tl.load(w_ptrs, mask=k_mask, other=0)
+            a = tl.load(a_ptrs, mask=k_mask, other=0.0)
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
         if QUANTIZE_A:
             a = round_to_int8(a.to(tl.float32) * inv_scale[:, None])
         acc = dot_accumulate(a, tl.trans(w), acc, IS_INT8, DOT_PRECISION, UPCAST)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
 
+    tile_id = tile_m * tl.num_programs(0) + tile_n
+    finish_tile(
+        acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, row_scale,
+        col_scale_ptr, res_ptr, partial_ptr, arrivals_ptr, split, tile_id, SPLIT_K, SCALED,
+        HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+    )  # fmt: skip
+
+
+@triton.jit
+def finish_tile(
+    acc,  # [BLOCK_M, BLOCK_N] this program's sum over its share of K
+    offs_m,
+    offs_n,
+    M,
+    N,
+    out_ptr,
+    stride_om,
+    stride_on,
+    bias_ptr,
+    row_scale,
+    col_scale_ptr,
+    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
+    partial_ptr,  # [SPLIT_K, M, N] workspace (unused when SPLIT_K == 1)
+    arrivals_ptr,  # int32 [tiles], zero between launches
+    split,  # this program's index along K
+    tile_id,  # the output tile's counter slot
+    SPLIT_K: tl.constexpr,
+    SCALED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr,
+):
+    """The end of a split-K program: with one split, the epilogue; else store the partial sum,
+    and the last program of the tile to arrive (an atomic counter) adds every split's partial
+    in a fixed order, runs the epilogue and resets the counter for the next launch."""
     if SPLIT_K == 1:
         _epilogue_store(
             acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
             bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
         )  # fmt: skip
     else:
         tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -324,10 +370,9 @@ def _linear_split_k_kernel(
         # Every thread's partial is stored before one thread publishes the arrival (release);
         # the last arrival acquires it and so sees every split's partial.
         tl.debug_barrier()
-        tile_id = tile_m * tl.num_programs(0) + tile_n
         arrived = tl.atomic_add(arrivals_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT_K - 1:
-            total = _zero_accumulator(BLOCK_M, BLOCK_N, IS_INT8)
+            total = tl.zeros_like(acc)
             # Fixed order over splits: the fp32 result does not depend on arrival order.
             for s in range(SPLIT_K):
                 total += tl.load(
@@ -336,6 +381,6 @@ def _linear_split_k_kernel(
             _epilogue_store(
                 total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
                 bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        IS_INT8, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+                SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
             )  # fmt: skip
             tl.store(arrivals_ptr + tile_id, 0)

@@ -1,9 +1,10 @@
 """Which GEMM kernel and tiles a linear layer runs: its candidate plans and the decode table.
 
-A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k"), the tile
-sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per output tile
-along K), PERSISTENT (tma: one program per SM walking tiles) and FUSED_QUANT (split_k +
-int8: x quantized inside the GEMM, one launch instead of two).
+A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k" | "stream"),
+the tile sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per
+output tile along K), PERSISTENT (tma: one program per SM walking tiles), WARP_SPECIALIZE
+(tma: Triton's producer/consumer warp partition), FUSED_QUANT (split_k + int8: x quantized
+inside the GEMM, one launch instead of two) and, for "stream" (linear_stream.py), USE_DOT.
 
 Decode-sized inputs (M <= SMALL_M) take one plan fixed by `decode_plan`, the same on every
 machine (the rule is in docs/perf/gemm.md); larger inputs are tuned over `tile_candidates`.
@@ -39,11 +40,15 @@ FUSED_QUANT_MAX_M = 0
 def gemm_plan(
     kind: str, block_m: int, block_n: int, block_k: int, num_warps: int, num_stages: int, *,
     group_m: int = 8, split_k: int = 1, persistent: bool = False, fused_quant: bool = False,
+    warp_specialize: bool = False,
 ) -> Config:  # fmt: skip
+    """One GEMM plan; `warp_specialize` (tma only) is recorded only when set, so plans made
+    before it existed read back unchanged."""
+    extra = {"WARP_SPECIALIZE": True} if warp_specialize else {}
     return Config.of(
         KIND=kind, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, GROUP_M=group_m,
         SPLIT_K=split_k, PERSISTENT=persistent, FUSED_QUANT=fused_quant,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **extra,
     )  # fmt: skip
 
 
@@ -52,13 +57,18 @@ def small_m_block(m: int) -> int:
     return max(16, next_power_of_2(m))
 
 
-def decode_plan(m: int, n: int, k: int, elem_bytes: int, int8: bool, sm_count: int) -> Config:
+def decode_plan(
+    m: int, n: int, k: int, elem_bytes: int, int8: bool, sm_count: int,
+    fusable: bool | None = None,
+) -> Config:  # fmt: skip
     """The fixed plan for M <= SMALL_M (docs/perf/gemm.md, "decode table").
 
     One M tile; 64-column tiles on 4 warps; 256 bytes of K per W row and step up to
     DECODE_NARROW_M rows, 512 above (int8 takes twice the elements); SPLIT_K the largest power
     of two that keeps the programs within PROGRAMS_PER_SM per SM while every split keeps
     MIN_STEPS_PER_SPLIT steps; int8 quantizes x in the kernel for M <= FUSED_QUANT_MAX_M.
+    `int8` means quantized 1-byte operands (int8 or fp8); `fusable` (default: int8) whether
+    the kernel can quantize x itself (int8 only).
     """
     narrow = m <= DECODE_NARROW_M
     block_k = (256 if narrow else 512) // elem_bytes
@@ -70,7 +80,7 @@ def decode_plan(m: int, n: int, k: int, elem_bytes: int, int8: bool, sm_count: i
     while (tiles * split_k * 2 <= target and split_k < MAX_SPLIT_K
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
-    fused = int8 and m <= FUSED_QUANT_MAX_M
+    fused = (int8 if fusable is None else fusable) and m <= FUSED_QUANT_MAX_M
     # Wider rows with 512-byte K steps hold twice the tile per stage: three stages fit in
     # shared memory where four would not (64 rows: 256 KB against the H200's 227 KB).
     stages = 4 if narrow else 3
@@ -138,3 +148,89 @@ def _properties(index: int):
 
 def _index(device: torch.device) -> int:
     return device.index if device.index is not None else torch.cuda.current_device()
+
+
+# ---- the weight-streaming kernel (linear_stream.py): decode GEMV and weight-only formats ----
+
+# fp16/bf16 linears with at most this many rows stream W through `_linear_stream_kernel`
+# instead of the split-K GEMM (both measured side by side: docs/perf/gemm.md, 2026-11-25).
+GEMV_MAX_M = 16
+# Bytes of one W row each program reads per step: two full 128-byte lines.
+STREAM_ROW_BYTES = 256
+# Tile width and programs per SM by weight format, the rule's choice among the variants of
+# `stream_candidates` measured side by side on the H100 (2026-11-25, docs/perf/gemm.md; M <= 16,
+# four LLaMA-7B shapes; geometric mean of each variant's time over the best one's): fp16 64
+# columns at 2 per SM (1.02-1.03); int8 32 columns for M = 2..16 (1.03, against 1.07 for 64)
+# and 64 for one row (1.08, against 1.19 for 32); int4 4 per SM, i.e. twice the K splits
+# (1.005-1.014, against 1.14-1.24 for 2 per SM).
+STREAM_BLOCK_N = {16: 64, 8: 32, 4: 64}
+STREAM_PROGRAMS = {16: 2, 8: 2, 4: 4}
+MAX_STREAM_SPLIT = 8
+
+
+def stream_plan(
+    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
+    block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
+    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
+    fast_unpack: bool = True,
+) -> Config:  # fmt: skip
+    """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
+
+    One M tile of M rounded up to a power of two (at least 16 for the tensor cores, at most
+    SMALL_M; exactly 1 for the CUDA-core GEMV, which takes M = 1 only); `block_n` columns
+    (default STREAM_BLOCK_N of the format); `row_bytes` of each W row per step (int4: at most
+    one group); SPLIT_K, with a single M tile only, the largest power of two up to
+    MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
+    STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
+    enough loads in flight to stream W.
+    Under the interpreter, small tiles that still take the split-K path."""
+    if not use_dot and m != 1:
+        raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
+    if block_n is None:
+        block_n = 64 if m == 1 else STREAM_BLOCK_N[w_bits]
+    programs_per_sm = STREAM_PROGRAMS[w_bits] if programs_per_sm is None else programs_per_sm
+    block_m = small_m_block(min(m, SMALL_M)) if use_dot else 1
+    if INTERPRET:
+        block_n, row_bytes, num_warps, num_stages = 16, 32 * w_bits // 8, 4, 1
+    block_k = row_bytes * 8 // w_bits
+    if w_bits == 4:
+        block_k = min(block_k, group_size)
+    m_tiles = cdiv(m, block_m)
+    tiles = cdiv(n, block_n) * m_tiles
+    k_steps = cdiv(k, block_k)
+    target = programs_per_sm * sm_count
+    split_k = 1
+    while (m_tiles == 1 and tiles * split_k * 2 <= target and split_k < MAX_STREAM_SPLIT
+           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
+        split_k *= 2
+    return Config.of(
+        KIND="stream", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
+        USE_DOT=use_dot, FAST_UNPACK=fast_unpack and w_bits != 16, num_warps=num_warps,
+        num_stages=num_stages,
+    )  # fmt: skip
+
+
+def stream_candidates(
+    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
+) -> list[Config]:
+    """Variants of `stream_plan` around its rule (benchmarks time them side by side; tests run
+    each): tile width, bytes per step, pipeline depth, programs per SM, and the CUDA-core GEMV
+    for one row. The rule's own plan comes first."""
+    variants = [
+        {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
+        {"row_bytes": 512, "num_stages": 3}, {"row_bytes": 128, "num_stages": 6},
+        {"programs_per_sm": 4}, {"programs_per_sm": 1},
+    ]  # fmt: skip
+    if w_bits == 4:  # one group per step whatever row_bytes says: vary the tile instead
+        variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
+                    {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
+    if m == 1:
+        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
+    if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
+        variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
+    plans: list[Config] = []
+    for variant in variants:
+        plan = stream_plan(m, n, k, w_bits, group_size, sm_count, **variant)
+        if plan not in plans:
+            plans.append(plan)
+    return plans

@@ -1,13 +1,15 @@
-"""Symmetric int8 quantization for W8A8: per-token activations (a kernel, every call) and
-per-channel weights (torch, at build time), both by the one rule of `device.py`:
+"""Row-wise quantization for W8A8 (int8) and fp8 (e4m3): per-token activations (a kernel,
+every call) and per-channel weights (torch, at build time), both by the rules of `device.py`:
 
-    s[r] = max_k |v[r, k]| / 127,   q[r, k] = clamp(round_half_away_from_zero(v[r, k] / s[r]))
+    int8: s[r] = max_k |v[r, k]| / 127,  q[r, k] = clamp(round_half_away_from_zero(v[r, k] / s[r]))
+    fp8:  s[r] = max_k |v[r, k]| / 448,  q[r, k] = round_nearest_even_e4m3(v[r, k] / s[r])
 
 An all-zero row gets s = 0, q = 0.
 
-`_quantize_rows_kernel`: one program per row, a max-reduction pass then a quantize pass over
-the row (the second pass re-reads the row from L1/L2). Bytes for x [M, K] in fp16/bf16:
-reads 2MK (DRAM) + 2MK (cache), writes MK + 4M.
+`_quantize_rows_kernel`: one program per row. A row of up to 16K elements (every LLM width in
+the suites) is read once into registers, its max taken and its codes written; a longer row
+takes a max-reduction pass and then a quantize pass that re-reads it from L1/L2. Bytes for
+x [M, K] in fp16/bf16: reads 2MK, writes MK + 4M.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ import torch
 import triton
 import triton.language as tl
 
-from opbench.kernels.device import inverse_scale, round_to_int8
+from opbench.kernels.device import (
+    fp8_inverse_scale,
+    inverse_scale,
+    round_to_e4m3,
+    round_to_int8,
+)
 from opbench.kernels.host import INTERPRET, next_power_of_2
 from opbench.kernels.launch import KernelCall, tuned_call
 from opbench.kernels.tuning import Choice, Config
@@ -26,7 +33,7 @@ from opbench.kernels.tuning import Choice, Config
 def _quantize_rows_kernel(
     # pointers
     x_ptr,  # fp16/bf16/fp32 [M, K] activations
-    q_ptr,  # int8 [M, K] quantized activations (row-major, contiguous)
+    q_ptr,  # int8 or float8e4nv [M, K] quantized activations (row-major, contiguous)
     scale_ptr,  # fp32 [M] per-row scales s[m]
     # shapes
     K,  # row length
@@ -36,25 +43,53 @@ def _quantize_rows_kernel(
     stride_qm,
     # meta-parameters
     BLOCK_K: tl.constexpr,  # elements per step along the row
+    FP8: tl.constexpr,  # False: the int8 rule; True: the fp8 (e4m3) rule
+    ONE_STEP: tl.constexpr,  # K <= BLOCK_K: one pass over the row instead of two
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
     offs = tl.arange(0, BLOCK_K)
 
-    absmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for start in range(0, K, BLOCK_K):
-        mask = start + offs < K
-        x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-        absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
-    row_max = tl.max(absmax, axis=0)
-    inv_scale = inverse_scale(row_max)
-    tl.store(scale_ptr + row, row_max / 127.0)
+    if ONE_STEP:  # the whole row in one block: read it once, keep it in registers
+        mask = offs < K
+        x = tl.load(x_row + offs * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        row_max = tl.max(tl.abs(x), axis=0)
+        inv_scale = _store_scale(scale_ptr + row, row_max, FP8)
+        tl.store(q_row + offs, _codes(x * inv_scale, FP8), mask=mask)
+    else:
+        absmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for start in range(0, K, BLOCK_K):
+            mask = start + offs < K
+            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
+            absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
+        inv_scale = _store_scale(scale_ptr + row, tl.max(absmax, axis=0), FP8)
+        for start in range(0, K, BLOCK_K):
+            mask = start + offs < K
+            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
+            tl.store(q_row + start + offs, _codes(x.to(tl.float32) * inv_scale, FP8), mask=mask)
 
-    for start in range(0, K, BLOCK_K):
-        mask = start + offs < K
-        x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-        tl.store(q_row + start + offs, round_to_int8(x.to(tl.float32) * inv_scale), mask=mask)
+
+@triton.jit
+def _store_scale(scale_ptr, row_max, FP8: tl.constexpr):
+    """Store the row's scale (max / 448 or max / 127); return the multiplier to its codes."""
+    if FP8:
+        tl.store(scale_ptr, row_max / 448.0)
+        inv_scale = fp8_inverse_scale(row_max)
+    else:
+        tl.store(scale_ptr, row_max / 127.0)
+        inv_scale = inverse_scale(row_max)
+    return inv_scale
+
+
+@triton.jit
+def _codes(scaled, FP8: tl.constexpr):
+    """fp32 values already divided by the scale -> int8 or e4m3 codes (device.py's rules)."""
+    if FP8:
+        q = round_to_e4m3(scaled).to(tl.float8e4nv)
+    else:
+        q = round_to_int8(scaled)
+    return q
 
 
 def row_config(k: int) -> Config:
@@ -68,24 +103,32 @@ def row_config(k: int) -> Config:
 def quantize_rows_call(
     x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor
 ) -> tuple[KernelCall, Choice]:
-    """The bound `_quantize_rows_kernel` for x [M, K] -> q [M, K] int8, scale [M] fp32."""
+    """The bound `_quantize_rows_kernel` for x [M, K] -> q [M, K] (int8, or float8_e4m3fn
+    for the fp8 rule), scale [M] fp32."""
     m, k = x.shape
     config = row_config(k)
+    fp8 = q.dtype == torch.float8_e4m3fn
     return tuned_call(
-        "quantize_rows", _quantize_rows_kernel, f"{x.dtype}|K{k}", [config], lambda _: (m,),
-        (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)), {}, x.device,
+        "quantize_rows", _quantize_rows_kernel, f"{x.dtype}|{q.dtype}|K{k}", [config],
+        lambda _: (m,), (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)),
+        {"FP8": fp8, "ONE_STEP": k <= config["BLOCK_K"]},
+        x.device,
     )  # fmt: skip
 
 
 def quantize_rows(
-    x: torch.Tensor, q: torch.Tensor | None = None, scale: torch.Tensor | None = None
+    x: torch.Tensor,
+    q: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.int8,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row symmetric int8 quantization of a 2-D x: returns (q int8 [M, K], scale fp32 [M])."""
+    """Per-row symmetric quantization of a 2-D x to `dtype` (int8 or float8_e4m3fn):
+    returns (q [M, K], scale fp32 [M])."""
     if x.dim() != 2:
         raise ValueError(f"quantize_rows expects a 2-D tensor, got shape {tuple(x.shape)}")
     M, K = x.shape
     if q is None:
-        q = torch.empty((M, K), dtype=torch.int8, device=x.device)
+        q = torch.empty((M, K), dtype=dtype, device=x.device)
     if scale is None:
         scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M > 0:
@@ -102,3 +145,4 @@ def quantize_per_row(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scaled = (w * inv_scale[:, None]).clamp(-127.0, 127.0)
     q = torch.where(scaled >= 0, scaled + 0.5, scaled - 0.5).to(torch.int8).contiguous()
     return q, (absmax / 127.0).contiguous()
+

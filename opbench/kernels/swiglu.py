@@ -40,6 +40,10 @@ class _Pairs:
     def output_features(self) -> int:
         return self.out_features // 2
 
+    def streams(self, x2, residual: bool) -> bool:
+        """Never the streaming GEMV: its epilogue has no (gate, up) pairing."""
+        return False
+
 
 class SwiGLU(_Pairs, Linear):
     """Gate and up projections with silu(gate) * up in one float16/bfloat16/float32 GEMM."""

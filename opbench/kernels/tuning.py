@@ -10,7 +10,9 @@ stages) and a key naming everything the choice depends on (shape, dtype, strides
 2. the only candidate, and under the CPU interpreter always the first: nothing is timed;
 3. the choice this process or an earlier one made (memory, then the JSON cache
    $OPBENCH_CACHE_DIR/plans.json, default ~/.cache/opbench);
-4. a tuned choice: every candidate is compiled and timed over several samples, each after an
+4. the plan the package ships for this GPU model (`shipped_plans.py`; off when
+   OPBENCH_NO_SHIPPED_PLANS=1, as when `opbench plans tune` regenerates the tables);
+5. a tuned choice: every candidate is compiled and timed over several samples, each after an
    L2 flush (`triton.testing.do_bench`, median), then the best two are timed again over more
    samples and the faster median wins. Candidates that fail to compile are skipped.
 
@@ -30,7 +32,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from opbench.kernels.shipped_plans import lookup
+
 INTERPRETER_TAG = "interpreter"
+# Set to 1 to ignore the package's shipped plans (regenerating them, or measuring tuning).
+NO_SHIPPED_ENV = "OPBENCH_NO_SHIPPED_PLANS"
 # Samples per candidate: do_bench's rep budget in ms (each sample follows an L2 flush).
 FIRST_ROUND_MS, FINAL_ROUND_MS = 20, 100
 
@@ -130,6 +136,8 @@ _REUSE: contextvars.ContextVar[_Reuse | None] = contextvars.ContextVar(
 _MEMORY: dict[str, Config] = {}
 _DISK: dict[str, Any] | None = None
 TUNING_SECONDS = [0.0]
+# How many `_tune` calls are under way (a candidate's set-up may tune a nested kernel).
+_TUNING_DEPTH = [0]
 
 
 @contextlib.contextmanager
@@ -196,6 +204,11 @@ def choose(
         config = Config.from_json(cached["config"])
         _MEMORY[full_key] = config
         return Choice(kernel, key, tag, config, "cache")
+    shipped = None if note or os.environ.get(NO_SHIPPED_ENV) == "1" else lookup(tag, kernel, key)
+    if shipped is not None:
+        config = Config.from_json(shipped["config"])
+        _MEMORY[full_key] = config
+        return Choice(kernel, key, tag, config, "shipped")
     if make_call is None:
         raise ValueError(f"{kernel}: {len(candidates)} candidates and no way to time them")
     config, timings = _tune(kernel, candidates, make_call)
@@ -210,6 +223,23 @@ def _tune(
     from triton.testing import do_bench
 
     start = time.perf_counter()
+    _TUNING_DEPTH[0] += 1
+    try:
+        return _time_candidates(kernel, candidates, make_call, do_bench)
+    finally:
+        _TUNING_DEPTH[0] -= 1
+        if _TUNING_DEPTH[0] == 0:
+            # Only the outermost tuning counts: a candidate whose set-up tunes a kernel of its
+            # own (a fused group's) would otherwise book that time twice.
+            TUNING_SECONDS[0] += time.perf_counter() - start
+
+
+def _time_candidates(
+    kernel: str,
+    candidates: Sequence[Config],
+    make_call: Callable[[Config], Callable[[], None]],
+    do_bench: Callable[..., Any],
+) -> tuple[Config, list[dict]]:
     precompile(candidates, make_call)
     timings: list[dict] = []
     ranked: list[tuple[float, int, Callable[[], None]]] = []
@@ -234,7 +264,6 @@ def _tune(
     best = min(finals)[1]
     for ms, i in finals:
         timings[i]["final_ms"] = ms
-    TUNING_SECONDS[0] += time.perf_counter() - start
     return candidates[best], timings
 
 

@@ -1,16 +1,23 @@
-"""linear: y = act(x @ W^T + b) over the last dimension; `quant: int8` asks for W8A8."""
+"""linear: y = act(x @ W^T + b) over the last dimension; `quant` asks for a quantized kernel:
+int8 (W8A8), fp8 (e4m3 W8A8), int8-weight or int4-weight (weight-only; int4 in groups of
+`group_size` along K). The formats are in ops/quant.py."""
 
 from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, QUANT, Example, Op, Param, ShapeError, numel
+from opbench.ops.base import ACTIVATION, ITEMSIZE, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
+from opbench.ops.quant import DEFAULT_GROUP_SIZE, LINEAR_QUANTS
+
+LINEAR_QUANT = Param("quant", "choice", "none", LINEAR_QUANTS)
+GROUP_SIZE = Param("group_size", "pos_int", DEFAULT_GROUP_SIZE,
+                   help="int4-weight: weights per scale along K (a power of two >= 16)")  # fmt: skip
 
 
 class Linear(Op):
     name = "linear"
-    summary = "y = act(x·Wᵀ + b) over the last dim; quant: int8 for W8A8"
+    summary = "y = act(x·Wᵀ + b) over the last dim; quant: int8 | fp8 | int8-weight | int4-weight"
     engine_names = (
         "output gemm matmul fusedmatmul fusedgemm matmulinteger qgemm matmulnbits "
         "dynamicquantizematmul fullyconnected fc matrixmultiply linear aten::linear "
@@ -23,13 +30,42 @@ class Linear(Op):
         Param("out_features", "pos_int"),
         Param("bias", "bool", True),
         ACTIVATION,
-        QUANT,
+        LINEAR_QUANT,
+        GROUP_SIZE,
     )
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) < 2:
             raise ShapeError(f"linear needs at least [batch, features], got {list(in_shape)}")
+        group = p.get("group_size", DEFAULT_GROUP_SIZE)
+        if p.get("quant") == "int4-weight":
+            if group < 16 or group & (group - 1):
+                raise ShapeError(
+                    f"group_size must be a power of two >= 16, got {group}", field="group_size"
+                )
+            if in_shape[-1] % group:
+                raise ShapeError(
+                    f"int4-weight needs in_features ({in_shape[-1]}) to be a multiple of "
+                    f"group_size ({group})",
+                    field="group_size",
+                )
         return (*in_shape[:-1], p["out_features"])
+
+    def min_bytes(self, in_shape, out_shape, p, dtype):
+        """x and y once in the layer's dtype, the weight once as stored: 1 byte per element for
+        int8, fp8 and int8-weight (+ fp32 channel scales), half a byte for int4-weight (+ one
+        scale in the layer's dtype per group); the bias in the layer's dtype."""
+        size = ITEMSIZE[dtype]
+        n, k = p["out_features"], in_shape[-1]
+        quant = p.get("quant", "none")
+        if quant in ("int8", "fp8", "int8-weight"):
+            weight = n * k + 4 * n
+        elif quant == "int4-weight":
+            weight = n * k // 2 + n * (k // p.get("group_size", DEFAULT_GROUP_SIZE)) * size
+        else:
+            weight = n * k * size
+        bias = n * size if p.get("bias", True) else 0
+        return (numel(in_shape) + numel(out_shape)) * size + weight + bias
 
     def weight_shapes(self, in_shape, p):
         shapes = {"weight": (p["out_features"], in_shape[-1])}
@@ -53,8 +89,8 @@ class Linear(Op):
         return activate(y, layer.params["activation"])
 
     def reference(self, x, weights, layer):
-        # A `quant: int8` layer is checked against the unquantized math: the quantization
-        # error is what its looser tolerance allows for.
+        # A quantized layer is checked against the unquantized math: the quantization error is
+        # what its looser tolerance allows for (spec/model.py, QUANT_TOLERANCE).
         y = x @ weights["weight"].T
         if "bias" in weights:
             y = y + weights["bias"]

@@ -26,6 +26,7 @@ BUILTIN_BACKENDS: tuple[str, ...] = (
     "torch-compile",
     "torch-compile-max-autotune",
     "torch-int8",
+    "torch-fp8",
     "triton",
 )
 

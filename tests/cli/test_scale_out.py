@@ -193,3 +193,37 @@ def test_a_killed_rank_loses_nothing_already_measured(suite, tmp_path):
             assert result.stats is not None
         else:
             assert "did not finish" in result.message
+
+
+TRITON_SUITE = """\
+name: tuned
+defaults: {backends: [triton], dtype: float16, timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}
+models:
+  - name: m
+    input: [16]
+    batch: 2
+    layers:
+      - {name: a, op: linear, out_features: 16}
+      - {name: b, op: linear, out_features: 16, quant: int8}
+      - {name: c, op: linear, out_features: 32, quant: int8-weight}
+      - {name: d, op: linear, out_features: 16, quant: fp8}
+"""
+
+
+def test_torchrun_plans_out_merges_every_ranks_plans(tmp_path):
+    """--plans-out under torchrun: rank 0 writes one file with the plans of every rank's
+    results (each rank built only its share of the layers)."""
+    suite = tmp_path / "tuned.yaml"
+    suite.write_text(TRITON_SUITE)
+    plans = tmp_path / "plans.json"
+    proc = torchrun(suite, tmp_path / "dist", "--plans-out", str(plans))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "dist" / "tuned" / "latest")
+    by_rank: dict[str, set[str]] = {}
+    for result in run.layers:
+        by_rank.setdefault(result.gpu, set()).add(result.layer)
+    assert set(by_rank) == {"cpu (rank 0)", "cpu (rank 1)"}
+    written = json.loads(plans.read_text())
+    layers = {entry["layer"] for entry in written["plans"]}
+    assert layers == {"a", "b", "c", "d"}
+    assert all(share <= layers for share in by_rank.values())

@@ -58,7 +58,7 @@ def test_residual_on_every_kernel_kind(dtype):
     x, w = randn(37, 72, gen=gen).to(dtype), randn(51, 72, gen=gen, scale=72**-0.5).to(dtype)
     skip = randn(37, 51, gen=gen).to(dtype)
     fn = Linear(w, None)
-    plans = fn.candidates(x, every_kind=True)
+    plans = fn.candidates(x, every_kind=True, residual=True)
     assert {p["KIND"] for p in plans} == {"split_k", "tiled", "tma"}
     assert any(p["SPLIT_K"] > 1 for p in plans)
     for plan in plans:
@@ -154,3 +154,28 @@ def test_swiglu_rejects_mismatched_projections():
     x, wg, wu, _, _ = swiglu_inputs(2, 8, 16, torch.float16, seed=7)
     with pytest.raises(ValueError, match="must match"):
         build_swiglu(wg, wu[:4])
+
+
+def test_a_residual_never_takes_the_streaming_gemv() -> None:
+    """fp16 rows M <= 16 go to the streaming GEMV, whose epilogue adds no residual: with a
+    residual the plans offered are split-K / tile plans only, and a forced stream plan is
+    refused (it used to drop the residual silently after the fused and quant branches met)."""
+    import torch
+
+    from opbench.kernels import Unsupported
+    from opbench.kernels.linear import Linear
+
+    gen = torch.Generator().manual_seed(11)
+    w = (torch.randn(24, 40, generator=gen) / 6).half()
+    x = torch.randn(3, 40, generator=gen).half()
+    res = torch.randn(3, 24, generator=gen).half()
+    layer = Linear(w, None, "none")
+    assert any(p["KIND"] == "stream" for p in layer.candidates(x))
+    assert not any(p["KIND"] == "stream" for p in layer.candidates(x, residual=True))
+    stream = next(p for p in layer.candidates(x, every_kind=True) if p["KIND"] == "stream")
+    out = torch.empty(3, 24, dtype=torch.float16)
+    with pytest.raises(Unsupported):
+        layer.launch(stream, x, out, res)
+    got = layer.bind(x, residual=res).launch()
+    want = x.double() @ w.double().T + res.double()
+    assert ((got.double() - want).norm() / want.norm()).item() < 5e-3

@@ -132,7 +132,8 @@ def test_every_family_reports_where_its_plan_came_from() -> None:
     bound = FAMILIES["linear"][0](x)
     (choice,) = bound.choices
     assert choice.kernel == "linear" and choice.device == "interpreter"
-    assert choice.source == "fixed" and choice.config["KIND"] == "split_k"
+    # 5 rows of fp16: the streaming GEMV (M <= GEMV_MAX_M)
+    assert choice.source == "fixed" and choice.config["KIND"] == "stream"
     assert bound.plan()["choices"][0]["config"]["meta"]["BLOCK_M"] == 16
 
 

@@ -110,3 +110,25 @@ def test_a_choice_nested_in_a_precompile_times_and_remembers_nothing(fake_gpu) -
     assert choice.config == CANDIDATES[0] and calls == []
     assert not (cache_dir / "plans.json").exists()
     assert choose("inner", "K4", CANDIDATES, "cuda", make_call).source == "tuned"
+
+
+def test_tuning_nested_in_a_candidate_is_counted_once(fake_gpu, monkeypatch) -> None:
+    """A candidate whose set-up tunes a kernel of its own (a fused group's): the inner tuning
+    is part of the outer one's wall time, so TUNING_SECONDS grows by the outer time alone (it
+    used to add both, and a run's time split showed a negative check time)."""
+    make_call, _, _ = fake_gpu
+    monkeypatch.setenv("OPBENCH_PARALLEL_COMPILE", "0")
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr(tuning.time, "perf_counter", lambda: next(clock))
+    inner = [Config.of(BLOCK=b, num_warps=4) for b in (64, 128)]
+
+    def outer_call(config):
+        choose("inner", f"K{config['BLOCK']}", inner, "cuda", make_call)
+        return make_call(config)
+
+    before = tuning.TUNING_SECONDS[0]
+    choose("outer", "K", CANDIDATES[:3], "cuda", outer_call)
+    # perf_counter ticks once per read. The outer _tune reads it first (0) and last (4); in
+    # between, each of its three candidates starts an inner tuning (1, 2, 3), which books
+    # nothing of its own. Counting every level, as before, gave 4 + 3 x 1 (or more).
+    assert tuning.TUNING_SECONDS[0] - before == 4.0

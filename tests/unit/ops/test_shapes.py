@@ -215,16 +215,23 @@ def test_linear_flops_and_bytes() -> None:
 
 
 def test_int8_weights_count_one_byte() -> None:
+    """A linear's quantized weight counts as stored: one byte per element plus its fp32
+    channel scales (int8, fp8, int8-weight), half a byte plus one scale in the layer's dtype
+    per group (int4-weight)."""
     op = OPS["linear"]
     in_shape, out_shape = (4, 64), (4, 32)
-    q = params("linear", out_features=32, quant="int8", bias=False)
-    assert op.min_bytes(in_shape, out_shape, q, "float16") == 2 * (4 * 64 + 4 * 32) + 32 * 64
+    io = 2 * (4 * 64 + 4 * 32)
+    for quant in ("int8", "fp8", "int8-weight"):
+        q = params("linear", out_features=32, quant=quant, bias=False)
+        assert op.min_bytes(in_shape, out_shape, q, "float16") == io + 32 * 64 + 4 * 32
     with_bias = params("linear", out_features=32, quant="int8")
     # The bias is not quantized: it stays in the layer's dtype.
     assert (
         op.min_bytes(in_shape, out_shape, with_bias, "float16")
-        == 2 * (4 * 64 + 4 * 32) + 32 * 64 + 2 * 32
+        == io + 32 * 64 + 4 * 32 + 2 * 32
     )
+    int4 = params("linear", out_features=32, quant="int4-weight", group_size=16, bias=False)
+    assert op.min_bytes(in_shape, out_shape, int4, "bfloat16") == io + 32 * 32 + 2 * 32 * 4
     conv = OPS["conv2d"]
     pc = params("conv2d", out_channels=8, kernel_size=3, quant="int8", bias=False)
     cin, cout = (2, 4, 6, 6), conv.infer_shape((2, 4, 6, 6), pc)

@@ -220,6 +220,7 @@ def test_registry_names_every_backend() -> None:
         "torch-compile",
         "torch-compile-max-autotune",
         "torch-int8",
+        "torch-fp8",
         "triton",
     )
     for name in BACKEND_NAMES:

@@ -103,7 +103,7 @@ CASES = [
         "name: bad\ndefaults: {backends: [cuda]}\nmodels:\n  - {name: m, input: [4], layers: [{name: a, op: relu}]}\n",
         (
             "unknown backend 'cuda'",
-            "torch, torch-compile, torch-compile-max-autotune, torch-int8, triton",
+            "torch, torch-compile, torch-compile-max-autotune, torch-int8, torch-fp8, triton",
         ),
         at(2, field="backends"),
     ),

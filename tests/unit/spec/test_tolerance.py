@@ -9,12 +9,14 @@ import math
 import pytest
 import torch
 
+from opbench.ops.quant import quantized_weight
 from opbench.spec.load import load_suite_text
 from opbench.spec.model import (
     DEFAULT_TOLERANCE,
     FP8_TOLERANCE,
     INT8_TOLERANCE,
     LOOSE_TOLERANCE_LIMIT,
+    QUANT_TOLERANCE,
 )
 
 
@@ -43,6 +45,43 @@ def test_int8_default_leaves_about_twice_the_rounding_error(k: int) -> None:
     error = int8_linear_error(k)
     assert 0.8e-2 < error < 1.5e-2
     assert 2 * error <= INT8_TOLERANCE <= 3.5 * error
+
+
+def quantized_linear_error(quant: str, k: int, group_size: int = 128) -> float:
+    """Relative L2 error of y = x W^T with the `quant` format's rounding (ops/quant.py, the
+    kernels' rules) on the seeded data's distribution: fp8 rounds x per token and W per
+    channel; the weight-only formats round W alone."""
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(64, k, dtype=torch.float64, generator=gen)
+    w = torch.randn(96, k, dtype=torch.float64, generator=gen) / math.sqrt(k)
+    exact = x @ w.T
+    wq = quantized_weight(quant, w.float(), group_size)
+    xq = quantized_weight(quant, x.float(), group_size) if quant == "fp8" else x
+    return float((xq @ wq.T - exact).norm() / exact.norm())
+
+
+@pytest.mark.parametrize("k", [256, 4096, 11008])
+def test_fp8_default_leaves_about_twice_the_rounding_error(k: int) -> None:
+    """e4m3 keeps 3 mantissa bits: round to nearest costs 2^-4 / sqrt(3) ~ 3.6e-2 relative RMS
+    at the bottom of a binade, ~2.6e-2 averaged over it, per operand; both operands ~3.7e-2.
+    8e-2 (fp8 attention's default too) is 2.2x that, below the 0.1 that needs an allowance."""
+    error = quantized_linear_error("fp8", k)
+    assert 3.3e-2 < error < 4.0e-2
+    assert 1.85 * error <= QUANT_TOLERANCE["fp8"] <= 2.3 * error
+    assert QUANT_TOLERANCE["fp8"] < LOOSE_TOLERANCE_LIMIT
+
+
+@pytest.mark.parametrize("k", [256, 4096, 11008])
+def test_weight_only_defaults_leave_about_twice_the_rounding_error(k: int) -> None:
+    """int8-weight rounds W alone (x stays fp16): 0.7-0.95e-2, so 2e-2. int4-weight rounds W to
+    7 steps of each 128-group's max (2.5-3 sigma): step 0.4 sigma, error step / sqrt(12) ~ 0.12
+    of W, so 0.25 (above 0.1: the quant's own default needs no allowance)."""
+    int8 = quantized_linear_error("int8-weight", k)
+    assert 0.6e-2 < int8 < 1.0e-2
+    assert 2 * int8 <= QUANT_TOLERANCE["int8-weight"] <= 3.4 * int8
+    int4 = quantized_linear_error("int4-weight", k)
+    assert 0.10 < int4 < 0.13
+    assert 1.9 * int4 <= QUANT_TOLERANCE["int4-weight"] <= 2.5 * int4
 
 
 def test_int8_default_is_below_the_loose_limit_and_fp16_above_rounding() -> None:
@@ -112,3 +151,24 @@ def test_a_tolerance_above_the_dtype_default_is_marked_loose() -> None:
 def test_exactly_the_limit_needs_no_allowance() -> None:
     layer = layers(f"      - {{name: a, op: relu, tolerance: {LOOSE_TOLERANCE_LIMIT}}}\n")["a"]
     assert layer.loose_tolerance and not layer.allow_loose_tolerance
+
+
+def test_quant_defaults_and_the_loose_limit() -> None:
+    got = layers(
+        "      - {name: f8, op: linear, out_features: 8, quant: fp8, dtype: float16}\n"
+        "      - {name: w4, op: linear, out_features: 8, quant: int4-weight, group_size: 16, "
+        "input: [32], dtype: float16}\n"
+    )
+    assert got["f8"].effective_tolerance == QUANT_TOLERANCE["fp8"]
+    w4 = got["w4"]
+    assert w4.effective_tolerance == 0.25 and not w4.loose_tolerance
+    from opbench.spec.model import loose_tolerance_problem
+
+    assert loose_tolerance_problem(w4) is None  # its own default, above 0.1, needs no allowance
+    from opbench.errors import InputError
+
+    with pytest.raises(InputError, match="above 0.25 .*allow_loose_tolerance"):
+        layers(
+            "      - {name: w4, op: linear, out_features: 8, quant: int4-weight, group_size: 16, "
+            "tolerance: 0.3, input: [32], dtype: float16}\n"
+        )

@@ -1,0 +1,134 @@
+"""The weight-streaming kernel (linear_stream.py) under the CPU interpreter: weight-only int8
+and int4 (fp16/bf16 activations) and the fp16/bf16 decode GEMV, on odd shapes, every plan
+variant and forced K splits.
+
+Two references: the quantized math in float64 (x times the dequantized weight: only fp32
+sums and the output's rounding remain, so a wrong code, nibble, group scale or split shows at
+once) and the unquantized layer (the suite's check, with the quant's default tolerance).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from opbench.kernels import Unsupported
+from opbench.kernels.linear import Linear
+from opbench.kernels.linear_plans import GEMV_MAX_M, stream_plan
+from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+from opbench.ops.quant import quantized_weight
+from opbench.spec.model import DEFAULT_TOLERANCE, QUANT_TOLERANCE
+
+OUT_ROUNDING = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
+ACTIVATIONS = {"none": lambda t: t, "gelu": F.gelu, "silu": F.silu}
+
+pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0")
+
+
+def make_inputs(m: int, n: int, k: int, dtype: torch.dtype, seed: int, bias: bool = True):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype) if bias else None
+    return x, w, b
+
+
+def build(quant: str, w, b, activation: str, group_size: int):
+    if quant == "int8-weight":
+        return Int8WeightLinear(w, b, activation)
+    if quant == "int4-weight":
+        return Int4WeightLinear(w, b, activation, group_size=group_size)
+    return Linear(w, b, activation)
+
+
+def check(fn, plan, x, w, b, quant: str, activation: str, group_size: int) -> None:
+    m, n = x.shape[0], w.shape[0]
+    out = torch.full((m, n), float("nan"), dtype=x.dtype)
+    fn.launch(plan, x, out)
+    assert not torch.isnan(out).any(), f"unwritten outputs with {plan}"
+    act = ACTIVATIONS[activation]
+    bias = b.double() if b is not None else 0.0
+    quantized = act(x.double() @ quantized_weight(quant, w, group_size).T + bias)
+    exact = act(x.double() @ w.double().T + bias)
+
+    def rel(ref):
+        return float((out.double() - ref).norm() / ref.norm())
+
+    assert rel(quantized) <= OUT_ROUNDING[x.dtype], plan
+    limit = QUANT_TOLERANCE.get(quant, DEFAULT_TOLERANCE[str(x.dtype).split(".")[1]])
+    assert rel(exact) <= limit, plan
+    assert int(fn.arrivals.abs().sum()) == 0, "split-K counters must be reset"
+
+
+CASES = [  # (quant, m, n, k, dtype, group_size, activation)
+    ("int8-weight", 1, 45, 83, torch.float16, 0, "silu"),
+    ("int8-weight", 5, 37, 200, torch.bfloat16, 0, "none"),
+    ("int8-weight", 70, 29, 96, torch.float16, 0, "gelu"),
+    ("int4-weight", 1, 45, 96, torch.float16, 32, "silu"),
+    ("int4-weight", 3, 37, 192, torch.bfloat16, 16, "gelu"),
+    ("int4-weight", 70, 21, 64, torch.float16, 16, "none"),
+    ("none", 1, 45, 83, torch.float16, 0, "gelu"),
+    ("none", 13, 33, 130, torch.bfloat16, 0, "silu"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-m{c[1]}-{str(c[4])[6:]}")
+def test_every_variant_and_forced_splits(case) -> None:
+    quant, m, n, k, dtype, group, activation = case
+    x, w, b = make_inputs(m, n, k, dtype, seed=m + n + k)
+    fn = build(quant, w, b, activation, group)
+    w_bits = {"int8-weight": 8, "int4-weight": 4}.get(quant, 16)
+    plans = [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == "stream"]
+    assert plans and plans[0] == stream_plan(m, n, k, w_bits, group, 4)
+    # Force K splits (the interpreter's 4 "SMs" rarely ask for them): 2 and 3 splits, the
+    # last one shorter than the others when K's steps do not divide evenly.
+    for split in (2, 3):
+        if m <= 64:
+            plans.append(plans[0].with_meta(SPLIT_K=split))
+    for plan in plans:
+        check(fn, plan, x, w, b, quant, activation, group)
+
+
+def test_no_bias_and_the_cuda_core_gemv() -> None:
+    x, w, _ = make_inputs(1, 40, 128, torch.float16, seed=3, bias=False)
+    fn = Int4WeightLinear(w, None, "none", group_size=32)
+    plan = stream_plan(1, 40, 128, 4, 32, 4, use_dot=False).with_meta(SPLIT_K=2)
+    assert plan["BLOCK_M"] == 1
+    check(fn, plan, x, w, None, "int4-weight", "none", 32)
+    with pytest.raises(ValueError, match="one row"):
+        stream_plan(2, 40, 128, 4, 32, 4, use_dot=False)
+
+
+def test_fp16_decode_rows_take_the_streaming_gemv() -> None:
+    for m in (1, GEMV_MAX_M):
+        x, w, b = make_inputs(m, 24, 64, torch.float16, seed=m)
+        plans = Linear(w, b).candidates(x)
+        assert [p["KIND"] for p in plans] == ["stream"], m
+    x, w, b = make_inputs(GEMV_MAX_M + 1, 24, 64, torch.float16, seed=9)
+    assert Linear(w, b).candidates(x)[0]["KIND"] == "split_k"
+    # float32 layers keep the split-K GEMM (the streaming kernel is for 16-bit weights).
+    x, w, b = make_inputs(1, 24, 64, torch.float32, seed=9)
+    assert Linear(w, b).candidates(x)[0]["KIND"] == "split_k"
+
+
+def test_leading_dims_through_bind() -> None:
+    x, w, b = make_inputs(6, 33, 64, torch.bfloat16, seed=4)
+    fn = Int8WeightLinear(w, b, "silu")
+    y = fn(x.view(2, 3, 64))
+    assert y.shape == (2, 3, 33) and y.dtype == torch.bfloat16
+    ref = F.silu(x.double() @ quantized_weight("int8-weight", w, 0).T + b.double())
+    assert float((y.view(6, 33).double() - ref).norm() / ref.norm()) <= OUT_ROUNDING[torch.bfloat16]
+
+
+def test_rejects_what_it_cannot_run() -> None:
+    _, w, b = make_inputs(1, 8, 48, torch.float16, seed=1)
+    with pytest.raises(Unsupported, match="multiple of group_size"):
+        Int4WeightLinear(w, b, group_size=32)
+    with pytest.raises(Unsupported, match="power of two"):
+        Int4WeightLinear(w, b, group_size=24)
+    with pytest.raises(Unsupported, match="float16/bfloat16"):
+        Int8WeightLinear(w.float(), b.float())
+    fn = Int8WeightLinear(w, b)
+    with pytest.raises(Unsupported, match="differs"):
+        fn(torch.randn(2, 48, dtype=torch.bfloat16))
