@@ -8,23 +8,31 @@ maximum, as torch's own fill of uninitialised memory does.
 
 Where the output comes from:
 - a buffer the backend allocated at bind time (`Bound.out`): poisoned directly;
-- memory the call allocates itself (`torch.empty` in a launcher): on CUDA every free block of
-  the caching allocator is filled before the call, so recycled memory cannot carry an earlier
-  answer. On the CPU there is no such cache: memory comes from malloc, which keeps no list of
-  its free chunks that could be filled and writes its own bookkeeping into them. There, the
-  checker fills every output it releases (`scrub`), so no checked answer outlives its check,
-  and checks each backend on a second input no other computation has seen (pipeline/verify.py).
+- memory the call allocates itself (`torch.empty` in a launcher): poisoned the moment it is
+  allocated (`poisoned_allocations`, around every checked call): torch's dispatcher hands every
+  empty/empty_like/empty_strided/new_empty/resize_ of the call to us first, whatever allocator
+  serves it, CPU or CUDA. Filling free memory before the call is not enough: memory the call
+  itself frees and takes again (its own scratch that held the full answer, freed before it
+  allocates the output) never passes through a fill, and on the CPU malloc keeps no list of
+  free chunks to fill at all. Seen: a kernel writing half its output passed, its other half the
+  answer an earlier computation had left in the chunk malloc handed back.
+- memory no dispatcher call allocates (torch.compile's generated code, numpy): on CUDA every free
+  block of the caching allocator is filled before the call (`poison_free_memory`); on the CPU
+  the checker fills every output it releases (`scrub`), and checks each backend on a second
+  input drawn afresh for each check (pipeline/checks.py), whose answer nothing else computed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import torch
 
 POISON_BYTE = 0xFF
+T = TypeVar("T")
 
 
 def _bits_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -154,3 +162,146 @@ def _raw_bytes(address: int, size: int, index: int) -> torch.Tensor:
     import torch
 
     return torch.as_tensor(_DeviceBytes(address, size), device=f"cuda:{index}")
+
+
+# The aten ops that hand out memory without writing it. Their `.out` overloads, like resize_
+# and resize_as_, resize a tensor they are given: only what they add is new memory.
+_UNINITIALISED = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                  "empty_permuted")  # fmt: skip
+_RESIZE = ("resize_", "resize_as_")
+
+
+@contextmanager
+def poisoned_allocations() -> Iterator[None]:
+    """Within the block, every tensor allocated uninitialised through torch's dispatcher (from
+    Python, or from C++ through `at::empty`) holds the poison before its caller sees it, and so
+    does what resize_ adds to a tensor. Not while a CUDA graph is being captured: the fill would
+    join the graph and every replay. Numerics are untouched: each op runs as it would outside.
+
+    torch.compile'd code runs compiled inside the block (the mode tells Dynamo to ignore it;
+    without that, Dynamo would run the function eagerly, checking other code than is timed), and
+    a torch that cannot be told so gets no mode at all."""
+    mode = _mode()
+    with mode if mode is not None else nullcontext():
+        yield
+
+
+# What torch says when code builds a Tensor subclass with the legacy constructor over a tensor
+# a dispatch mode has seen (torch.nn.attention.bias.CausalBias does): any mode makes it fail.
+_SUBCLASS_REFUSED = "Creating a new Tensor subclass"
+
+
+def call_poisoned(call: Callable[[], T], prepare: Callable[[], object]) -> T:
+    """`prepare()` (poison what the call will write), then `call()` within
+    `poisoned_allocations`. Where torch refuses what the call does under a dispatch mode
+    (building a Tensor subclass, above), both again without it: the outputs the call allocates
+    are then covered as memory no dispatcher call allocates is (the module doc). Only torch's
+    own layers are known to do that; every allocation of theirs is written by the op making it.
+    """
+    prepare()
+    try:
+        with poisoned_allocations():
+            return call()
+    except RuntimeError as exc:
+        if _SUBCLASS_REFUSED not in str(exc):
+            raise
+    prepare()  # what the refused call wrote before it stopped must not pass for written
+    return call()
+
+
+_MODE_CLASS: list[Any] = []
+
+
+def _mode() -> Any:
+    if not _MODE_CLASS:
+        _MODE_CLASS.append(_define_mode())
+    cls = _MODE_CLASS[0]
+    return cls() if cls is not None else None
+
+
+def _define_mode() -> Any:
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    if "ignore_compile_internals" not in vars(TorchDispatchMode):
+        return None
+    aten = torch.ops.aten
+    fresh, growing = set(), set()
+    for packet in _packets(aten, _UNINITIALISED):
+        for name in packet.overloads():
+            (growing if name == "out" else fresh).add(getattr(packet, name))
+    for packet in _packets(aten, _RESIZE):
+        growing.update(getattr(packet, name) for name in packet.overloads())
+
+    class PoisonAllocations(TorchDispatchMode):
+        # Higher-order ops (eager flex_attention, cond) come through as any op: run as they are.
+        supports_higher_order_operators = True
+
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            return True
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in growing:
+                before = _storage_bytes(kwargs["out"] if "out" in kwargs else args[0])
+                out = func(*args, **kwargs)
+                _poison_grown(out, before)
+                return out
+            out = func(*args, **kwargs)
+            if func in fresh and isinstance(out, torch.Tensor) and _poisonable(out):
+                _quietly(out, _poison_storage)
+            return out
+
+    return PoisonAllocations
+
+
+def _packets(aten: Any, names: Sequence[str]) -> list[Any]:
+    return [getattr(aten, name) for name in names if hasattr(aten, name)]
+
+
+def _poisonable(t: torch.Tensor) -> bool:
+    import torch
+
+    if t.numel() == 0 or t.layout != torch.strided or t.is_quantized or t.is_meta:
+        return False
+    return not (t.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def _poison_storage(t: torch.Tensor) -> None:
+    """Poison the whole of a fresh tensor's storage, whatever its strides (overlapping ones
+    included), as one flat run of its dtype."""
+    import torch
+
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=t.dtype, device=t.device)
+    flat.set_(storage, 0, (storage.nbytes() // t.element_size(),))
+    poison_(flat)
+
+
+def _storage_bytes(t: Any) -> int:
+    try:
+        return t.untyped_storage().nbytes()
+    except Exception:  # no storage to speak of (a tensor subclass): nothing grows
+        return -1
+
+
+def _poison_grown(t: torch.Tensor, before: int) -> None:
+    """Poison the elements of `t` lying in storage bytes it did not have before resize_."""
+    if before < 0 or _storage_bytes(t) <= before or not _poisonable(t):
+        return
+    if not t.is_contiguous():
+        _quietly(t, poison_)  # which elements are new is not simple: all of them, to be safe
+        return
+    first_new = max(0, -(-(before - t.storage_offset() * t.element_size()) // t.element_size()))
+    if first_new < t.numel():
+        _quietly(t.view(-1)[first_new:], poison_)
+
+
+def _quietly(t: torch.Tensor, fill: Any) -> None:
+    """`fill(t)` in place, outside autograd's view (an inference tensor in inference mode)."""
+    import torch
+
+    mode = torch.inference_mode() if t.is_inference() else torch.no_grad()
+    with mode:
+        fill(t)

@@ -1,15 +1,18 @@
 """The correctness checks of one work item, around its timing.
 
 1. The first call, on the suite's seeded inputs, against the reference.
-2. Second inputs of the same shapes, seeded for this backend alone, against their own reference:
-   no other computation in the process has produced its answer, so recycled memory cannot
-   hold it, and a kernel that only knows the first input fails.
+2. Second inputs of the same shapes, seeded for this backend and drawn afresh for each check
+   (data.py), against their own reference: no other computation in the process has produced
+   its answer, so recycled memory cannot hold it, and a kernel that only knows the first input
+   fails.
 3. After timing, one more call on the first input, against the first call's output: a kernel
    right only on its first call, or racing on later ones, fails. (A call after the timed loop
    rather than the last timed call itself: keeping that one's output would add host work
    inside the timed loop.)
-Each checked call starts from poisoned memory (measure/poison.py) and every output the
-checker releases is poisoned first. Device time is untouched: none of this runs while timing.
+Each checked call starts from poisoned memory (measure/poison.py): its preallocated output,
+the device's free memory and, as the call allocates it, every tensor it takes uninitialised;
+and every output the checker releases is poisoned first. Device time is untouched: none of
+this runs while timing.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from opbench.backends.base import Bound, Built, torch_dtype
 from opbench.measure.check import compare_outputs, with_failures
-from opbench.measure.poison import poison_, poison_free_memory, scrub
+from opbench.measure.poison import call_poisoned, poison_, poison_free_memory, scrub
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import WorkItem
@@ -44,15 +47,22 @@ def checked_launch(
     bound: Bound, device: str, nbytes: int, validate: Validate | None = None
 ) -> torch.Tensor:
     """One call of `bound` whose outputs start as poison; synchronised and validated."""
-    for buffer in (bound.out, *bound.extra.values()):
-        if buffer is not None:
-            poison_(buffer)
-    poison_free_memory(device, nbytes)
-    out = bound.launch()
-    if device.startswith("cuda"):
-        import torch
 
-        torch.cuda.synchronize()
+    def prepare() -> None:
+        for buffer in (bound.out, *bound.extra.values()):
+            if buffer is not None:
+                poison_(buffer)
+        poison_free_memory(device, nbytes)
+
+    def call() -> torch.Tensor:
+        out = bound.launch()
+        if device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+        return out
+
+    out = call_poisoned(call, prepare)
     problem = validate(out) if validate is not None else None
     if problem:
         raise WrongOutput(problem)

@@ -19,6 +19,21 @@ from opbench.ops.inputs import generator, make_input, seed_for
 from opbench.ops.registry import get_op
 from opbench.spec.model import ModelSpec, SuiteSpec
 
+# The check draws of each (suite, model, value, check name) this process has made. A check's
+# input must be one no other computation has seen, so that no freed memory can hold its answer:
+# the same suite run twice in one process (tests do), or a value read by two layers, would
+# otherwise draw it again, after a kernel's scratch had left its answer in memory malloc may
+# hand back. The first draw keeps the plain seed: a failure on it reproduces in a new process.
+_DRAWS: dict[tuple[str, ...], int] = {}
+
+
+def _check_seed(names: tuple[str, ...], check: str) -> list[str]:
+    key = (*names, check)
+    n = _DRAWS.get(key, 0)
+    _DRAWS[key] = n + 1
+    return [check] if n == 0 else [check, f"draw {n}"]
+
+
 # Above this many FLOPs (or elements), the reference runs in float32 on the GPU instead of
 # float64 on the CPU, which would take minutes for one large GEMM.
 GPU_REFERENCE_FLOPS = 2e9
@@ -52,7 +67,8 @@ class ModelData:
         per-layer checks) in `dtype`, on the device: fresh random normal of its shape.
 
         check: a name (the backend's) for a second, differently seeded draw of the same shape
-            that the correctness check also runs; made afresh, never cached.
+            that the correctness check also runs; made afresh, never cached. Each such draw in
+            the process is a new one (the first is the same in every process): see _DRAWS.
         """
         key = (name, dtype)
         if check is None and key in self._values:
@@ -60,7 +76,7 @@ class ModelData:
         graph = self.graph
         shape = graph.inputs[name] if graph.is_input(name) else graph.out_shapes[graph.index(name)]
         names = (self.suite.name, self.model.name, name, "data")
-        x = make_input(shape, seed_for(*names, *([check] if check else [])))
+        x = make_input(shape, seed_for(*names, *(_check_seed(names, check) if check else [])))
         x = x.to(device=self.device, dtype=torch_dtype(dtype))
         if check is None:
             self._values[key] = x

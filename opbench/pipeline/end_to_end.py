@@ -24,7 +24,7 @@ from typing import Any
 from opbench.backends.base import Built, torch_dtype
 from opbench.backends.registry import runs_triton
 from opbench.measure.check import combine, compare_outputs
-from opbench.measure.poison import poison_, poison_free_memory, scrub
+from opbench.measure.poison import call_poisoned, poison_, poison_free_memory, scrub
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
@@ -156,18 +156,25 @@ def _check(forward: Forward, data: ModelData):
     refs, kind = data.model_reference()
     model = data.model
     graph = model.graph
-    for buffer in forward.buffers:
-        poison_(buffer)
     nbytes = sum(
         numel(model.layers[i].output_shape) * torch_dtype(model.layers[i].dtype).itemsize
         for i in graph.outputs
     )
-    poison_free_memory(data.device, nbytes)
-    outs = (forward.check or forward.call)()
-    if data.device.startswith("cuda"):
-        import torch
 
-        torch.cuda.synchronize()
+    def prepare() -> None:
+        for buffer in forward.buffers:
+            poison_(buffer)
+        poison_free_memory(data.device, nbytes)
+
+    def call():
+        outs = (forward.check or forward.call)()
+        if data.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()
+        return outs
+
+    outs = call_poisoned(call, prepare)
     tolerance = max(layer.effective_tolerance for layer in model.layers)
     loose = any(layer.loose_tolerance for layer in model.layers)
     found = []

@@ -88,6 +88,44 @@ def test_fooling_kernel_fails_every_run(monkeypatch, builder) -> None:
             assert all(f.startswith(AFTER_TIMING) for f in corr.failures)
 
 
+def answer_left_behind(layer, w) -> Callable:
+    """Writes half its output into memory that held the whole answer a moment before: the
+    layer's result (its own scratch, or the torch backend's), freed just before the output is
+    allocated and handed back by the allocator, as CUDA's caching allocator always does and
+    malloc mostly does. Memory freed inside the call passes through no fill before it: only
+    poisoning the allocation itself shows the unwritten half.
+
+    To take chance out of it, the kernel allocates again until the output lands exactly where
+    the answer was (held misses keep malloc from offering the same chunk twice); with glibc it
+    takes a few tries at most. Before allocations were poisoned this passed 60 runs of 60."""
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        held = []
+        for _ in range(64):
+            answer = torch.relu(x)
+            where = answer.data_ptr()
+            del answer
+            out = torch.empty_like(x)
+            if out.data_ptr() == where:
+                break
+            held.append(out)
+        half = out.numel() // 2
+        out.view(-1)[:half] = torch.relu(x).view(-1)[:half]
+        return out
+
+    return run
+
+
+def test_an_output_allocated_where_the_answer_was_fails_every_check(monkeypatch) -> None:
+    results = run_fooled(monkeypatch, answer_left_behind, runs=5)
+    for r in results:
+        assert r.status == Status.OK and not r.correct
+        numel = SHAPE[0] * SHAPE[1] * SHAPE[2]
+        unwritten = f"{numel - numel // 2} of {numel} elements never written"
+        for what in ("", SECOND_INPUT, AFTER_TIMING):
+            assert what + unwritten in r.correctness.failures, r.correctness.failures
+
+
 def test_a_kernel_that_only_knows_the_seeded_input_fails_on_the_second(monkeypatch) -> None:
     """Right for the suite's input (it keeps that answer), wrong for any other."""
 
@@ -105,6 +143,18 @@ def test_a_kernel_that_only_knows_the_seeded_input_fails_on_the_second(monkeypat
         assert not r.correct
         assert r.correctness.rel_l2 == 0.0
         assert [f for f in r.correctness.failures if f.startswith(SECOND_INPUT)]
+
+
+def test_each_check_draws_a_second_input_no_earlier_check_drew() -> None:
+    """The suite run again in one process draws new second inputs (an earlier run's scratch
+    may still hold the old ones' answers); its own seeded input stays the same."""
+    suite = load_suite_text(SUITE, "fool.yaml")
+    model = suite.models[0]
+    runs = [ModelData(suite, model, "cpu") for _ in range(3)]
+    seconds = [data.group_inputs((0,), check="triton")[0] for data in runs]
+    assert not any(torch.equal(a, b) for i, a in enumerate(seconds) for b in seconds[i + 1 :])
+    firsts = [data.group_inputs((0,))[0] for data in runs]
+    assert all(torch.equal(firsts[0], x) for x in firsts[1:])
 
 
 # ---- a backend that preallocates its output at bind time: Bound.out is poisoned ---------------
