@@ -145,4 +145,3 @@ def quantize_per_row(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scaled = (w * inv_scale[:, None]).clamp(-127.0, 127.0)
     q = torch.where(scaled >= 0, scaled + 0.5, scaled - 0.5).to(torch.int8).contiguous()
     return q, (absmax / 127.0).contiguous()
-

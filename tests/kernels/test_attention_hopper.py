@@ -72,7 +72,9 @@ def ptxas_report(ptx: Path, cubin: Path) -> str:
         if run.returncode == 0:
             return run.stderr
         failures.append(f"{name}: {run.stderr.strip()}")
-    raise AssertionError("no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures))
+    raise AssertionError(
+        "no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures)
+    )
 
 
 @pytest.mark.parametrize(

@@ -202,7 +202,10 @@ def test_eager_forward_makes_the_users_call(op: str, monkeypatch: pytest.MonkeyP
         ("[3, 16]", "heads: 4, kv_heads: 2, kv_len: 9, causal: true"),
         ("[2, 16]", "heads: 4, kv_len: 5"),
         ("[5, 24]", "heads: 4, kv_heads: 1, packed_qkv: true, causal: true"),
-        ("{q: [3, 16], k: [9, 8], v: [9, 8]}", "heads: 4, kv_heads: 2, causal: true, separate_qkv: true"),
+        (
+            "{q: [3, 16], k: [9, 8], v: [9, 8]}",
+            "heads: 4, kv_heads: 2, causal: true, separate_qkv: true",
+        ),
     ],
 )
 def test_grouped_and_decode_attention_make_the_users_call(

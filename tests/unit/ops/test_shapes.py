@@ -226,10 +226,7 @@ def test_int8_weights_count_one_byte() -> None:
         assert op.min_bytes(in_shape, out_shape, q, "float16") == io + 32 * 64 + 4 * 32
     with_bias = params("linear", out_features=32, quant="int8")
     # The bias is not quantized: it stays in the layer's dtype.
-    assert (
-        op.min_bytes(in_shape, out_shape, with_bias, "float16")
-        == io + 32 * 64 + 4 * 32 + 2 * 32
-    )
+    assert op.min_bytes(in_shape, out_shape, with_bias, "float16") == io + 32 * 64 + 4 * 32 + 2 * 32
     int4 = params("linear", out_features=32, quant="int4-weight", group_size=16, bias=False)
     assert op.min_bytes(in_shape, out_shape, int4, "bfloat16") == io + 32 * 32 + 2 * 32 * 4
     conv = OPS["conv2d"]
