@@ -85,7 +85,7 @@ class ModelData:
     def inputs(self, index: int, check: str | None = None) -> tuple[Any, ...]:
         """The layer's inputs, one per value it reads, in its dtype: its producers' data."""
         layer = self.model.layers[index]
-        return tuple(self.value(v, layer.dtype, check) for v in layer.inputs)
+        return self._draw(layer.inputs, lambda v: layer.dtype, check)
 
     def input(self, index: int, check: str | None = None):
         """The layer's first input (its only one, for a layer of a one-input op)."""
@@ -94,10 +94,17 @@ class ModelData:
     def group_inputs(self, indices: tuple[int, ...], check: str | None = None) -> tuple[Any, ...]:
         """The inputs of a group of layers built as one (`Graph.external_inputs`, in order of
         first use), each in the dtype of the group's first layer that reads it."""
-        return tuple(
-            self.value(v, self._reader_dtype(v, indices), check)
-            for v in self.graph.external_inputs(indices)
-        )
+        values = self.graph.external_inputs(indices)
+        return self._draw(values, lambda v: self._reader_dtype(v, indices), check)
+
+    def _draw(self, values, dtype_of, check: str | None) -> tuple[Any, ...]:
+        """One tensor per value name, the same tensor where a name repeats (`add [x, x]`):
+        a check's second draws are fresh on every call, so each name is drawn once here."""
+        drawn: dict[str, Any] = {}
+        for v in values:
+            if v not in drawn:
+                drawn[v] = self.value(v, dtype_of(v), check)
+        return tuple(drawn[v] for v in values)
 
     def model_inputs(self) -> dict[str, Any]:
         """Every model input, in the dtype of the first layer that reads it: what the whole
