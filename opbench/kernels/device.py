@@ -58,13 +58,17 @@ def round_to_e4m3(v):
     e4m3 has 3 mantissa bits: between 2^e and 2^(e+1) its step is 2^(e-3), and below the
     smallest normal (2^-6) a fixed step of 2^-9. The step of v is read off v's fp32 exponent
     bits; v / step is then exact and below 16, where adding and subtracting 1.5 * 2^23 rounds
-    it to the nearest integer, ties to even (fp32's own rounding, with no fast-math)."""
+    it to the nearest integer, ties to even (fp32's own rounding, with no fast-math).
+    The division is a multiplication by 1 / step, built from the exponent bits too: both
+    are exact for a power of two (step_exponent lies in -9..5), and an fp32 division is a
+    ~10-instruction sequence that made the activation quantizer issue-bound (2026-11-25)."""
     v = tl.minimum(tl.maximum(v, -448.0), 448.0)
     exponent = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     step_exponent = tl.maximum(exponent, -6) - 3
     step = ((step_exponent + 127) << 23).to(tl.float32, bitcast=True)
+    inverse_step = ((127 - step_exponent) << 23).to(tl.float32, bitcast=True)
     magic = 12582912.0  # 1.5 * 2^23
-    return ((v / step + magic) - magic) * step
+    return ((v * inverse_step + magic) - magic) * step
 
 
 @triton.jit

@@ -15,8 +15,14 @@ import torch
 from opbench.kernels import Unsupported
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import sm_count, stream_candidates, stream_plan
+from opbench.kernels.linear_plans import (
+    sm_count,
+    stream_candidates,
+    stream_plan,
+    stream_q_candidates,
+)
 from opbench.kernels.linear_stream import stream_calls
+from opbench.kernels.linear_stream_q import weight_only_calls
 from opbench.kernels.tuning import Config
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, int4_groups, int8_rows
 
@@ -52,13 +58,18 @@ class StreamLinear(Linear):
             raise Unsupported("weight-only linears stream W through a kernel that adds no residual")
         m, k = x2.shape
         args = (m, self.out_features, k, self.w_bits, self.group_size, sm_count(x2.device))
-        return stream_candidates(*args) if every_kind else [stream_plan(*args)]
+        if not every_kind:
+            return [stream_plan(*args)]
+        second = stream_q_candidates(*args) if m <= 16 else []
+        return stream_candidates(*args) + second
 
     def calls(
         self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None
     ) -> tuple[list[KernelCall], list]:
         if res2 is not None:
             raise Unsupported("weight-only linears stream W through a kernel that adds no residual")
+        if plan["KIND"] == "stream_q":
+            return weight_only_calls(plan, x2, self, out2)
         return stream_calls(plan, x2, self, out2)
 
 
