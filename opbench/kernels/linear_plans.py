@@ -238,40 +238,28 @@ def stream_candidates(
 
 # ---- the weight-only kernel, second design (linear_stream_q.py) ----
 
-# Rows up to which "stream_q" plans multiply on CUDA cores (fp32 FMAs, BLOCK_M = M rounded up
-# to a power of two); above, on tensor cores with W as the left operand (BLOCK_M = 16).
-STREAM_Q_CUDA_CORE_M = 2
-
 
 def stream_q_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
-    use_dot: bool | None = None, block_n: int | None = None, row_bytes: int | None = None,
-    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int = 2,
+    w_left: bool = False, block_n: int = 64, row_bytes: int = STREAM_ROW_BYTES,
+    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int = 2, asm: bool = False,
 ) -> Config:  # fmt: skip
-    """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4).
-
-    use_dot (default: M > STREAM_Q_CUDA_CORE_M): tensor cores, BLOCK_M = 16, 64 columns;
-    else CUDA cores, BLOCK_M = M rounded up to a power of two, 32 columns. `row_bytes` of
-    each W row per step (default 256 on tensor cores, 128 on CUDA cores, whose [BLOCK_M,
-    BLOCK_N, BLOCK_K] product lives in registers; int4: at most one group, so a step never
-    straddles two). SPLIT_K as in `stream_plan`: the largest power of two up to MAX_STREAM_SPLIT
-    keeping the programs within `programs_per_sm` per SM and every split at least
-    MIN_STEPS_PER_SPLIT steps long. Under the interpreter, small tiles."""
+    """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4):
+    one 16-row M tile; `block_n` columns; `row_bytes` of each W row per step (int4: at most
+    one group, so a step never straddles two, and at least 32 codes); SPLIT_K as in
+    `stream_plan`: the largest power of two up to MAX_STREAM_SPLIT keeping the programs
+    within `programs_per_sm` per SM and every split at least MIN_STEPS_PER_SPLIT steps long;
+    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops).
+    Under the interpreter, small tiles."""
     if m > 16:
         raise ValueError(f"stream_q plans take at most 16 rows, not {m}")
-    use_dot = m > STREAM_Q_CUDA_CORE_M if use_dot is None else use_dot
-    block_m = 16 if use_dot else next_power_of_2(m)
-    if block_n is None:
-        block_n = 64 if use_dot else 32
-    if row_bytes is None:
-        row_bytes = STREAM_ROW_BYTES if use_dot else STREAM_ROW_BYTES // 2
     if INTERPRET:
         block_n, row_bytes, num_warps, num_stages = 16, 16 if w_bits == 4 else 32, 4, 1
     block_k = row_bytes * 8 // w_bits
     if w_bits == 4:
         block_k = min(block_k, group_size)
-        if use_dot and block_k < 32:
-            raise ValueError(f"int4 tensor-core steps need groups of >= 32, not {group_size}")
+        if block_k < 32:
+            raise ValueError(f"int4 steps need groups of >= 32 codes, not {group_size}")
     tiles = cdiv(n, block_n)
     k_steps = cdiv(k, block_k)
     split_k = 1
@@ -279,29 +267,25 @@ def stream_q_plan(
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
     return Config.of(
-        KIND="stream_q", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-        USE_DOT=use_dot, num_warps=num_warps, num_stages=num_stages,
+        KIND="stream_q", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
+        W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
 
 
 def stream_q_candidates(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
 ) -> list[Config]:
-    """Variants of `stream_q_plan` (benchmarks time them side by side, tests run each): both
-    multiply paths where they apply (CUDA cores up to 4 rows), tile width, bytes per step,
-    programs per SM. Tensor-core int4 plans need groups of >= 32."""
-    variants: list[dict] = []
-    if w_bits == 8 or group_size >= 32:
-        variants += [
-            {"use_dot": True}, {"use_dot": True, "block_n": 128, "num_warps": 8},
-            {"use_dot": True, "block_n": 128}, {"use_dot": True, "programs_per_sm": 4},
-            {"use_dot": True, "row_bytes": 128, "num_stages": 6},
-        ]  # fmt: skip
-    if m <= 4:
-        variants += [
-            {"use_dot": False}, {"use_dot": False, "block_n": 64},
-            {"use_dot": False, "programs_per_sm": 4}, {"use_dot": False, "block_n": 16},
-        ]  # fmt: skip
+    """Variants of `stream_q_plan` (benchmarks time them side by side, tests run each): the
+    packed unpack or Triton ops, which operand W is, tile width, warps, bytes per step,
+    programs per SM. None for int4 groups under 32 codes."""
+    if w_bits == 4 and group_size < 32:
+        return []
+    variants = [
+        {"asm": True}, {"asm": True, "block_n": 32}, {"asm": True, "block_n": 128, "num_warps": 8},
+        {"asm": True, "num_warps": 8}, {"asm": True, "programs_per_sm": 4},
+        {"asm": True, "programs_per_sm": 8}, {"asm": True, "row_bytes": 128, "num_stages": 6},
+        {"asm": True, "w_left": True}, {}, {"w_left": True},
+    ]  # fmt: skip
     plans: list[Config] = []
     for variant in variants:
         plan = stream_q_plan(m, n, k, w_bits, group_size, sm_count, **variant)

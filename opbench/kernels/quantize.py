@@ -94,9 +94,12 @@ def _codes(scaled, FP8: tl.constexpr):
 
 def row_config(k: int) -> Config:
     """One step covers rows up to 16K elements (all the LLM widths in our suites): the second
-    pass then re-reads the row from L1. Longer rows loop."""
+    pass then re-reads the row from L1. Longer rows loop. Warps: 4 up to 4096 elements, 8
+    above; measured on an H100 (2026-11-25 evening, docs/perf/gemm.md) at M = 2048, 4096:
+    K = 4096 ran at 96-99% of an equal-traffic copy with 4 or 8 warps, K = 11008 (16384-wide
+    step) at 77-93% with 8 against 72-82% with 16 or 4, 70-80% with 32."""
     block_k = 64 if INTERPRET else min(next_power_of_2(k), 16384)
-    num_warps = 4 if block_k <= 2048 else (8 if block_k <= 8192 else 16)
+    num_warps = 4 if block_k <= 4096 else 8
     return Config.of(BLOCK_K=block_k, num_warps=num_warps, num_stages=3)
 
 

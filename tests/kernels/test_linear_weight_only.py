@@ -140,12 +140,11 @@ def test_rejects_what_it_cannot_run() -> None:
 
 
 # The second weight-only kernel (linear_stream_q.py): M <= 16 rows, odd N and (int8) odd K,
-# int4 groups of 32 and 64 (tensor-core steps need >= 32), fp16 and bf16, with activations.
+# int4 groups of 32 and 64 (its half-steps need >= 32 codes), fp16 and bf16, with activations.
 Q_CASES = [  # (quant, m, n, k, dtype, group_size, activation, bias)
     ("int8-weight", 1, 45, 83, torch.float16, 0, "silu", True),
     ("int8-weight", 2, 37, 200, torch.bfloat16, 0, "none", False),
-    ("int8-weight", 4, 29, 96, torch.float16, 0, "gelu", True),
-    ("int8-weight", 13, 33, 130, torch.bfloat16, 0, "none", True),
+    ("int8-weight", 13, 33, 130, torch.bfloat16, 0, "gelu", True),
     ("int4-weight", 1, 45, 96, torch.float16, 32, "silu", True),
     ("int4-weight", 3, 37, 192, torch.bfloat16, 64, "gelu", True),
     ("int4-weight", 16, 21, 128, torch.float16, 32, "none", False),
@@ -160,27 +159,24 @@ def test_second_kernel_every_plan_and_forced_splits(case) -> None:
     fn = build(quant, w, b, activation, group)
     w_bits = {"int8-weight": 8, "int4-weight": 4}[quant]
     plans = stream_q_candidates(m, n, k, w_bits, group, 4)
-    kinds = {p["USE_DOT"] for p in plans}
-    assert kinds == ({True, False} if m <= 4 else {True}), kinds
+    assert {p["W_LEFT"] for p in plans} == {True, False}
     assert plans == [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == "stream_q"]
-    # Forced K splits: 2, and 3 with a shorter last split where the steps do not divide.
-    plans += [plans[0].with_meta(SPLIT_K=split) for split in (2, 3)]
-    plans += [plans[-1].with_meta(SPLIT_K=2)]
+    # Forced K splits, both operand orders: 2, and 3 with a shorter last split where the
+    # steps do not divide.
+    for w_left in (False, True):
+        plans += [plans[0].with_meta(SPLIT_K=split, W_LEFT=w_left) for split in (2, 3)]
     for plan in plans:
         check(fn, plan, x, w, b, quant, activation, group)
 
 
 def test_second_kernel_rules() -> None:
-    # Few rows multiply on CUDA cores, more on tensor cores with 16-row tiles.
-    assert not stream_q_plan(1, 64, 256, 8, 0, 4)["USE_DOT"]
-    assert stream_q_plan(16, 64, 256, 8, 0, 4)["BLOCK_M"] == 16
+    assert stream_q_plan(1, 64, 256, 8, 0, 4)["BLOCK_M"] == 16
     with pytest.raises(ValueError, match="at most 16 rows"):
         stream_q_plan(17, 64, 256, 8, 0, 4)
     with pytest.raises(ValueError, match=">= 32"):
-        stream_q_plan(4, 64, 256, 4, 16, 4, use_dot=True)
-    # int4 groups of 16: CUDA-core plans only.
-    assert {p["USE_DOT"] for p in stream_q_candidates(2, 40, 64, 4, 16, 4)} == {False}
-    x, w, b = make_inputs(5, 8, 64, torch.float16, seed=2)
+        stream_q_plan(4, 64, 256, 4, 16, 4)
+    assert stream_q_candidates(2, 40, 64, 4, 16, 4) == []  # int4 groups of 16: first kernel
+    x, w, b = make_inputs(17, 8, 64, torch.float16, seed=2)
     fn = build("int8-weight", w, b, "none", 0)
     with pytest.raises(ValueError, match="one M tile"):
-        fn.launch(stream_q_plan(2, 8, 64, 8, 0, 4), x, torch.empty(5, 8, dtype=torch.float16))
+        fn.launch(stream_q_plan(2, 8, 64, 8, 0, 4), x, torch.empty(17, 8, dtype=torch.float16))
