@@ -144,8 +144,12 @@ def problem(m: int, k: int, n: int, dtype: torch.dtype, seed: int):
 def describe(plan: Config) -> str:
     kw = plan.kwargs
     text = f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages} split{kw.get('SPLIT_K', 1)}"
-    return (text + ("" if kw.get("USE_DOT", True) else " cuda-core")
-            + (" asm" if kw.get("ASM_UNPACK") else "") + (" w-left" if kw.get("W_LEFT") else ""))
+    return (
+        text
+        + ("" if kw.get("USE_DOT", True) else " cuda-core")
+        + (" asm" if kw.get("ASM_UNPACK") else "")
+        + (" w-left" if kw.get("W_LEFT") else "")
+    )
 
 
 def measure(row: dict, run: Callable[[], torch.Tensor], out: torch.Tensor | None,
@@ -205,7 +209,7 @@ def section_decode() -> None:
             io = 2.0 * (m * k + m * n)
             base = {"section": "decode", "M": m, "K": k, "N": n}
             measure({**base, "variant": "torch fp16 F.linear", "quant": "none"},
-                    lambda: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
+                    lambda x=x, w=w: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
             out = torch.empty(m, n, dtype=torch.float16, device=DEV)
             fp16 = Linear(w, None)
             plan = stream_plan(m, n, k, 16, 0, sms)
@@ -304,7 +308,7 @@ def section_fp8_calls() -> None:
             exact = x.double() @ w.double().T
             base = {"section": "fp8", "M": m, "K": k, "N": n, "quant": "fp8"}
             measure({**base, "variant": "torch bf16 F.linear", "quant": "none"},
-                          lambda: F.linear(x, w), None, None, None, 0)  # fmt: skip
+                          lambda x=x, w=w: F.linear(x, w), None, None, None, 0)  # fmt: skip
             layer = Fp8Linear(w, None)
             out = torch.empty(m, n, dtype=torch.bfloat16, device=DEV)
             bound = layer.bind(x, out, config=plan)
@@ -351,6 +355,7 @@ def section_block() -> None:
                 variants[f"{quant} {label}"] = runs
         wb = {"torch fp16": "none", "int8-weight": "int8-weight", "int4-weight": "int4-weight"}
         for name, runs in variants.items():
+
             def step(runs=runs):
                 for r in runs:
                     r()

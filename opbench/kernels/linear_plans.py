@@ -238,27 +238,47 @@ def stream_candidates(
 
 # ---- the weight-only kernel, second design (linear_stream_q.py) ----
 
+# The rule for fp16 activations, M <= 16 (int8 and int4 with groups >= 32): the packed PTX
+# unpack, x the left operand, and by weight format the tile width and programs per SM of the
+# variant that was fastest (or within 2%) at every measured point: H100, 2026-11-25 evening,
+# 4 LLaMA-7B shapes x M = 1, 4, 16 against every variant of `stream_q_candidates`
+# (docs/perf/gemm.md). bf16 keeps the first kernel: this one was not measured with it.
+STREAM_Q_BLOCK_N = {8: 32, 4: 64}
+STREAM_Q_PROGRAMS = {8: 2, 4: 4}
+STREAM_Q_MAX_M = 16
+STREAM_Q_MIN_GROUP = 32
+
+
+def stream_q_applies(m: int, w_bits: int, group_size: int, fp16: bool) -> bool:
+    """Whether the rule runs a weight-only layer on the second kernel (else the first)."""
+    return (fp16 and m <= STREAM_Q_MAX_M
+            and (w_bits == 8 or group_size >= STREAM_Q_MIN_GROUP))  # fmt: skip
+
 
 def stream_q_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
-    w_left: bool = False, block_n: int = 64, row_bytes: int = STREAM_ROW_BYTES,
-    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int = 2, asm: bool = False,
+    w_left: bool = False, block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES,
+    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
+    asm: bool = True,
 ) -> Config:  # fmt: skip
-    """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4):
-    one 16-row M tile; `block_n` columns; `row_bytes` of each W row per step (int4: at most
-    one group, so a step never straddles two, and at least 32 codes); SPLIT_K as in
-    `stream_plan`: the largest power of two up to MAX_STREAM_SPLIT keeping the programs
-    within `programs_per_sm` per SM and every split at least MIN_STEPS_PER_SPLIT steps long;
+    """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4);
+    the defaults are the rule. One 16-row M tile; `block_n` columns (default
+    STREAM_Q_BLOCK_N); `row_bytes` of each W row per step (int4: at most one group, so a step
+    never straddles two, and at least 32 codes); SPLIT_K as in `stream_plan`: the largest
+    power of two up to MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM
+    (default STREAM_Q_PROGRAMS) and every split at least MIN_STEPS_PER_SPLIT steps long;
     `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops).
     Under the interpreter, small tiles."""
-    if m > 16:
-        raise ValueError(f"stream_q plans take at most 16 rows, not {m}")
+    if m > STREAM_Q_MAX_M:
+        raise ValueError(f"stream_q plans take at most {STREAM_Q_MAX_M} rows, not {m}")
+    block_n = STREAM_Q_BLOCK_N[w_bits] if block_n is None else block_n
+    programs_per_sm = STREAM_Q_PROGRAMS[w_bits] if programs_per_sm is None else programs_per_sm
     if INTERPRET:
         block_n, row_bytes, num_warps, num_stages = 16, 16 if w_bits == 4 else 32, 4, 1
     block_k = row_bytes * 8 // w_bits
     if w_bits == 4:
         block_k = min(block_k, group_size)
-        if block_k < 32:
+        if block_k < STREAM_Q_MIN_GROUP:
             raise ValueError(f"int4 steps need groups of >= 32 codes, not {group_size}")
     tiles = cdiv(n, block_n)
     k_steps = cdiv(k, block_k)
@@ -275,16 +295,16 @@ def stream_q_plan(
 def stream_q_candidates(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
 ) -> list[Config]:
-    """Variants of `stream_q_plan` (benchmarks time them side by side, tests run each): the
-    packed unpack or Triton ops, which operand W is, tile width, warps, bytes per step,
-    programs per SM. None for int4 groups under 32 codes."""
-    if w_bits == 4 and group_size < 32:
+    """The rule's plan first, then variants around it (benchmarks time them side by side,
+    tests run each): tile width, warps, bytes per step, programs per SM, W as the left
+    operand, Triton ops instead of the packed unpack. None for int4 groups under 32 codes."""
+    if w_bits == 4 and group_size < STREAM_Q_MIN_GROUP:
         return []
     variants = [
-        {"asm": True}, {"asm": True, "block_n": 32}, {"asm": True, "block_n": 128, "num_warps": 8},
-        {"asm": True, "num_warps": 8}, {"asm": True, "programs_per_sm": 4},
-        {"asm": True, "programs_per_sm": 8}, {"asm": True, "row_bytes": 128, "num_stages": 6},
-        {"asm": True, "w_left": True}, {}, {"w_left": True},
+        {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
+        {"num_warps": 8}, {"programs_per_sm": 2}, {"programs_per_sm": 4},
+        {"programs_per_sm": 8}, {"row_bytes": 128, "num_stages": 6}, {"w_left": True},
+        {"asm": False}, {"asm": False, "w_left": True},
     ]  # fmt: skip
     plans: list[Config] = []
     for variant in variants:

@@ -1,11 +1,14 @@
-"""Weight-only linears (`quant: int8-weight`, `quant: int4-weight`) and the fp16/bf16 decode
-GEMV: the bind step of `linear_stream._linear_stream_kernel`.
+"""Weight-only linears (`quant: int8-weight`, `quant: int4-weight`): the bind step of the
+two weight-streaming kernels, `linear_stream_q._weight_only_kernel` (fp16 x, M <= 16, int8
+or int4 groups >= 32: the packed PTX unpack) and `linear_stream._linear_stream_kernel` (the
+rest: bf16, more rows, int4 groups of 16).
 
 The weight is quantized once, at build (`ops/quant.py`): int8 per output channel, or int4 in
-groups of `group_size` along K, packed two per byte. x stays in the layer's fp16/bf16; every
-call streams the packed weight once (the plan: `linear_plans.stream_plan`, fixed by rule, the
-same on every machine of one SM count). Any M runs; the kernel is built for decode sizes
-(M <= 64), where the weight's bytes are the cost.
+groups of `group_size` along K, packed two per byte; both kernels read that one layout. x
+stays in the layer's fp16/bf16; every call streams the packed weight once (the plan fixed by
+rule, `linear_plans.stream_q_plan` or `stream_plan`, the same on every machine of one SM
+count). Any M runs; the kernels are built for decode sizes, where the weight's bytes are the
+cost.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from opbench.kernels.linear_plans import (
     sm_count,
     stream_candidates,
     stream_plan,
+    stream_q_applies,
     stream_q_candidates,
+    stream_q_plan,
 )
 from opbench.kernels.linear_stream import stream_calls
 from opbench.kernels.linear_stream_q import weight_only_calls
@@ -53,15 +58,19 @@ class StreamLinear(Linear):
     def candidates(
         self, x2: torch.Tensor, every_kind: bool = False, residual: bool = False
     ) -> list[Config]:
-        """The rule's plan; every variant around it when every_kind (tests, benchmarks)."""
+        """The rule's plan: the second kernel (`linear_stream_q.py`) for fp16 x, M <= 16 and
+        int8 or int4 groups >= 32, else the first (`linear_stream.py`); every variant of the
+        kernel that applies (both where the second does), the rule's first, when every_kind
+        (tests, benchmarks)."""
         if residual:
             raise Unsupported("weight-only linears stream W through a kernel that adds no residual")
         m, k = x2.shape
         args = (m, self.out_features, k, self.w_bits, self.group_size, sm_count(x2.device))
+        second = stream_q_applies(m, self.w_bits, self.group_size, x2.dtype == torch.float16)
         if not every_kind:
-            return [stream_plan(*args)]
-        second = stream_q_candidates(*args) if m <= 16 else []
-        return stream_candidates(*args) + second
+            return [stream_q_plan(*args) if second else stream_plan(*args)]
+        first = stream_candidates(*args)
+        return stream_q_candidates(*args) + first if second else first
 
     def calls(
         self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None

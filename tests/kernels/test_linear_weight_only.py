@@ -160,13 +160,34 @@ def test_second_kernel_every_plan_and_forced_splits(case) -> None:
     w_bits = {"int8-weight": 8, "int4-weight": 4}[quant]
     plans = stream_q_candidates(m, n, k, w_bits, group, 4)
     assert {p["W_LEFT"] for p in plans} == {True, False}
-    assert plans == [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == "stream_q"]
+    assert {p["ASM_UNPACK"] for p in plans} == {True, False}  # both run Triton ops here
+    # The rule and the layer's candidates take it for fp16 only; a forced plan runs bf16 too.
+    offered = [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == "stream_q"]
+    if dtype == torch.float16:
+        assert fn.candidates(x) == plans[:1] and offered == plans
+    else:
+        assert offered == []
     # Forced K splits, both operand orders: 2, and 3 with a shorter last split where the
     # steps do not divide.
     for w_left in (False, True):
         plans += [plans[0].with_meta(SPLIT_K=split, W_LEFT=w_left) for split in (2, 3)]
     for plan in plans:
         check(fn, plan, x, w, b, quant, activation, group)
+
+
+def test_which_kernel_the_rule_runs() -> None:
+    """fp16 x, M <= 16, int8 or int4 groups >= 32: the second kernel; else the first."""
+    for quant, group, dtype, m, kind in [
+        ("int8-weight", 0, torch.float16, 16, "stream_q"),
+        ("int4-weight", 32, torch.float16, 1, "stream_q"),
+        ("int8-weight", 0, torch.bfloat16, 1, "stream"),
+        ("int8-weight", 0, torch.float16, 17, "stream"),
+        ("int4-weight", 16, torch.float16, 1, "stream"),
+    ]:  # fmt: skip
+        x, w, b = make_inputs(m, 24, 64, dtype, seed=m)
+        plans = build(quant, w, b, "none", group).candidates(x)
+        assert [p["KIND"] for p in plans] == [kind], (quant, group, dtype, m)
+    assert stream_q_plan(1, 64, 256, 8, 0, 4)["ASM_UNPACK"]
 
 
 def test_second_kernel_rules() -> None:
