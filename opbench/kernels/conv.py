@@ -27,8 +27,8 @@ Ways to read A (the plan's PATH, conv_plans.py), one kernel:
                 channels_last.
   * "gather"    K flattened over (r, s, c): for few input channels (the C=3 stem) where channel
                 blocks would be mostly padding.
-  * "pointwise" 1x1, stride 1, no padding on NCHW: A[m, c] = x[n, c, p] is a plain matrix with
-                pixels contiguous, read with vector loads.
+  * "pointwise" 1x1, no padding, on NCHW: not this kernel but conv_pointwise.py's per-image
+                GEMM out[n] = W @ X[n] (pixels contiguous in both), any stride.
 The epilogue adds bias (with a folded batchnorm: its shift), then optionally a residual tile of
 the output's shape (a residual block's skip connection), applies the activation, and stores
 NCHW: for a fixed channel o the pixels of one image are contiguous, so stores run along m.
@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported, conv_plans
+from opbench.kernels.conv_pointwise import pointwise_call
 from opbench.kernels.conv_shapes import (
     ConvLayer,
     nhwc_strides,
@@ -64,10 +65,10 @@ from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequen
 from opbench.kernels.transpose import bind_strided_map
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
-# How the kernel walks K (see the module docstring).
-K_CHANNEL_BLOCKS, K_GATHER, K_POINTWISE = 0, 1, 2
-K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GATHER,
-           "pointwise": K_POINTWISE}  # fmt: skip
+# How the kernel walks K (see the module docstring); "pointwise" runs conv_pointwise.py.
+K_CHANNEL_BLOCKS, K_GATHER = 0, 1
+K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GATHER}
+PATHS = (*K_MODES, "pointwise")
 
 
 # M (= N*OH*OW) is the only shape that changes with the batch: not a compile-time constant and
@@ -112,7 +113,7 @@ def _conv2d_kernel(
     PW: tl.constexpr,
     DH: tl.constexpr,  # dilation
     DW: tl.constexpr,
-    K_MODE: tl.constexpr,  # 0 K_CHANNEL_BLOCKS, 1 K_GATHER, 2 K_POINTWISE
+    K_MODE: tl.constexpr,  # 0 K_CHANNEL_BLOCKS, 1 K_GATHER
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
     HAS_RESIDUAL: tl.constexpr,  # add res_ptr's tile after bias/batchnorm, before the activation
@@ -143,10 +144,7 @@ def _conv2d_kernel(
     pixel = offs_m % (OH * OW)  # kept whole (not oh*OW + ow) so the compiler sees runs of pixels
     ih0 = (pixel // OW) * SH - PH  # input row seen by tap r = 0
     iw0 = (pixel % OW) * SW - PW
-    if K_MODE == 2:  # K_POINTWISE: pixels of x and out coincide
-        x_row = image * STRIDE_XN + pixel * STRIDE_XW
-    else:
-        x_row = image * STRIDE_XN + ih0 * STRIDE_XH + iw0 * STRIDE_XW
+    x_row = image * STRIDE_XN + ih0 * STRIDE_XH + iw0 * STRIDE_XW
     w_col = w_ptr + offs_n * STRIDE_WO
 
     if IS_INT8:
@@ -178,14 +176,10 @@ def _conv2d_kernel(
             c = (step % C_BLOCKS) * BLOCK_K + offs_k
             r = tap // KW
             s = tap % KW
-            if K_MODE == 2:
-                row_ok = m_valid
-                a_rows = x_row
-            else:
-                ih = ih0 + r * DH
-                iw = iw0 + s * DW
-                row_ok = m_valid & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-                a_rows = x_row + (r * DH * STRIDE_XH + s * DW * STRIDE_XW)
+            ih = ih0 + r * DH
+            iw = iw0 + s * DW
+            row_ok = m_valid & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            a_rows = x_row + (r * DH * STRIDE_XH + s * DW * STRIDE_XW)
             c_ok = c < C
             a_ptrs = x_ptr + a_rows[:, None] + c[None, :] * STRIDE_XC
             a = tl.load(a_ptrs, mask=row_ok[:, None] & c_ok[None, :], other=0.0)
@@ -354,6 +348,8 @@ class FloatConv:
             conv = conv_call(self.layer, nhwc, x.shape, nhwc_strides(x.shape), out, plan,
                              residual=residual)  # fmt: skip
             return BoundPlan([copy, conv], [nhwc], [copy_choice])
+        if plan["PATH"] == "pointwise":
+            return BoundPlan([pointwise_call(self.layer, x, out, plan, residual)], [], [])
         conv = conv_call(self.layer, x, x.shape, x.stride(), out, plan, residual=residual)
         return BoundPlan([conv], [], [])
 
@@ -370,7 +366,7 @@ def build_conv2d(
     """Build-time work (fold batchnorm, pack weights) for a float conv; geometry: stride,
     padding, dilation, groups as in F.conv2d. `path` forces one read path ("direct", "nhwc",
     "gather", "pointwise") so benchmarks and tests reach each."""
-    if path not in ("auto", *K_MODES):
+    if path not in ("auto", *PATHS):
         raise ValueError(f"unknown path {path!r}")
     layer = prepare_conv(weight, bias, activation, batchnorm,
                          lambda master: (pack_weight(master, weight.dtype), None), **geometry)  # fmt: skip
