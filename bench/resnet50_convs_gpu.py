@@ -139,7 +139,7 @@ def run_variant(
     conv = mod.build_conv2d(t["w"], None, stride=case["stride"], padding=case["pad"], dilation=1,
                             activation="relu" if case["relu"] else "none", batchnorm=t["bn"],
                             path=only_path)  # fmt: skip
-    out = torch.full_like(ref, float("nan"), dtype=torch.float16)
+    out = torch.full(ref.shape, float("nan"), dtype=torch.float16, device=DEVICE)
     start = time.perf_counter()
     bound = conv.bind(t["x"], out, residual=t["skip"])
     tune_s = time.perf_counter() - start

@@ -41,8 +41,22 @@ POINTWISE_TILES: tuple[Tile, ...] = (
     (64, 128, 64, 4, 4),
     (128, 64, 64, 4, 4),
     (64, 64, 64, 4, 4),
+    # Two stages: less shared memory, so more programs per SM overlap one's epilogue (the
+    # skip read and the store) with another's loads, for the one- and two-step K loops.
+    (128, 128, 64, 4, 2),
+    (128, 128, 64, 8, 2),
+    (64, 128, 64, 4, 2),
 )
-GATHER_TILES: tuple[Tile, ...] = ((128, 64, 32, 4, 4), (64, 64, 64, 4, 4), (128, 64, 16, 4, 4))
+# The C=3 stem: K = 147 in three 64-deep steps won on an H100 (2026-11-25); its neighbours.
+GATHER_TILES: tuple[Tile, ...] = (
+    (128, 64, 32, 4, 4),
+    (64, 64, 64, 4, 4),
+    (128, 64, 16, 4, 4),
+    (64, 64, 64, 4, 3),
+    (64, 64, 64, 8, 4),
+    (128, 64, 64, 8, 3),
+    (64, 64, 32, 4, 4),
+)
 INT8_TILES: tuple[Tile, ...] = (
     (128, 128, 128, 8, 3),
     (128, 64, 128, 4, 4),
