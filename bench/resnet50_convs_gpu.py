@@ -43,7 +43,7 @@ OUT = os.environ.get("OUT")
 BATCH = 1 if SMOKE else 32
 
 
-OLD_CASES = {"l1_c3", "l1b0_down", "l2b0_c1", "l2_c3", "l3_c3", "l2b0_down", "s_c3", "s_down"}
+OLD_CASES = {"l1_c3", "l2_c3", "l3_c3", "l2b0_down", "s_c3", "s_down"}
 
 
 def cases() -> list[dict]:
