@@ -112,8 +112,8 @@ def float_paths(x: torch.Tensor, geometry: dict, forced: str) -> list[str]:
     if c < MIN_CHANNELS_FOR_BLOCKS:
         return ["gather"]
     if pointwise_ok and x.stride(3) == 1:
-        if (g["SH"], g["SW"]) != (1, 1):  # strided pixels are gathers on every path: time all
-            return ["pointwise", "direct", "nhwc"]
+        if (g["SH"], g["SW"]) != (1, 1):  # the pointwise kernel's strided gathers lose here
+            return ["direct", "nhwc"]
         # Pixel runs not a multiple of 8 (7x7, 14x14) cannot load 16 bytes at a time: the
         # NHWC copy + channel-block path may win there.
         return ["pointwise"] + (["nhwc"] if hw % 8 else [])

@@ -26,8 +26,10 @@ bound by the output store, the deep ones by the MMAs.
 
 Epilogue: bias (a folded batchnorm's shift), optionally a residual of out's shape (a residual
 block's skip connection), the activation, then the store. Strided 1x1 (a downsample branch)
-reads every SW-th pixel of every SH-th row: gathers, except stride 2 along even-width dense rows,
-which loads each (even, odd) pair as one 4-byte access and keeps the even one.
+reads every SW-th pixel of every SH-th row: 2-byte gathers. Correct, but on an H100 it lost to
+conv.py's direct and NHWC paths on all three ResNet-50 downsamples (0.11-0.13 ms against
+0.037-0.058; a variant loading (even, odd) pairs as 4-byte accesses was worse still), so
+conv_plans offers this kernel for stride 1 only.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ def _pointwise_conv_kernel(
     STRIDE_XH: tl.constexpr,  # already times the conv's stride SH
     STRIDE_XW: tl.constexpr,  # already times the conv's stride SW
     STRIDE_XP: tl.constexpr,  # > 0: output pixel p reads x at p*STRIDE_XP (one run); 0: (oh, ow)
-    PAIRS: tl.constexpr,  # stride 2 along dense, even-width rows: load (iw, iw + 1), keep iw
     STRIDE_WO: tl.constexpr,
     STRIDE_RN: tl.constexpr,  # residual strides (unused unless HAS_RESIDUAL)
     STRIDE_RC: tl.constexpr,
@@ -99,17 +100,8 @@ def _pointwise_conv_kernel(
         k = k0 + offs_k
         k_ok = k < C
         a = tl.load(w_rows[:, None] + k[None, :], mask=o_valid[:, None] & k_ok[None, :], other=0.0)
-        b_ptrs = x_cols[None, :] + (k * STRIDE_XC)[:, None]
-        b_mask = k_ok[:, None] & p_valid[None, :]
-        if PAIRS:
-            # Every other pixel of a row: one 4-byte load per pair (vectorized, and cp.async can
-            # stream it) instead of a 2-byte gather; the odd half is dropped in registers.
-            pair = tl.arange(0, 2)
-            both = tl.load(b_ptrs[:, :, None] + pair[None, None, :], mask=b_mask[:, :, None],
-                           other=0.0)  # fmt: skip
-            b, _ = tl.split(both)
-        else:
-            b = tl.load(b_ptrs, mask=b_mask, other=0.0)
+        b = tl.load(x_cols[None, :] + (k * STRIDE_XC)[:, None],
+                    mask=k_ok[:, None] & p_valid[None, :], other=0.0)  # fmt: skip
         acc = dot_accumulate(a, b, acc, False, INPUT_PRECISION, UPCAST_OPERANDS)
 
     result = acc
@@ -163,7 +155,6 @@ def pointwise_call(
         C=c, COUT=cout, OW=ow, P=oh * ow, STRIDE_XN=sxn, STRIDE_XC=sxc,
         STRIDE_XH=sxh * g["SH"], STRIDE_XW=sxw * g["SW"],
         STRIDE_XP=pixel_run_stride(tuple(x.shape), x.stride(), g),
-        PAIRS=g["SW"] == 2 and sxw == 1 and x.shape[3] % 2 == 0,
         STRIDE_WO=layer.packed.stride(0), STRIDE_RN=rn, STRIDE_RC=rc, STRIDE_RP=rp,
         HAS_BIAS=layer.bias32 is not None, ACTIVATION=layer.activation,
         HAS_RESIDUAL=residual is not None,
