@@ -17,6 +17,7 @@ the Triton forward held one buffer per group for the whole forward (ResNet-50 b3
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +30,14 @@ from opbench.spec.model import ModelSpec
 @dataclass
 class ForwardMemory:
     """plan: where each planned value lives (None: no group takes its buffers). arena: the
-    bytes of the planned values. scratch: the shared scratch (kernels/scratch.ScratchArena)."""
+    bytes of the planned values. scratch: the shared scratch (kernels/scratch.ScratchArena).
+    enabled: False for a forward asked not to plan (each group's buffers its own)."""
 
     plan: BufferPlan | None
     arena: Any
     scratch: Any
     layouts: Mapping[str, tuple[tuple[int, ...], Any]]
+    enabled: bool = True
 
     @staticmethod
     def of(
@@ -42,7 +45,9 @@ class ForwardMemory:
         order: Sequence[tuple[int, ...]],
         built: Mapping[tuple[int, ...], Built],
         device: str,
+        plan: bool = True,
     ) -> ForwardMemory:
+        """The plan for the groups in `order`; plan=False: none (each allocates its own)."""
         import torch
 
         from opbench.kernels.scratch import ScratchArena
@@ -53,18 +58,22 @@ class ForwardMemory:
             numel(layer.output_shape) * dtype.itemsize
             for layer, dtype in zip(model.layers, dtypes, strict=True)
         ]
-        planned = [g for g in order if built[g].takes_out]
+        planned = [g for g in order if plan and built[g].takes_out]
         layouts = {
             graph.names[i]: (tuple(model.layers[i].output_shape), dtypes[i])
             for g in planned
             for i in graph.group_outputs(g)
         }
-        plan = arena = None
+        buffers = arena = None
         if planned:
             steps = forward_steps(graph, order, planned, nbytes)
-            plan = plan_buffers(steps, keep=[graph.names[i] for i in graph.outputs])
-            arena = torch.empty(plan.size, dtype=torch.uint8, device=device)
-        return ForwardMemory(plan, arena, ScratchArena(device), layouts)
+            buffers = plan_buffers(steps, keep=[graph.names[i] for i in graph.outputs])
+            arena = torch.empty(buffers.size, dtype=torch.uint8, device=device)
+        return ForwardMemory(buffers, arena, ScratchArena(device), layouts, plan)
+
+    def binding(self) -> AbstractContextManager[Any]:
+        """Around one group's bind: its scratch from the shared block (when planning)."""
+        return self.scratch.group() if self.enabled else nullcontext()
 
     def out_for(self, value: str) -> Any:
         """The planned buffer of `value` (the layer's output shape and dtype, contiguous), or

@@ -59,10 +59,16 @@ class Forward:
     memory: ForwardMemory | None = None
 
 
-def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data: ModelData):
+def eager_forward(
+    model: ModelSpec,
+    built: Mapping[tuple[int, ...], Built],
+    data: ModelData,
+    plan_memory: bool = True,
+):
     """The forward from the groups' bound launches (see the module doc). Runs each group once
     while it is set up, to learn which outputs are fixed buffers. ValueError when the groups
-    cannot run in any order, or a group has more than one output."""
+    cannot run in any order, or a group has more than one output. plan_memory=False: each
+    group allocates its own buffers (the forward before the plan, for comparison)."""
     graph = model.graph
     order = graph.order_groups(built)
     dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
@@ -72,7 +78,7 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
     fixed: dict[str, Any] = {}  # values that are the same tensor on every call
     steps: list[Step] = []
     buffers: list[Any] = []
-    memory = ForwardMemory.of(model, order, built, data.device)
+    memory = ForwardMemory.of(model, order, built, data.device, plan_memory)
     scratch = memory.scratch
     # Groups bound before the scratch block knew its size, to bind again into it:
     # (step index, bind, group, name, other outputs, frees).
@@ -164,11 +170,11 @@ def _binder(
     extra = tuple(memory.out_for(v) for v in others)
 
     def bind_planned() -> Any:
-        with memory.scratch.group():
+        with memory.binding():
             return built.bind_input(*xs, out=out, extra=extra)
 
     def bind_own() -> Any:
-        with memory.scratch.group():
+        with memory.binding():
             return built.bind_input(*xs)
 
     if out is not None and all(e is not None for e in extra):
