@@ -79,7 +79,9 @@ class Built:
         if out is not None or extra:
             if not (self.takes_out and self.bind is not None):
                 raise ValueError("this layer allocates its own output: it takes no out buffer")
-            return self.bind(*xs, out=out, extra=tuple(extra))
+            if extra:
+                return self.bind(*xs, out=out, extra=tuple(extra))
+            return self.bind(*xs, out=out)
         if self.bind is not None:
             return self.bind(*xs)
         fn = self.fn

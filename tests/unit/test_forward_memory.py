@@ -147,7 +147,7 @@ class ScratchUser:
         self.scratches: list = []
         self.outs: list = []
 
-    def bind(self, x, out=None, extra=()):
+    def bind(self, x, out=None):
         from opbench.backends.base import Bound
 
         room = scratch(x.shape, x.dtype, x.device)
