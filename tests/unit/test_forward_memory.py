@@ -17,7 +17,7 @@ from opbench.measure.timer import Measurement
 from opbench.pipeline import ModelData, RunOptions, time_end_to_end
 from opbench.pipeline.forward import eager_forward
 from opbench.spec.buffer_plan import aligned
-from opbench.spec.load import load_suite
+from opbench.spec.load import load_suite, load_suite_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "tests" / "data" / "suites"
@@ -49,16 +49,25 @@ def held_bytes(forward) -> int:
     return total
 
 
+def tiny_networks():
+    """The shipped networks' structure at tiny size (tests/unit/test_networks_cpu.py)."""
+    from test_networks_cpu import tiny_suite
+
+    return load_suite_text(tiny_suite(), "tiny_networks.yaml")
+
+
 def models():
     for label, path in FILES.items():
         suite = load_suite(path)
         for model in suite.models:
             yield pytest.param(path, model.name, id=f"{label}-{model.name}")
+    for model in tiny_networks().models:
+        yield pytest.param(None, model.name, id=f"networks-{model.name}")
 
 
 @pytest.mark.parametrize(("path", "name"), list(models()))
 def test_planned_forward_gives_the_same_outputs_in_fewer_bytes(path, name) -> None:
-    suite = load_suite(path)
+    suite = load_suite(path) if path is not None else tiny_networks()
     model = next(m for m in suite.models if m.name == name)
     data = ModelData(suite, model, "cpu")
     built = built_groups(model, data, "triton")
@@ -164,7 +173,6 @@ class ScratchUser:
 
 def test_groups_bound_before_the_scratch_was_sized_are_bound_again_into_the_shared_block():
     from opbench.backends.base import Built
-    from opbench.spec.load import load_suite_text
 
     suite = load_suite_text(CHAIN)
     model = suite.models[0]
