@@ -124,6 +124,14 @@ def test_leading_dims_through_bind() -> None:
     assert y.shape == (2, 3, 33) and y.dtype == torch.bfloat16
     ref = F.silu(x.double() @ quantized_weight("int8-weight", w, 0).T + b.double())
     assert float((y.view(6, 33).double() - ref).norm() / ref.norm()) <= OUT_ROUNDING[torch.bfloat16]
+    # fp16: the bind path takes the second kernel (its plan is the layer's recorded choice).
+    x, w, b = make_inputs(6, 33, 64, torch.float16, seed=5)
+    fn = Int4WeightLinear(w, b, "gelu", group_size=32)
+    bound = fn.bind(x.view(2, 3, 64))
+    assert [c.config["KIND"] for c in bound.choices] == ["stream_q"]
+    y = bound.launch()
+    ref = F.gelu(x.double() @ quantized_weight("int4-weight", w, 32).T + b.double())
+    assert float((y.view(6, 33).double() - ref).norm() / ref.norm()) <= OUT_ROUNDING[torch.float16]
 
 
 def test_rejects_what_it_cannot_run() -> None:
