@@ -30,6 +30,7 @@ from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear, gemm_calls
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_rows_call
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
 from opbench.ops.quant import fp8_rows
 
@@ -77,8 +78,9 @@ class Fp8Linear(Linear):
         self, plan: Config, x2: torch.Tensor, out2: torch.Tensor, res2: torch.Tensor | None = None
     ) -> tuple[list[KernelCall], list]:
         M, K = x2.shape
-        xq = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x2.device)
-        row_scale = torch.empty(M, dtype=torch.float32, device=x2.device)
+        # Written by the quantize launch, read by the GEMM of the same call: per-launch scratch.
+        xq = scratch((M, K), torch.float8_e4m3fn, x2.device)
+        row_scale = scratch((M,), torch.float32, x2.device)
         quantize, _ = quantize_rows_call(x2, xq, row_scale)
         gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale, residual=res2)
         return [quantize, *gemm], [xq, row_scale, *keep]

@@ -26,6 +26,7 @@ from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear, gemm_calls
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_per_row, quantize_rows_call
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
 
 
@@ -61,8 +62,9 @@ class Int8Linear(Linear):
         if plan["FUSED_QUANT"]:  # the split-K kernel quantizes x itself: one launch
             return gemm_calls(plan, x2, self, out2, row_scale=None, residual=res2)
         M, K = x2.shape
-        xq = torch.empty((M, K), dtype=torch.int8, device=x2.device)
-        row_scale = torch.empty(M, dtype=torch.float32, device=x2.device)
+        # Written by the quantize launch, read by the GEMM of the same call: per-launch scratch.
+        xq = scratch((M, K), torch.int8, x2.device)
+        row_scale = scratch((M,), torch.float32, x2.device)
         quantize, _ = quantize_rows_call(x2, xq, row_scale)
         gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale, residual=res2)
         return [quantize, *gemm], [xq, row_scale, *keep]

@@ -37,6 +37,7 @@ from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.linear_kernels import finish_tile
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
 
 
@@ -202,7 +203,7 @@ def stream_calls(
     unused = out2  # any pointer, for arguments the constexpr flags switch off
     partial = unused
     if split > 1:
-        partial = torch.empty(split * M * N, dtype=torch.float32, device=x2.device)
+        partial = scratch((split * M * N,), torch.float32, x2.device)  # per launch
     scales = layer.col_scale if w_bits == 8 else layer.group_scale if w_bits == 4 else unused
     bias = layer.bias if layer.bias is not None else unused
     args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,

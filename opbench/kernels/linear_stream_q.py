@@ -36,6 +36,7 @@ from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.linear_kernels import finish_tile
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
 
 
@@ -215,9 +216,10 @@ def weight_only_calls(
     plan: Config, x2: torch.Tensor, layer: Any, out2: torch.Tensor
 ) -> tuple[list[KernelCall], list]:
     """The one KernelCall of `_weight_only_kernel` for x2 [M, K] -> out2 [M, N] with a
-    "stream_q" plan (`linear_plans.stream_q_plan`), and its workspace (the split-K partials,
-    SPLIT_K * M * N fp32, allocated here at bind). `layer` is an `Int8WeightLinear` or an
-    `Int4WeightLinear`."""
+    "stream_q" plan (`linear_plans.stream_q_plan`), and its workspace: the split-K partials,
+    SPLIT_K * M * N fp32, per-launch scratch (`scratch.scratch`) taken here at bind; the tile
+    counters (`layer.arrivals`) are state and stay the layer's. `layer` is an
+    `Int8WeightLinear` or an `Int4WeightLinear`."""
     if x2.stride(1) != 1:
         raise ValueError("the weight-only kernel reads x with unit stride along K")
     M, K = x2.shape
@@ -234,7 +236,7 @@ def weight_only_calls(
     unused = out2  # any pointer, for arguments the constexpr flags switch off
     partial = unused
     if split > 1:
-        partial = torch.empty(split * M * N, dtype=torch.float32, device=x2.device)
+        partial = scratch((split * M * N,), torch.float32, x2.device)  # per launch
     scales = layer.col_scale if w_bits == 8 else layer.group_scale
     bias = layer.bias if layer.bias is not None else unused
     args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,

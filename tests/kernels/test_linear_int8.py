@@ -106,3 +106,24 @@ def test_float32_is_unsupported() -> None:
     fn = Int8Linear(w.half(), b.half())
     with pytest.raises(Unsupported, match="float32"):
         fn(torch.randn(2, 16))
+
+
+def test_quantized_x_comes_from_shared_scratch() -> None:
+    """xq and the row scales are per-launch scratch (the quantize launch writes them, the GEMM
+    of the same call reads them): bound in a ScratchArena group they are views of its block,
+    and a launch from a poisoned block is still right."""
+    from opbench.kernels.linear_plans import gemm_plan
+    from tests.kernels.arena import bind_in_arena
+
+    x, w, b = make_inputs(5, 27, 80, torch.float16, bias=True, seed=3)
+    plan = gemm_plan("tiled", 16, 16, 32, 4, 1)  # quantize pre-pass + GEMM, no partials
+    out = torch.empty(5, 27, dtype=torch.float16)
+    bound, arena = bind_in_arena(Int8Linear(w, b, "none"), x, out, plan)
+    assert arena.block is not None and arena.nbytes >= 5 * 80 + 5 * 4
+    base = arena.block.data_ptr()
+    views = [t for t in bound.keep if base <= t.data_ptr() < base + arena.nbytes]
+    assert {t.dtype for t in views} == {torch.int8, torch.float32}
+    arena.block.fill_(255)
+    out.fill_(float("nan"))
+    bound.launch()
+    check(out, reference(x, w, b, "none"), TOLERANCE)

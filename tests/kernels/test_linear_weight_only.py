@@ -209,3 +209,24 @@ def test_second_kernel_rules() -> None:
     fn = build("int8-weight", w, b, "none", 0)
     with pytest.raises(ValueError, match="one M tile"):
         fn.launch(stream_q_plan(2, 8, 64, 8, 0, 4), x, torch.empty(17, 8, dtype=torch.float16))
+
+
+def test_split_partials_come_from_shared_scratch() -> None:
+    """The weight-only kernels' split-K partials are per-launch scratch: bound inside a
+    ScratchArena group they are views of its block, and a launch from a NaN-poisoned block is
+    still right (each launch writes its partials before it reads them)."""
+    from tests.kernels.arena import bind_in_arena
+
+    x, w, b = make_inputs(3, 37, 96, torch.float16, seed=11)
+    for quant, group, kind in [("int4-weight", 32, "stream_q"), ("int8-weight", 0, "stream")]:
+        fn = build(quant, w, b, "none", group)
+        plans = [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == kind]
+        out = torch.empty(3, 37, dtype=torch.float16)
+        bound, arena = bind_in_arena(fn, x, out, plans[0].with_meta(SPLIT_K=3))
+        assert arena.block is not None and arena.nbytes == 3 * 3 * 37 * 4, quant
+        assert any(t.data_ptr() == arena.block.data_ptr() for t in bound.keep), quant
+        arena.block.fill_(255)  # NaN in every float32 of the block
+        out.fill_(float("nan"))
+        bound.launch()
+        ref = x.double() @ quantized_weight(quant, w, group).T + b.double()
+        assert float((out.double() - ref).norm() / ref.norm()) <= OUT_ROUNDING[torch.float16]
