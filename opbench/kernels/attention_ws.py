@@ -49,7 +49,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
-from opbench.kernels.attention_hopper import GL_DTYPES, _descriptor, _softmax_block, hopper_usable
+from opbench.kernels.attention_hopper import _descriptor, _softmax_block, hopper_usable
 from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
