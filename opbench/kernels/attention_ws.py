@@ -49,7 +49,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
-from opbench.kernels.attention_hopper import _descriptor, _softmax_block, hopper_usable
+from opbench.kernels.attention_hopper import (
+    _descriptor,
+    _softmax_block,
+    hopper_usable,
+    sm90_launch,
+)
 from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
@@ -319,4 +324,21 @@ def ws_call(
     if forced is not None:
         return make(forced), Choice("attention_ws", key, device_tag(q.device), forced, "forced")
     choice = choose("attention_ws", key, candidates, q.device, lambda c: make(c).call)
+    return make(choice.config), choice
+
+
+def tuned_sm90_ws_call(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool
+) -> tuple[KernelCall, Choice]:
+    """One tuned choice among this kernel's tiles, the single-program Gluon kernel's and the
+    portable kernel's (KERNEL says which), for views `ws_usable` accepts."""
+    make_ws, ws_candidates = ws_launch(q, k, v, out, causal)
+    make_other, other_candidates = sm90_launch(q, k, v, out, causal)
+
+    def make(cfg: Config) -> KernelCall:
+        return make_ws(cfg) if cfg["KERNEL"] == "ws" else make_other(cfg)
+
+    key = views_key(q, out, causal)
+    candidates = ws_candidates + other_candidates
+    choice = choose("attention_sm90_ws", key, candidates, q.device, lambda c: make(c).call)
     return make(choice.config), choice
