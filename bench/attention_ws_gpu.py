@@ -7,14 +7,18 @@ Usage (GPU machine, repository root; rows go to $OUT/attention_gpu.jsonl):
 Sections:
   env      card, versions, copy bandwidth and the dense fp16 GEMM rate (measured here).
   compile  every configuration the run binds, compiled by a process pool first.
-  check    each warp-specialized config on odd shapes (S 1000 and 37: tiles cross batch ends,
-           partial key blocks) against float64, outputs NaN-poisoned, in a child process with
-           a time limit: a kernel that deadlocks on its mbarriers is killed with its process
-           (and recorded), and the timed section then leaves that kernel out.
+  check    each warp-specialized config (fp16/bf16 kernel; fp8 kernel after attention_fp8's
+           quantization passes) on odd shapes (S 1000 and 37: tiles cross batch ends, partial
+           key blocks) against float64, outputs NaN-poisoned, and the layers as opbench binds
+           them (`Attention`, `Fp8Attention`), in a child process with a time limit: a kernel
+           that deadlocks on its mbarriers is killed with its process (and recorded), and the
+           timed section then leaves that kernel out.
   prefill  B S = 16384 tokens, H D = 2048: S 2048 and 8192, D 128 and 64, causal and not, fp16
-           (bf16 at S 8192, D 128): SDPA default / cuDNN / flash, `Attention` as it chooses
-           today (auto: tuned over the portable and the single-program Gluon kernel), and each
-           warp-specialized config forced, every timed output checked against float32.
+           (bf16 at S 8192, D 128): SDPA default / cuDNN / flash, `Attention` (auto: its tuned
+           choice), each warp-specialized config forced, and on fp16 the fp8 paths: the
+           portable fp8 kernel (fp8_tl) and the warp-specialized one (fp8_ws), each tuned over
+           its own tiles, quantization passes included; every timed output checked against
+           float32.
 Times and FLOP counts as in bench/attention_gpu.py (do_bench, warmup 25 ms, rep 100 ms, median,
 L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
 """
@@ -50,6 +54,7 @@ from attention_gpu_common import (  # noqa: E402
 )
 
 from opbench.kernels.attention import split_heads  # noqa: E402
+from opbench.kernels.attention_fp8 import Fp8Attention, attention_fp8_calls  # noqa: E402
 from opbench.kernels.attention_layer import Attention  # noqa: E402
 
 CHECK_CASES = [
@@ -63,7 +68,9 @@ CHECK_CASES = [
 PREFILL = [dict(B=16384 // s, S=s, H=2048 // d, D=d, causal=c, dtype="fp16")
            for d in (128, 64) for s in (2048, 8192) for c in (False, True)]  # fmt: skip
 PREFILL += [dict(B=2, S=8192, H=16, D=128, causal=c, dtype="bf16") for c in (False, True)]
-CHECK_TIMEOUT_S = 60
+LAYER_CHECKS = CHECK_CASES[:3]  # the layers as bound (tuned: every candidate compiles)
+LLAMA = dict(B=1, S=2048, H=32, D=128, causal=True, dtype="fp16")
+CHECK_TIMEOUT_S = 75
 
 
 def ws_configs(d: int) -> list[dict]:
@@ -73,8 +80,42 @@ def ws_configs(d: int) -> list[dict]:
              "maxnreg": MAXNREG} for bn, st, pp in WS_TILES[d]]  # fmt: skip
 
 
+def ws_fp8_configs(d: int) -> list[dict]:
+    from opbench.kernels.attention_ws import MAXNREG
+    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
+
+    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "num_warps": 4, "num_stages": 1,
+             "maxnreg": MAXNREG, "FP8": True} for bn, st, pp in WS_FP8_TILES[d]]  # fmt: skip
+
+
 def cfg_name(cfg: dict) -> str:
-    return f"ws{cfg['BLOCK_N']}s{cfg['STAGES']}{'pp' if cfg['PINGPONG'] else ''}"
+    kind = "ws8_" if cfg.get("FP8") else "ws"
+    return f"{kind}{cfg['BLOCK_N']}s{cfg['STAGES']}{'pp' if cfg['PINGPONG'] else ''}"
+
+
+def calls_fn(make_calls, q, k, v, causal, config=None):
+    """A list-of-calls path (quantization passes + kernel) on poisoned output."""
+    b, s, h, d = q.shape
+    out = poisoned((b, s, h * d), q.dtype)
+    calls, choice, keep = make_calls(q, k, v, out.unflatten(-1, (h, d)), causal=causal,
+                                     config=config)  # fmt: skip
+    fns = [c.call for c in calls]
+
+    def run():
+        for fn in fns:
+            fn()
+        return out
+
+    run.keep = keep  # the quantized tensors live as long as the launcher
+    return run, choice.config.to_json()
+
+
+def ws_fp8_calls_fn(q, k, v, causal, config=None):
+    from opbench.kernels.attention_ws_fp8 import ws_fp8_calls
+
+    if config is not None:
+        config = {key: val for key, val in config.items() if key != "FP8"}
+    return calls_fn(ws_fp8_calls, q, k, v, causal, config)
 
 
 def ws_fn(q, k, v, causal, config):
@@ -96,13 +137,17 @@ def compile_section() -> None:
     from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
 
     from opbench.kernels.attention_hopper import HOPPER_TILES
-    from opbench.kernels.attention_plans import FP16_TILES, tile_config
+    from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
     jobs = []
-    for case in CHECK_CASES + PREFILL:
+    for case in CHECK_CASES + PREFILL + [LLAMA]:
         jobs += [("ws", case, cfg) for cfg in ws_configs(case["D"])]
-    for case in PREFILL:
+        if case["dtype"] == "fp16" or case in CHECK_CASES:
+            jobs += [("ws8", case, cfg) for cfg in ws_fp8_configs(case["D"])]
+    for case in PREFILL + [LLAMA] + LAYER_CHECKS:
         d = case["D"]
+        if case["dtype"] == "fp16":
+            jobs += [("fp8", case, tile_config(t, None)) for t in FP8_TILES[d]]
         jobs += [("portable", case, tile_config(t)) for t in FP16_TILES[d]]
         jobs += [("hopper", case, {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w,
                                    "num_stages": 1}) for bm, bn, w in HOPPER_TILES[d]]  # fmt: skip
@@ -123,20 +168,29 @@ def compile_section() -> None:
 
 
 def check_child() -> None:
-    """In the child process: every warp-specialized config on every check case."""
+    """In the child process: every warp-specialized config (fp16/bf16 and fp8) and the layers
+    as bound (`Attention`, `Fp8Attention` on fp16) on every check case."""
     for case in CHECK_CASES:
         b, s, h, d, causal, dt = (case[k] for k in ("B", "S", "H", "D", "causal", "dtype"))
         x = packed_input(b, s, h, d, DTYPES[dt], seed=s + d + causal)
         ref = attention_ref(*heads_view(x, h), causal).transpose(1, 2).flatten(2)
         q, k, v = split_heads(x, h, True)
-        for cfg in ws_configs(d):
-            row = {"section": "check", **case, "variant": cfg_name(cfg)}
+        variants = {cfg_name(c): (lambda c=c: (ws_fn(q, k, v, causal, c), dt))
+                    for c in ws_configs(d)}  # fmt: skip
+        variants.update({cfg_name(c): (lambda c=c: (ws_fp8_calls_fn(q, k, v, causal, c)[0],
+                                                    "fp8")) for c in ws_fp8_configs(d)})  # fmt: skip
+        if case in LAYER_CHECKS:
+            variants["auto"] = lambda: (layer_fn(Attention, x, h, causal)[0], dt)
+            variants["fp8_layer"] = lambda: (layer_fn(Fp8Attention, x, h, causal)[0], "fp8")
+        for name, make in variants.items():
+            row = {"section": "check", **case, "variant": name}
             try:
-                out = ws_fn(q, k, v, causal, cfg)()
+                fn, kind = make()
+                out = fn()
                 sync()
                 row["unwritten"] = int(torch.isnan(out).sum())
                 row["rel_l2"] = rel(out, ref)
-                row["limit"] = LIMIT[dt]
+                row["limit"] = LIMIT[kind]
                 row["pass"] = row["unwritten"] == 0 and row["rel_l2"] <= row["limit"]
             except Exception as exc:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -156,7 +210,10 @@ def check_section() -> set[str]:
     checked = [r for r in rows()[before:] if r.get("section") == "check" and "variant" in r]
     names = {r["variant"] for r in checked}
     passed = {n for n in names if all(r.get("pass") for r in checked if r["variant"] == n)}
-    complete = len(checked) == sum(len(ws_configs(c["D"])) for c in CHECK_CASES)
+    passed &= {n for n in names if n.startswith("ws")}
+    per_case = [len(ws_configs(c["D"])) + len(ws_fp8_configs(c["D"])) + 2 * (c in LAYER_CHECKS)
+                for c in CHECK_CASES]  # fmt: skip
+    complete = len(checked) == sum(per_case)
     record({"section": "check_summary", "wall_s": time.perf_counter() - start,
             "complete": complete, "passed": sorted(passed)})  # fmt: skip
     return passed if complete else set()
@@ -190,6 +247,12 @@ def prefill_section(passed: set[str]) -> None:
                 if cfg_name(cfg) in passed:
                     timed(row, cfg_name(cfg), ws_fn(q, k, v, causal, cfg), ref, h, flops,
                           PEAK[dt])  # fmt: skip
+            if dt == "fp16":
+                fn, row["fp8_tl_config"] = calls_fn(attention_fp8_calls, q, k, v, causal)
+                timed(row, "fp8_tl", fn, ref, h, flops, PEAK["fp8"])
+                if all(cfg_name(c) in passed for c in ws_fp8_configs(d)):
+                    fn, row["fp8_ws_config"] = ws_fp8_calls_fn(q, k, v, causal)
+                    timed(row, "fp8_ws", fn, ref, h, flops, PEAK["fp8"])
             sdpa = [row[k] for k in row if k.startswith("sdpa_") and k.endswith("_ms")]
             row["best_sdpa_ms"] = min(sdpa)
             for key in [k for k in row if k.endswith("_ms") and not k.startswith("sdpa_")]:

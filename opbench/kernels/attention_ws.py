@@ -77,29 +77,35 @@ MAXNREG = 168
 
 @gluon.jit
 def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                 v_ready, v_empty, q_row, kv_row0, col, num_blocks,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """One warp: both Q tiles and K_0, then per block i: K_{i+1} and V_i, each into slot
-    i % STAGES of its ring once both consumers released that slot's previous block (a fresh
-    mbarrier passes a wait on parity 1). K runs one block ahead of V because the consumers
-    need K_{i+1} and V_i in the same step (and release K sooner)."""
+                 v_ready, v_empty, q_row, q_col, k_row, k_col, v_row, v_col, num_blocks,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
+    """One warp: both Q tiles (rows q_row, q_row + WG_M) and K_0, then per block i: K_{i+1}
+    and V_i, each into slot i % STAGES of its ring once both consumers released that slot's
+    previous block (a fresh mbarrier passes a wait on parity 1). K runs one block ahead of V
+    because the consumers need K_{i+1} and V_i in the same step (and release K sooner).
+    Key block i is at (k_row + i BLOCK_N, k_col); its values at (v_row + i BLOCK_N, v_col),
+    or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N)."""
     for w in gl.static_range(2):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row + w * WG_M, col], q_bars.index(w), q_smem.index(w))
-    _load_kv(k_desc, k_smem, k_ready, k_empty, 0, kv_row0, col, BLOCK_N, STAGES)
+        _tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
+    _load_kv(k_desc, k_smem, k_ready, k_empty, 0, k_row, k_col, STAGES)
     for i in range(num_blocks):
         if i + 1 < num_blocks:
-            _load_kv(k_desc, k_smem, k_ready, k_empty, i + 1, kv_row0, col, BLOCK_N, STAGES)
-        _load_kv(v_desc, v_smem, v_ready, v_empty, i, kv_row0, col, BLOCK_N, STAGES)
+            row = k_row + (i + 1) * BLOCK_N
+            _load_kv(k_desc, k_smem, k_ready, k_empty, i + 1, row, k_col, STAGES)
+        if V_T:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row, v_col + i * BLOCK_N, STAGES)
+        else:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row + i * BLOCK_N, v_col, STAGES)
 
 
 @gluon.jit
-def _load_kv(desc, smem, ready, empty, i, kv_row0, col, BLOCK_N: gl.constexpr,
-             STAGES: gl.constexpr):  # fmt: skip
+def _load_kv(desc, smem, ready, empty, i, row, col, STAGES: gl.constexpr):
+    """Block i's tile at (row, col) into slot i % STAGES once that slot is free."""
     slot = i % STAGES
     mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
-    _tma_load(desc, [kv_row0 + i * BLOCK_N, col], ready.index(slot), smem.index(slot))
+    _tma_load(desc, [row, col], ready.index(slot), smem.index(slot))
 
 
 @gluon.jit
@@ -256,7 +262,8 @@ def _attention_ws_kernel(
         mbarrier.init(v_empty.index(i), count=2)
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                     v_ready, v_empty, row0 + start_m, row0, col, num_blocks, BLOCK_N, STAGES)  # fmt: skip
+                     v_ready, v_empty, row0 + start_m, col, row0, col, row0, col, num_blocks,
+                     BLOCK_N, STAGES, False)  # fmt: skip
     gl.warp_specialize(
         [(_ws_consumer, (0, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
                          turns, out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale,
