@@ -279,7 +279,7 @@ def _attention_ws_kernel(
 # (BLOCK_N, STAGES, PINGPONG) per head dim: shared memory is 2 Q tiles + STAGES K and V
 # tiles + 4 P tiles (D 128, BLOCK_N 128: 32 + 2 x 2 x 32 + 4 x 16 = 224 KB of 227). On an
 # H100 (docs/perf/attention.md, 2026-11-25 evening) BLOCK_N 64 lost to BLOCK_N 128 on every
-# shape by 10-25%, and ping-pong on or off each won some shapes (within +-3%, bf16 S 8192
+# shape by 10-25%, and ping-pong on or off each won some shapes (within +-5%, bf16 S 8192
 # non-causal +11% with it): both are kept for the tuner.
 WS_TILES: dict[int, list[tuple[int, int, bool]]] = {
     64: [(128, 3, True), (128, 3, False)],
