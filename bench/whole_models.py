@@ -108,7 +108,8 @@ def main() -> int:
                               median_ms=stats.median if stats else None)  # fmt: skip
                 rows.append(record)
                 print(json.dumps({k: record[k] for k in ("model", "backend", "mode", "status",
-                                  "median_ms", "peak_bytes", "wall_s")}), flush=True)  # fmt: skip
+                                  "median_ms", "peak_bytes", "planned_bytes", "wall_s")}),
+                      flush=True)  # fmt: skip
         del data
     print_table(rows)
     if args.out:

@@ -54,6 +54,10 @@ class Built:
     tuning_s: one-off tuning/compile time measured at build, never counted in layer time.
     plan: the tuned choice this build made (kernel, tiles, warps, stages, split-K ...), as
         plain JSON-able data, recorded with the result; None when nothing was tuned.
+    takes_out: `bind` writes into buffers it is given: `bind(*xs, out=t, extra=(...))`, `out`
+        the group's output (contiguous, the layer's output shape and dtype) and `extra` its
+        other outputs in `Bound.extra` order. A whole-model forward plans those buffers by
+        liveness (spec/buffer_plan.py); a Built without it allocates its own.
     """
 
     fn: Callable[..., torch.Tensor]
@@ -62,10 +66,22 @@ class Built:
     tuning_s: float | None = None
     bind: Callable[..., Bound] | None = None
     plan: Mapping[str, object] | None = None
+    takes_out: bool = False
 
-    def bind_input(self, *xs: torch.Tensor) -> Bound:
+    def bind_input(
+        self,
+        *xs: torch.Tensor,
+        out: torch.Tensor | None = None,
+        extra: Sequence[torch.Tensor] = (),
+    ) -> Bound:
         """The layer bound to its inputs `xs`: the backend's own bind step, or `fn` closed
-        over them."""
+        over them. `out` and `extra`: buffers to write into (only where `takes_out`)."""
+        if out is not None or extra:
+            if not (self.takes_out and self.bind is not None):
+                raise ValueError("this layer allocates its own output: it takes no out buffer")
+            if extra:
+                return self.bind(*xs, out=out, extra=tuple(extra))
+            return self.bind(*xs, out=out)
         if self.bind is not None:
             return self.bind(*xs)
         fn = self.fn

@@ -36,9 +36,9 @@ def triton_built(kernel: LayerKernel | Callable[..., Any], note: str | None) -> 
 
     plan: dict[str, Any] = {}
 
-    def bind(*xs: Any) -> Bound:
+    def bind(*xs: Any, out: Any = None, extra: tuple[Any, ...] = ()) -> Bound:
         tuned_before = TUNING_SECONDS[0]
-        bound = kernel.bind(*xs)
+        bound = kernel.bind_into(xs, out, extra) if out is not None or extra else kernel.bind(*xs)
         plan.clear()
         plan.update(bound.plan())
         # Tuning happens at the first bind of a shape: count it as tuning, not as the check
@@ -47,7 +47,7 @@ def triton_built(kernel: LayerKernel | Callable[..., Any], note: str | None) -> 
         extra = dict(zip(kernel.extra_names, bound.extra, strict=True))
         return Bound(launch=bound.launch, out=bound.out, extra=extra)
 
-    built = Built(fn=kernel, note=note, bind=bind, plan=plan)
+    built = Built(fn=kernel, note=note, bind=bind, plan=plan, takes_out=kernel.takes_out)
     return built
 
 

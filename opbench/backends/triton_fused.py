@@ -32,18 +32,19 @@ def external_inputs(layers: Sequence[LayerSpec]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def _by_name(layers: Sequence[LayerSpec], bind: Callable[[dict[str, Any]], Any]) -> LayerKernel:
-    """A LayerKernel whose bind receives the external inputs by value name."""
+def _by_name(layers: Sequence[LayerSpec], bind: Callable[..., Any]) -> LayerKernel:
+    """A LayerKernel whose bind receives the external inputs by value name, and the buffers
+    to write: `bind(values, out, extra)` (None and () for buffers of its own)."""
     names = external_inputs(layers)
 
-    def bind_all(*xs: Any) -> Any:
+    def bind_all(*xs: Any, out: Any = None, extra: tuple[Any, ...] = ()) -> Any:
         if len(xs) != len(names):
             raise TypeError(
                 f"the group reads {len(names)} inputs ({', '.join(names)}), got {len(xs)}"
             )
-        return bind(dict(zip(names, xs, strict=True)))
+        return bind(dict(zip(names, xs, strict=True)), out, extra)
 
-    return LayerKernel(bind_all)
+    return LayerKernel(bind_all, takes_out=True)
 
 
 def _skip_of(add: LayerSpec, inner: str) -> str:
@@ -76,7 +77,7 @@ def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKerne
             raise Unsupported("a depthwise conv takes no residual in its epilogue")
         kernel = build_depthwise_conv2d(w["weight"], w.get("bias"), activation=activation,
                                         batchnorm=batchnorm, **geometry)  # fmt: skip
-        return _by_name(layers, lambda v: kernel.bind(v[conv.inputs[0]]))
+        return _by_name(layers, lambda v, out, _: kernel.bind(v[conv.inputs[0]], out))
     from opbench.kernels.conv import build_conv2d
     from opbench.kernels.conv_int8 import build_conv2d_int8
 
@@ -86,7 +87,8 @@ def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKerne
                    batchnorm=batchnorm, **geometry)  # fmt: skip
     skip = add
     return _by_name(
-        layers, lambda v: kernel.bind(v[conv.inputs[0]], residual=v[skip] if skip else None)
+        layers,
+        lambda v, out, _: kernel.bind(v[conv.inputs[0]], out, residual=v[skip] if skip else None),
     )
 
 
@@ -112,7 +114,7 @@ def _swiglu(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKer
     kernel = build_swiglu(gw["weight"], uw["weight"], gw.get("bias"), uw.get("bias"),
                           quant=g_layer.params["quant"])  # fmt: skip
     source = g_layer.inputs[0]
-    return _by_name(layers, lambda v: kernel.bind(v[source]))
+    return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
 
 
 def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
@@ -127,7 +129,7 @@ def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
     cls = Int8Linear if p["quant"] == "int8" else Linear
     kernel = cls(w["weight"], w.get("bias"), activation=p["activation"])
     source, skip = linear.inputs[0], _skip_of(add, linear.name)
-    return _by_name(layers, lambda v: kernel.bind(v[source], residual=v[skip]))
+    return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out, residual=v[skip]))
 
 
 def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
@@ -142,7 +144,7 @@ def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
     cls = Int8Linear if p["quant"] == "int8" else Linear
     kernel = cls(w["weight"], w.get("bias"), activation=act.op)
     source = linear.inputs[0]
-    return _by_name(layers, lambda v: kernel.bind(v[source]))
+    return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
 
 
 def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
@@ -157,7 +159,16 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     eps = norm.params["eps"]
     kernel = _by_name(
         layers,
-        lambda v: bind_norm(v[a], w["weight"], w.get("bias"), eps, rms=rms, residual=v[b]),
+        lambda v, out, extra: bind_norm(
+            v[a],
+            w["weight"],
+            w.get("bias"),
+            eps,
+            out,
+            rms=rms,
+            residual=v[b],
+            sum_out=extra[0] if extra else None,
+        ),  # fmt: skip
     )
     kernel.extra_names = (add.name,)
     return kernel

@@ -13,6 +13,7 @@ return a plain function x -> output (a view, or a test's stand-in): it then has 
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from collections.abc import Callable
 from typing import Any
@@ -37,11 +38,16 @@ class LayerKernel:
     result is the bound output buffer, overwritten by the next call.
 
     extra_names: a fused group's other outputs, by layer name, in the order of the bound
-    kernels' `extra` buffers (add → norm: the add's sum)."""
+    kernels' `extra` buffers (add → norm: the add's sum).
+    takes_out: `bind` also takes the buffers to write, `bind(*xs, out=t)` (and `extra=(...)`
+    for a group with extra outputs): a whole-model forward plans them (`bind_into`)."""
 
-    def __init__(self, bind: Binder, extra_names: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, bind: Binder, extra_names: tuple[str, ...] = (), takes_out: bool = False
+    ) -> None:
         self.bind = bind
         self.extra_names = extra_names
+        self.takes_out = takes_out
         self.key: tuple | None = None
         self.inputs: tuple[Any, ...] = ()
         self.launch: Callable[[], Any] | None = None
@@ -56,6 +62,14 @@ class LayerKernel:
                 self.key = key
             self.inputs = xs  # holding them keeps their memory: no other tensor takes a key
         return self.launch()
+
+    def bind_into(self, xs: tuple[Any, ...], out: Any, extra: tuple[Any, ...] = ()) -> Any:
+        """`bind(*xs)` writing the output into `out` (and the extra outputs into `extra`)."""
+        if not self.takes_out:
+            raise ValueError("this kernel allocates its own output")
+        if extra:
+            return self.bind(*xs, out=out, extra=extra)
+        return self.bind(*xs, out=out)
 
 
 Builder = Callable[[LayerSpec, dict[str, Any]], "LayerKernel | Callable[[Any], Any]"]
@@ -85,7 +99,7 @@ def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
             quant, Linear
         )
         layer_kernel = cls(*args, activation=p["activation"])
-    return LayerKernel(layer_kernel.bind)
+    return LayerKernel(layer_kernel.bind, takes_out=True)
 
 
 def conv2d(
@@ -110,14 +124,14 @@ def conv2d(
             w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
             dilation=p["dilation"], activation=activation or p["activation"], batchnorm=batchnorm,
         )  # fmt: skip
-        return LayerKernel(dw.bind)
+        return LayerKernel(dw.bind, takes_out=True)
     build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
     conv = build(
         w["weight"], w.get("bias"), stride=p["stride"], padding=p["padding"],
         dilation=p["dilation"], groups=p["groups"], activation=activation or p["activation"],
         batchnorm=batchnorm,
     )  # fmt: skip
-    return LayerKernel(conv.bind)
+    return LayerKernel(conv.bind, takes_out=True)
 
 
 def _conv2d(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -148,9 +162,10 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
                               "kv_heads = heads and no kv_len")  # fmt: skip
         cache = CacheAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
                                k_cache=w.get("k_cache"), v_cache=w.get("v_cache"))  # fmt: skip
-        return LayerKernel(cache.bind)
+        return LayerKernel(cache.bind, takes_out=True)
     cls = {"int8": Int8Attention, "fp8": Fp8Attention}.get(p["quant"], Attention)
-    return LayerKernel(cls(heads=heads, causal=p["causal"], packed_qkv=p["packed_qkv"]).bind)
+    layer_kernel = cls(heads=heads, causal=p["causal"], packed_qkv=p["packed_qkv"])
+    return LayerKernel(layer_kernel.bind, takes_out=True)
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -158,13 +173,15 @@ def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.ops.registry import get_op
 
     dims = get_op(layer.op).permutation(len(layer.input_shape), layer.params)
-    return LayerKernel(lambda x: bind_permute(x, dims))
+    return LayerKernel(lambda x, out=None: bind_permute(x, dims, out), takes_out=True)
 
 
 def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.softmax import bind_softmax
 
-    return LayerKernel(lambda x: bind_softmax(x, layer.params["dim"]))
+    return LayerKernel(
+        lambda x, out=None: bind_softmax(x, layer.params["dim"], out), takes_out=True
+    )
 
 
 def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -173,14 +190,20 @@ def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     slow = os.environ.get(SLOW_LAYERNORM_ENV) == "1"
     eps = layer.params["eps"]
     return LayerKernel(
-        lambda x: bind_norm(x, w["weight"], w["bias"], eps, rms=False, deliberately_slow=slow)
+        lambda x, out=None: bind_norm(
+            x, w["weight"], w["bias"], eps, out, rms=False, deliberately_slow=slow
+        ),
+        takes_out=True,
     )
 
 
 def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.norm import bind_norm
 
-    return LayerKernel(lambda x: bind_norm(x, w["weight"], None, layer.params["eps"], rms=True))
+    eps = layer.params["eps"]
+    return LayerKernel(
+        lambda x, out=None: bind_norm(x, w["weight"], None, eps, out, rms=True), takes_out=True
+    )
 
 
 def activation_name(layer: LayerSpec) -> str:
@@ -195,7 +218,7 @@ def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.activation import bind_activation
 
     name = activation_name(layer)
-    return LayerKernel(lambda x: bind_activation(x, name))
+    return LayerKernel(lambda x, out=None: bind_activation(x, name, out), takes_out=True)
 
 
 def unary(kernel_module: str, binder: str = "bind") -> Builder:
@@ -205,7 +228,8 @@ def unary(kernel_module: str, binder: str = "bind") -> Builder:
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
         module = importlib.import_module(f"opbench.kernels.{kernel_module}")
-        return LayerKernel(getattr(module, binder))
+        bind = getattr(module, binder)
+        return LayerKernel(bind, takes_out="out" in inspect.signature(bind).parameters)
 
     return build
 
@@ -216,6 +240,8 @@ def binary(kernel_module: str, binder: str) -> Builder:
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
         bind = getattr(importlib.import_module(f"opbench.kernels.{kernel_module}"), binder)
+        if "out" in inspect.signature(bind).parameters:
+            return LayerKernel(lambda a, b, out=None: bind(a, b, out=out), takes_out=True)
         return LayerKernel(lambda a, b: bind(a, b))
 
     return build
@@ -225,7 +251,7 @@ def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     from opbench.kernels.concat import bind_concat
 
     axis = layer.params["axis"]
-    return LayerKernel(lambda *xs: bind_concat(xs, axis))
+    return LayerKernel(lambda *xs, out=None: bind_concat(xs, axis, out), takes_out=True)
 
 
 def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any], Any]:
@@ -238,7 +264,9 @@ def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any],
     end = start + (length - 1) * step + 1
     if get_op(layer.op).view_layer(layer.input_shape, layer.params):
         return lambda x: slice_view(x, axis, start, end, step)
-    return LayerKernel(lambda x: bind_slice(x, axis, start, end, step))
+    return LayerKernel(
+        lambda x, out=None: bind_slice(x, axis, start, end, step, out), takes_out=True
+    )
 
 
 def _reshape(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
@@ -255,7 +283,10 @@ def _pool(is_max: bool) -> Builder:
         p = layer.params
         stride = (MaxPool2d if is_max else AvgPool2d).stride(p)
         return LayerKernel(
-            lambda x: bind_pool2d(x, p["kernel_size"], stride, p["padding"], is_max=is_max)
+            lambda x, out=None: bind_pool2d(
+                x, p["kernel_size"], stride, p["padding"], out, is_max=is_max
+            ),
+            takes_out=True,
         )
 
     return build
@@ -269,7 +300,7 @@ def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
         w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"]
     )
     scale, shift = (t.float().contiguous() for t in folded)
-    return LayerKernel(lambda x: bind_batchnorm2d(x, scale, shift))
+    return LayerKernel(lambda x, out=None: bind_batchnorm2d(x, scale, shift, out), takes_out=True)
 
 
 def _flatten(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:

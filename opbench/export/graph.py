@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for, layer_hint
+from opbench.spec.graph import chain_inputs
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 MODEL_INPUT = "input"  # the model input of the one-input form
@@ -78,18 +79,11 @@ class Part:
 
 
 def layer_reads(model: ModelSpec, layer: LayerSpec) -> tuple[str, ...]:
-    """The values a layer reads, in order: its `inputs` where the model has them, else the
-    chain a suite without `inputs:` means (the layer before; fresh data where the layer sets
-    its own `input`, named `<layer>/input`; the first layer reads `input`)."""
-    names = tuple(getattr(layer, "inputs", ()) or ())
-    if names:
-        return names
-    j = model.layers.index(layer)
-    if j == 0:
-        return (MODEL_INPUT,)
-    if layer.starts_chain:
-        return (f"{layer.name}/input",)
-    return (model.layers[j - 1].name,)
+    """The values a layer reads, in order: its `inputs` (the loader writes them for every
+    layer); a model built by hand without them reads what `spec.graph.chain_inputs` says."""
+    if layer.inputs:
+        return tuple(layer.inputs)
+    return tuple(chain_inputs(model.layers)[model.layers.index(layer)].inputs)
 
 
 def _input_shape(layer: LayerSpec, position: int) -> tuple[int, ...]:

@@ -27,8 +27,8 @@ Ways to read A (the plan's PATH, conv_plans.py), one kernel:
                 channels_last.
   * "gather"    K flattened over (r, s, c): for few input channels (the C=3 stem) where channel
                 blocks would be mostly padding.
-  * "pointwise" 1x1, stride 1, no padding on NCHW: A[m, c] = x[n, c, p] is a plain matrix with
-                pixels contiguous, read with vector loads.
+  * "pointwise" 1x1, no padding, on NCHW: not this kernel but conv_pointwise.py's per-image
+                GEMM out[n] = W @ X[n] (pixels contiguous in both), any stride.
 The epilogue adds bias (with a folded batchnorm: its shift), then optionally a residual tile of
 the output's shape (a residual block's skip connection), applies the activation, and stores
 NCHW: for a fixed channel o the pixels of one image are contiguous, so stores run along m.
@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported, conv_plans
+from opbench.kernels.conv_pointwise import pointwise_call
 from opbench.kernels.conv_shapes import (
     ConvLayer,
     nhwc_strides,
@@ -64,17 +65,19 @@ from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequen
 from opbench.kernels.transpose import bind_strided_map
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
-# How the kernel walks K (see the module docstring).
-K_CHANNEL_BLOCKS, K_GATHER, K_POINTWISE = 0, 1, 2
-K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GATHER,
-           "pointwise": K_POINTWISE}  # fmt: skip
+# How the kernel walks K (see the module docstring); "pointwise" runs conv_pointwise.py.
+K_CHANNEL_BLOCKS, K_GATHER = 0, 1
+K_MODES = {"direct": K_CHANNEL_BLOCKS, "nhwc": K_CHANNEL_BLOCKS, "gather": K_GATHER}
+PATHS = (*K_MODES, "pointwise")
 
 
-# M (= N*OH*OW) is the only shape that changes with the batch: not a compile-time constant and
-# not specialized on, so every batch size of a network runs the kernels compiled for the first
-# (a ResNet-50 is ~200 one-second compiles per batch size otherwise). Every other shape stays
-# constant, so index math still divides by constants.
-@triton.jit(do_not_specialize=["M"])
+# M (= N*OH*OW) is the only shape that changes with the batch: not a compile-time constant (a
+# ResNet-50 would be ~200 one-second compiles per batch size), but specialized, as any int
+# argument, on whether it is a multiple of 16: the output pixels run along m, and only a known
+# alignment of the mask `m < M` lets the NCHW store (and the residual read) move 16 bytes at a
+# time instead of 2. So a shape compiles at most twice across batch sizes (batch 32 always
+# gives a multiple of 16). Every other shape stays constant: index math divides by constants.
+@triton.jit
 def _conv2d_kernel(
     # pointers
     x_ptr,  # input, element (n, c, h, w) at n*STRIDE_XN + c*STRIDE_XC + h*STRIDE_XH + w*STRIDE_XW
@@ -112,7 +115,7 @@ def _conv2d_kernel(
     PW: tl.constexpr,
     DH: tl.constexpr,  # dilation
     DW: tl.constexpr,
-    K_MODE: tl.constexpr,  # 0 K_CHANNEL_BLOCKS, 1 K_GATHER, 2 K_POINTWISE
+    K_MODE: tl.constexpr,  # 0 K_CHANNEL_BLOCKS, 1 K_GATHER
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,  # code from epilogue.activation_code
     HAS_RESIDUAL: tl.constexpr,  # add res_ptr's tile after bias/batchnorm, before the activation
@@ -143,10 +146,7 @@ def _conv2d_kernel(
     pixel = offs_m % (OH * OW)  # kept whole (not oh*OW + ow) so the compiler sees runs of pixels
     ih0 = (pixel // OW) * SH - PH  # input row seen by tap r = 0
     iw0 = (pixel % OW) * SW - PW
-    if K_MODE == 2:  # K_POINTWISE: pixels of x and out coincide
-        x_row = image * STRIDE_XN + pixel * STRIDE_XW
-    else:
-        x_row = image * STRIDE_XN + ih0 * STRIDE_XH + iw0 * STRIDE_XW
+    x_row = image * STRIDE_XN + ih0 * STRIDE_XH + iw0 * STRIDE_XW
     w_col = w_ptr + offs_n * STRIDE_WO
 
     if IS_INT8:
@@ -178,14 +178,10 @@ def _conv2d_kernel(
             c = (step % C_BLOCKS) * BLOCK_K + offs_k
             r = tap // KW
             s = tap % KW
-            if K_MODE == 2:
-                row_ok = m_valid
-                a_rows = x_row
-            else:
-                ih = ih0 + r * DH
-                iw = iw0 + s * DW
-                row_ok = m_valid & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-                a_rows = x_row + (r * DH * STRIDE_XH + s * DW * STRIDE_XW)
+            ih = ih0 + r * DH
+            iw = iw0 + s * DW
+            row_ok = m_valid & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
+            a_rows = x_row + (r * DH * STRIDE_XH + s * DW * STRIDE_XW)
             c_ok = c < C
             a_ptrs = x_ptr + a_rows[:, None] + c[None, :] * STRIDE_XC
             a = tl.load(a_ptrs, mask=row_ok[:, None] & c_ok[None, :], other=0.0)
@@ -354,6 +350,8 @@ class FloatConv:
             conv = conv_call(self.layer, nhwc, x.shape, nhwc_strides(x.shape), out, plan,
                              residual=residual)  # fmt: skip
             return BoundPlan([copy, conv], [nhwc], [copy_choice])
+        if plan["PATH"] == "pointwise":
+            return BoundPlan([pointwise_call(self.layer, x, out, plan, residual)], [], [])
         conv = conv_call(self.layer, x, x.shape, x.stride(), out, plan, residual=residual)
         return BoundPlan([conv], [], [])
 
@@ -370,7 +368,7 @@ def build_conv2d(
     """Build-time work (fold batchnorm, pack weights) for a float conv; geometry: stride,
     padding, dilation, groups as in F.conv2d. `path` forces one read path ("direct", "nhwc",
     "gather", "pointwise") so benchmarks and tests reach each."""
-    if path not in ("auto", *K_MODES):
+    if path not in ("auto", *PATHS):
         raise ValueError(f"unknown path {path!r}")
     layer = prepare_conv(weight, bias, activation, batchnorm,
                          lambda master: (pack_weight(master, weight.dtype), None), **geometry)  # fmt: skip

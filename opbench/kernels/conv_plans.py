@@ -1,7 +1,8 @@
 """Which read path and tile a convolution runs: its candidate plans.
 
 A plan is a `tuning.Config` with meta PATH ("direct" | "nhwc" | "gather" | "pointwise", see
-conv.py), BLOCK_M, BLOCK_N, BLOCK_K, and num_warps / num_stages. Every candidate for an
+conv.py), BLOCK_M, BLOCK_N, BLOCK_K (the pointwise kernel of conv_pointwise.py: BLOCK_O output
+channels, BLOCK_P pixels, BLOCK_K), and num_warps / num_stages. Every candidate for an
 input signature is timed on its first bind (like cudnn.benchmark); under the CPU
 interpreter the one small tile runs untimed.
 """
@@ -28,7 +29,34 @@ FLOAT_TILES: tuple[Tile, ...] = (
     (256, 64, 64, 8, 3),
     (64, 64, 64, 4, 4),
 )
-GATHER_TILES: tuple[Tile, ...] = ((128, 64, 32, 4, 4), (64, 64, 64, 4, 4), (128, 64, 16, 4, 4))
+# Pointwise (1x1 on NCHW) tiles: (BLOCK_O, BLOCK_P, BLOCK_K, num_warps, num_stages). ResNet's
+# 64- and 128-deep layers take one or two K steps and are bound by the output store: wide
+# tiles; the deep ones (C 512..2048) are GEMMs with a K loop worth pipelining.
+POINTWISE_TILES: tuple[Tile, ...] = (
+    (128, 128, 64, 4, 3),
+    (128, 128, 64, 8, 3),
+    (128, 256, 64, 8, 3),
+    (256, 128, 64, 8, 3),
+    (64, 256, 64, 4, 3),
+    (64, 128, 64, 4, 4),
+    (128, 64, 64, 4, 4),
+    (64, 64, 64, 4, 4),
+    # Two stages: less shared memory, so more programs per SM overlap one's epilogue (the
+    # skip read and the store) with another's loads, for the one- and two-step K loops.
+    (128, 128, 64, 4, 2),
+    (128, 128, 64, 8, 2),
+    (64, 128, 64, 4, 2),
+)
+# The C=3 stem: K = 147 in three 64-deep steps won on an H100 (2026-11-25); its neighbours.
+GATHER_TILES: tuple[Tile, ...] = (
+    (128, 64, 32, 4, 4),
+    (64, 64, 64, 4, 4),
+    (128, 64, 16, 4, 4),
+    (64, 64, 64, 4, 3),
+    (64, 64, 64, 8, 4),
+    (128, 64, 64, 8, 3),
+    (64, 64, 32, 4, 4),
+)
 INT8_TILES: tuple[Tile, ...] = (
     (128, 128, 128, 8, 3),
     (128, 64, 128, 4, 4),
@@ -58,22 +86,45 @@ def tile_plan(path: str, tile: Tile) -> Config:
                      num_warps=warps, num_stages=stages)  # fmt: skip
 
 
+def pointwise_plans(cout: int, pixels: int, channels: int, dtype: torch.dtype) -> list[Config]:
+    """The pointwise kernel's tiles that fit Cout, the P = OH*OW pixels and C."""
+    if INTERPRET:
+        tiles = [INTERPRET_TILE]
+    elif dtype == torch.float32:
+        tiles = [FP32_TILES[0]]
+    else:
+        tiles = [t for t in POINTWISE_TILES
+                 if t[0] <= max(64, next_power_of_2(cout)) and t[1] <= max(64, next_power_of_2(pixels))
+                 and t[2] <= max(32, next_power_of_2(channels))]  # fmt: skip
+    return [Config.of(PATH="pointwise", BLOCK_O=o, BLOCK_P=p, BLOCK_K=k, num_warps=warps,
+                      num_stages=stages) for o, p, k, warps, stages in tiles]  # fmt: skip
+
+
 def float_paths(x: torch.Tensor, geometry: dict, forced: str) -> list[str]:
     """The read paths worth trying for x (or the one `forced`, unless "auto")."""
     g = geometry
-    pointwise_ok = (g["KH"], g["KW"], g["SH"], g["SW"], g["PH"], g["PW"]) == (1, 1, 1, 1, 0, 0)
+    pointwise_ok = (g["KH"], g["KW"], g["PH"], g["PW"]) == (1, 1, 0, 0)
     if forced == "pointwise" and not pointwise_ok:
-        raise ValueError("the pointwise path needs a 1x1 kernel, stride 1, no padding")
+        raise ValueError("the pointwise path needs a 1x1 kernel and no padding")
     if forced != "auto":
         return [forced]
     c, hw = x.shape[1], x.shape[2] * x.shape[3]
     if c < MIN_CHANNELS_FOR_BLOCKS:
         return ["gather"]
     if pointwise_ok and x.stride(3) == 1:
+        if (g["SH"], g["SW"]) != (1, 1):  # the pointwise kernel's strided gathers lose here
+            return ["direct", "nhwc"]
+        # Pixel runs not a multiple of 8 (7x7, 14x14) cannot load 16 bytes at a time: the
+        # NHWC copy + channel-block path may win there.
         return ["pointwise"] + (["nhwc"] if hw % 8 else [])
     if x.stride(1) == 1 or x.stride(3) == 1:
         return ["direct", "nhwc"]
     return ["direct"]
+
+
+def output_pixels(x: torch.Tensor, geometry: dict) -> int:
+    """OH*OW of an unpadded 1x1 conv of x."""
+    return ((x.shape[2] - 1) // geometry["SH"] + 1) * ((x.shape[3] - 1) // geometry["SW"] + 1)
 
 
 def float_candidates(
@@ -82,6 +133,9 @@ def float_candidates(
     plans = []
     c = x.shape[1]
     for path in float_paths(x, geometry, forced):
+        if path == "pointwise":
+            plans += pointwise_plans(cout, output_pixels(x, geometry), c, dtype)
+            continue
         table = GATHER_TILES if path == "gather" else FLOAT_TILES
         table = FP32_TILES if dtype == torch.float32 else table
         plans += [tile_plan(path, t) for t in fitting_tiles(table, cout, c, path == "gather")]

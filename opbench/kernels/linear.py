@@ -32,6 +32,7 @@ from opbench.kernels.linear_plans import (
     tile_candidates,
     tma_ok,
 )
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 
@@ -274,7 +275,7 @@ def gemm_calls(
         partial = unused
         if plan["SPLIT_K"] > 1:
             acc_dtype = torch.int32 if is_int8 else torch.float32  # fp8 sums in fp32
-            partial = torch.empty(plan["SPLIT_K"] * M * N, dtype=acc_dtype, device=a.device)
+            partial = scratch((plan["SPLIT_K"] * M * N,), acc_dtype, a.device)  # per launch
         args = (a, w, *pointers, partial, layer.arrivals, M, N, K, *a.stride(), *w.stride(),
                 *out.stride())  # fmt: skip
         named.update(EVEN_K=K % bk == 0, QUANTIZE_A=is_int8 and a.dtype != torch.int8,

@@ -10,8 +10,10 @@ cuda_graph: the whole forward captured once as a CUDA graph and its replays time
 Each mode's row carries a `correctness` record: one call of that forward (captured and
 replayed once, for the graph mode), its buffers poisoned first, every model output against
 the high-precision reference of the whole graph from the same model inputs. The tolerance is
-the loosest of the model's layers. The row also says how much device memory the forward took
-at its peak (CUDA) and the graph's live activations, from the shapes.
+the loosest of the model's layers. The row also says how much device memory the forward needs
+(CUDA: what its set-up keeps plus the peak of one call), the graph's live activations, from
+the shapes, and the bytes of the buffers planned by liveness (pipeline/arena.py) against one
+buffer per value: those two from the plan, on any device.
 """
 
 from __future__ import annotations
@@ -88,10 +90,10 @@ def _timed(row: EndToEnd, options: RunOptions, timing, data: ModelData, make_for
     """`row` checked and timed on the forward `make_forward()` gives; a failure is the result,
     never a crash (with the correctness found before it, if any)."""
     try:
-        # Setting the forward up runs it once (pipeline/forward.py): its peak is the forward's.
         with _peak_memory(data.device) as peak:
             forward = make_forward()
-        row = replace(row, peak_bytes=peak.get("bytes"))
+            peak["settle"](forward.call)
+        row = replace(row, peak_bytes=peak.get("bytes"), **_planned(forward))
         row = replace(row, correctness=_check(forward, data))
         with options.timing_guard():
             measurement = time_callable(forward.call, timing, options.device, hold=False)
@@ -147,7 +149,7 @@ def _captured(forward: Forward, device: str) -> Forward:
         capture.replay()
         return outs
 
-    return Forward(forward.call, forward.buffers + tuple(outs), check=replay)
+    return Forward(forward.call, forward.buffers + tuple(outs), check=replay, memory=forward.memory)
 
 
 def _check(forward: Forward, data: ModelData):
@@ -189,19 +191,41 @@ def _check(forward: Forward, data: ModelData):
     return combine(found)
 
 
+def _planned(forward: Forward) -> dict[str, int]:
+    """The planned buffers' bytes (pipeline/arena.py), from the plan: on any device."""
+    memory = forward.memory
+    if memory is None or memory.plan is None:
+        return {}
+    return {"planned_bytes": memory.planned_bytes, "separate_bytes": memory.separate_bytes}
+
+
 @contextmanager
 def _peak_memory(device: str):
-    """On CUDA, the most device memory allocated inside the block beyond what was allocated
-    when it began (bytes, in the dict it yields, once the block ends); nothing elsewhere."""
-    found: dict[str, int] = {}
+    """On CUDA, what the forward needs: the device memory allocated inside the block beyond
+    what was allocated when it began, at its peak over one call made after the set-up
+    (`found["settle"](call)`). What set-up allocates and keeps (buffers, prepared inputs)
+    counts; its passing allocations (tuning's trial launches, the first binds) do not: they
+    are one-off, not the forward's. Bytes in found["bytes"] once the block ends; elsewhere
+    nothing is measured (settle does not call)."""
+    found: dict[str, Any] = {"settle": lambda call: None}
     if not device.startswith("cuda"):
         yield found
+        found.pop("settle")
         return
     import torch
 
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
+
+    def settle(call) -> None:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        call()
+        torch.cuda.synchronize(device)
+
+    found["settle"] = settle
     torch.cuda.reset_peak_memory_stats(device)
     yield found
     torch.cuda.synchronize(device)
+    found.pop("settle")
     found["bytes"] = int(torch.cuda.max_memory_allocated(device) - before)

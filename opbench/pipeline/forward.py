@@ -17,8 +17,12 @@ Where the suite changes dtype between a producer and its reader, the reader cast
 buffer is cast into a buffer of its own, so the reader stays bound).
 
 Each value is dropped after its last reader, so what the forward allocates per call is freed
-as soon as it can be: its peak is its live values, not the sum of every layer's output. (A
-binding's own output buffer lives as long as the binding: like a CUDA graph's static buffers.)
+as soon as it can be: its peak is its live values, not the sum of every layer's output. A group
+whose Built `takes_out` is bound to write into a buffer planned by liveness (pipeline/arena.py,
+spec/buffer_plan.py): groups whose values are never alive together share bytes of one arena,
+and every bound launch's scratch shares one block. A group that allocates its own output keeps
+it as long as its binding, like a CUDA graph's static buffers. The output of a group that is a
+view of fixed inputs (reshape, flatten, a contiguous slice) is fixed too, so its readers bind.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.backends.base import Built, torch_dtype
+from opbench.pipeline.arena import ForwardMemory
 from opbench.pipeline.data import ModelData
 from opbench.spec.model import ModelSpec
 
@@ -41,20 +46,29 @@ class Forward:
 
     call: one forward; returns every model output, in `Graph.outputs` order.
     buffers: the tensors bindings allocated that every call writes (poisoned before a checked
-        call, so an element the forward never writes shows).
+        call, so an element the forward never writes shows): the planned arena, the shared
+        scratch and the buffers groups allocated themselves.
     check: what a checked call runs instead of `call`, when that is not `call` itself (a
         replay of a captured graph of it); None: `call`.
+    memory: the planned buffers (pipeline/arena.py); None for a compiled forward.
     """
 
     call: Callable[[], tuple[Any, ...]]
     buffers: tuple[Any, ...] = ()
     check: Callable[[], tuple[Any, ...]] | None = None
+    memory: ForwardMemory | None = None
 
 
-def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data: ModelData):
+def eager_forward(
+    model: ModelSpec,
+    built: Mapping[tuple[int, ...], Built],
+    data: ModelData,
+    plan_memory: bool = True,
+):
     """The forward from the groups' bound launches (see the module doc). Runs each group once
     while it is set up, to learn which outputs are fixed buffers. ValueError when the groups
-    cannot run in any order, or a group has more than one output."""
+    cannot run in any order, or a group has more than one output. plan_memory=False: each
+    group allocates its own buffers (the forward before the plan, for comparison)."""
     graph = model.graph
     order = graph.order_groups(built)
     dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
@@ -64,6 +78,11 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
     fixed: dict[str, Any] = {}  # values that are the same tensor on every call
     steps: list[Step] = []
     buffers: list[Any] = []
+    memory = ForwardMemory.of(model, order, built, data.device, plan_memory)
+    scratch = memory.scratch
+    # Groups bound before the scratch block knew its size, to bind again into it:
+    # (step index, bind, group, name, other outputs, frees).
+    rebind: list[tuple[int, Callable[[], Any], Any, str, tuple[str, ...], tuple[str, ...]]] = []
     env: Env = {}  # one call of the forward, made while setting it up
     for k, group in enumerate(order):
         group_built = built[group]
@@ -88,15 +107,22 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
             dict.fromkeys(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
         )
         if all(x is not None for _, x, _ in sources):
-            bound = group_built.bind_input(*(x for _, x, _ in sources))
+            xs = tuple(x for _, x, _ in sources)
+            bound, bind, planned = _binder(group_built, xs, memory, name, others)
             out = bound.launch()
             if bound.out is not None and out.data_ptr() == bound.out.data_ptr():
                 fixed[name] = out  # only a buffer the backend owns is the same next call
-                buffers.append(bound.out)
+                if not planned:
+                    buffers.append(bound.out)
+            elif bound.out is None and _views(out, xs):
+                fixed[name] = out  # a view of fixed inputs: the same tensor every call
             extra = _extra_outputs(group, others, bound.extra)
             for value, tensor in extra.items():
                 fixed[value] = env[value] = tensor
-                buffers.append(tensor)
+                if not planned:
+                    buffers.append(tensor)
+            if planned and scratch.used:
+                rebind.append((len(steps), bind, group, name, others, frees))
             steps.append(_launch_step(bound.launch, name, frees, extra))
         elif others:
             raise ValueError(
@@ -112,13 +138,60 @@ def eager_forward(model: ModelSpec, built: Mapping[tuple[int, ...], Built], data
         for v in frees:
             env.pop(v, None)
 
+    # The shared scratch block sized to the groups' need, and those groups bound again into
+    # it; again once more if their need shrank (a first bind's tuning asks for every
+    # candidate's scratch, later binds reuse the choice).
+    for _ in range(3):
+        if not (rebind and scratch.fit()):
+            break
+        scratch.need = 0
+        for at, bind, group, name, others, frees in rebind:
+            bound = bind()
+            extra = _extra_outputs(group, others, bound.extra)
+            steps[at] = _launch_step(bound.launch, name, frees, extra)
+
     def forward() -> tuple[Any, ...]:
         env: Env = {}
         for step in steps:
             step(env)
         return tuple(env[o] for o in outputs)
 
-    return Forward(forward, tuple(buffers))
+    return Forward(forward, (*memory.buffers, *buffers), memory=memory)
+
+
+def _binder(
+    built: Built, xs: tuple[Any, ...], memory: ForwardMemory, name: str, others: tuple[str, ...]
+) -> tuple[Any, Callable[[], Any], bool]:
+    """The group bound to `xs` (its scratch in the shared block), the bind step that made it
+    (to bind again once the block is sized), and whether it writes planned buffers (its
+    outputs' bytes in the arena). A group whose kernel refuses the planned buffer (ValueError:
+    a layout it cannot write) allocates its own."""
+    out = memory.out_for(name) if built.takes_out else None
+    extra = tuple(memory.out_for(v) for v in others)
+
+    def bind_planned() -> Any:
+        with memory.binding():
+            return built.bind_input(*xs, out=out, extra=extra)
+
+    def bind_own() -> Any:
+        with memory.binding():
+            return built.bind_input(*xs)
+
+    if out is not None and all(e is not None for e in extra):
+        try:
+            return bind_planned(), bind_planned, True
+        except ValueError:
+            pass
+    return bind_own(), bind_own, False
+
+
+def _views(out: Any, xs: tuple[Any, ...]) -> bool:
+    """Whether `out` shares memory with one of the tensors `xs` (a view of it)."""
+    storage = getattr(out, "untyped_storage", None)
+    if storage is None:
+        return False
+    ptr = storage().data_ptr()
+    return any(ptr == x.untyped_storage().data_ptr() for x in xs)
 
 
 def _extra_outputs(group, others: tuple[str, ...], extra: Mapping[str, Any]) -> dict[str, Any]:

@@ -222,12 +222,14 @@ def _check(e2e: EndToEnd) -> str:
 
 
 def _memory(e2e: EndToEnd) -> str:
-    """Measured peak (where measured) / the live activations' floor, in MiB."""
+    """Measured peak (where measured) / the live activations' floor, and the planned
+    buffers' bytes where the forward planned them, in MiB."""
     mib = 1024 * 1024
     live = f"{e2e.live_bytes / mib:.2f}" if e2e.live_bytes is not None else "—"
+    planned = "" if e2e.planned_bytes is None else f", planned {e2e.planned_bytes / mib:.2f}"
     if e2e.peak_bytes is None:
-        return f"— (live {live})"
-    return f"{e2e.peak_bytes / mib:.2f} (live {live})"
+        return f"— (live {live}{planned})"
+    return f"{e2e.peak_bytes / mib:.2f} (live {live}{planned})"
 
 
 def failures(run: RunResult) -> list[LayerResult]:

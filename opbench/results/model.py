@@ -208,11 +208,17 @@ class EndToEnd:
         forward never ran. Its tolerance is the loosest of the model's layers: errors of
         every layer reach the outputs.
     outputs: the model's outputs (the layers nothing reads) the correctness covers.
-    peak_bytes: device memory the forward took at its peak beyond what was allocated before
-        it was set up (weights and model inputs excluded): its buffers, workspaces and live
-        values (torch.cuda.max_memory_allocated); None where not measured (the CPU).
+    peak_bytes: device memory the forward needs beyond what was allocated before it was set
+        up (weights excluded): what the set-up keeps (buffers, workspaces, prepared model
+        inputs) plus the most one call allocates on top (torch.cuda.max_memory_allocated over
+        a call after the set-up; the set-up's passing allocations, tuning's included, do not
+        count); None where not measured (the CPU).
     live_bytes: from the shapes, the most bytes of layer outputs alive at once when each is
         freed after its last reader: the floor peak_bytes can be held against.
+    planned_bytes: from the plan, on any device: the bytes of the buffers the forward planned
+        by liveness (the output arena and the shared scratch, pipeline/arena.py); None where
+        no group writes planned buffers (torch backends).
+    separate_bytes: from the same plan, what those outputs took as one buffer each.
     """
 
     model: str
@@ -227,6 +233,8 @@ class EndToEnd:
     outputs: tuple[str, ...] = ()
     peak_bytes: int | None = None
     live_bytes: int | None = None
+    planned_bytes: int | None = None
+    separate_bytes: int | None = None
 
     @property
     def stats(self) -> TimingStats | None:
