@@ -197,6 +197,12 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
                     "fp8": attention_fp8_calls}.get(kind)  # fmt: skip
             if kind == "hopper":
                 from opbench.kernels.attention_hopper import hopper_call as call
+            if kind == "ws":
+                from opbench.kernels.attention_ws import ws_call as call
+            if kind == "ws8":
+                from opbench.kernels.attention_ws_fp8 import ws_fp8_calls as call
+
+                config = {key: val for key, val in config.items() if key != "FP8"}
             call(q, k, v, out, causal=case["causal"], config=config)
         sync()
         return kind, time.perf_counter() - start, None

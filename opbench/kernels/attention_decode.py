@@ -40,6 +40,7 @@ from opbench.kernels.attention_decode_plans import chunk_for, rows_per_block, tu
 from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequence
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # Splits' partials merged per load by the combine kernel (a [COMBINE_SPLITS, D] fp32 tile).
@@ -275,10 +276,11 @@ def decode_calls(
         n_splits, chunk = chunk_for(kv_len, cfg["SPLITS"])
         split = n_splits > 1
         shape = (batch * kv_heads, n_splits, num_rows) if split else (1,)
-        part_m = torch.empty(shape, dtype=torch.float32, device=q.device)
-        part_l = torch.empty_like(part_m)
-        part_acc = torch.empty((*shape, head_dim) if split else (1,), dtype=torch.float32,
-                               device=q.device)  # fmt: skip
+        # Written by the split kernel before the combine kernel reads them, in every launch:
+        # per-launch scratch (kernels/scratch.py), shared across a forward's groups.
+        part_m = scratch(shape, torch.float32, q.device)
+        part_l = scratch(shape, torch.float32, q.device)
+        part_acc = scratch((*shape, head_dim) if split else (1,), torch.float32, q.device)
         args = (q, k, v, out, part_acc, part_m, part_l, q_len, kv_len, kv_heads, num_rows,
                 chunk, *q.stride(), *k.stride(), *v.stride(), *out.stride(), scale)  # fmt: skip
         calls = [config_call(_decode_split_kernel, (row_blocks, n_splits, batch * kv_heads),

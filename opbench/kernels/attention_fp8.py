@@ -33,6 +33,7 @@ saturating). Everything else, the fp8 loads and dots included, is the same code.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -56,8 +57,8 @@ from opbench.kernels.attention_plans import (
     fp8_candidates,
 )
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
-from opbench.kernels.tuning import Choice, Config
+from opbench.kernels.launch import BoundKernels, KernelCall, config_call
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # e4m3 (float8e4nv) has no infinities; its largest value, 448.0, is written as a literal in the
 # kernels below.
@@ -331,6 +332,34 @@ def check_fp8_device(device: torch.device) -> None:
         raise Unsupported("fp8 attention needs fp8 tensor cores (compute capability 8.9+)")
 
 
+def fp8_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[list[KernelCall], list, Callable[[Config], KernelCall], list[Config]]:
+    """The pieces of `attention_fp8_calls`: the bound quantization passes, the tensors they
+    write [k8, k_scale, vt8, v_scale, workspace...], the attention kernel's KernelCall for a
+    config, and its candidates."""
+    batch, seq_len, heads, head_dim = q.shape
+    check_head_dim(head_dim, q.dtype)
+    if q.dtype == torch.float32:
+        raise Unsupported("fp8 attention takes float16/bfloat16 inputs")
+    if head_dim < 32:
+        raise Unsupported(f"fp8 attention needs a head dim >= 32 (8-bit MMA), got {head_dim}")
+    check_fp8_device(q.device)
+    assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
+    ensure_descriptor_allocator()
+    quantize, keep = quantize_kv_calls(k, v)
+    k8, k_scale, vt8, v_scale = keep[:4]
+    args = (q, k8, k_scale, vt8, v_scale, out, seq_len, k8.shape[1], heads, *q.stride(),
+            *out.stride(), LOG2E / math.sqrt(head_dim))  # fmt: skip
+    named = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_BLOCK=KEY_BLOCK, EMULATE=INTERPRET)
+
+    def make(cfg: Config) -> KernelCall:
+        grid = (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads)
+        return config_call(_attention_fp8_kernel, grid, args, named, cfg)
+
+    return quantize, keep, make, fp8_candidates(head_dim, descriptors_usable(k8, vt8))
+
+
 def attention_fp8_calls(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -341,26 +370,14 @@ def attention_fp8_calls(
     config: Config | dict | None = None,
 ) -> tuple[list[KernelCall], Choice, list]:
     """Quantize K and V, then the fp8 attention kernel, bound on [B, S, H, D] views."""
-    batch, seq_len, heads, head_dim = q.shape
-    check_head_dim(head_dim, q.dtype)
-    if q.dtype == torch.float32:
-        raise Unsupported("fp8 attention takes float16/bfloat16 inputs")
-    if head_dim < 32:
-        raise Unsupported(f"fp8 attention needs a head dim >= 32 (8-bit MMA), got {head_dim}")
-    check_fp8_device(q.device)
-    assert k.stride() == q.stride() and v.stride() == q.stride() and out.shape == q.shape
-    ensure_descriptor_allocator()
-    quantize, (k8, k_scale, vt8, v_scale, *workspace) = quantize_kv_calls(k, v)
-    args = (q, k8, k_scale, vt8, v_scale, out, seq_len, k8.shape[1], heads, *q.stride(),
-            *out.stride(), LOG2E / math.sqrt(head_dim))  # fmt: skip
-    named = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_BLOCK=KEY_BLOCK, EMULATE=INTERPRET)
-    call, choice = tuned_call(
-        "attention_fp8", _attention_fp8_kernel, views_key(q, out, causal),
-        fp8_candidates(head_dim, descriptors_usable(k8, vt8)),
-        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
-        q.device, as_config(config),
-    )  # fmt: skip
-    return [*quantize, call], choice, [k8, k_scale, vt8, v_scale, *workspace]
+    quantize, keep, make, candidates = fp8_launch(q, k, v, out, causal)
+    key = views_key(q, out, causal)
+    forced = as_config(config)
+    if forced is not None:
+        choice = Choice("attention_fp8", key, device_tag(q.device), forced, "forced")
+    else:
+        choice = choose("attention_fp8", key, candidates, q.device, lambda c: make(c).call)
+    return [*quantize, make(choice.config)], choice, keep
 
 
 def attention_fp8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):
@@ -377,6 +394,15 @@ class Fp8Attention(Attention):
         self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
     ) -> BoundKernels:
         q, k, v, out, out4 = self.output(x, out)
-        calls, choice, keep = attention_fp8_calls(q, k, v, out4, causal=self.causal,
-                                                  config=config)  # fmt: skip
+        # Imported here: Gluon's Hopper modules are needed only where a Hopper kernel may run.
+        from opbench.kernels.attention_ws import ws_usable
+
+        if config is None and ws_usable(q, k, v, out4):
+            # Hopper: one tuned choice over this module's kernel and the warp-specialized one.
+            from opbench.kernels.attention_ws_fp8 import tuned_fp8_sm90_calls
+
+            calls, choice, keep = tuned_fp8_sm90_calls(q, k, v, out4, causal=self.causal)
+        else:
+            calls, choice, keep = attention_fp8_calls(q, k, v, out4, causal=self.causal,
+                                                      config=config)  # fmt: skip
         return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])

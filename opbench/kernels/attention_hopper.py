@@ -317,11 +317,11 @@ def hopper_call(
     return make(choice.config), choice
 
 
-def tuned_attention_call(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool
-) -> tuple[KernelCall, Choice]:
-    """One tuned choice among the Gluon kernel's tiles and the portable kernel's (each
-    config says which by KERNEL), for views `hopper_usable` accepts."""
+def sm90_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[Callable[[Config], KernelCall], list[Config]]:
+    """The Gluon kernel's tiles and the portable kernel's as one candidate list (each config
+    says which by KERNEL), and the KernelCall of any of them."""
     make_hopper, hopper_candidates = hopper_launch(q, k, v, out, causal)
     args, named, grid, portable = portable_launch(q, k, v, out, causal)
 
@@ -333,6 +333,15 @@ def tuned_attention_call(
     candidates = hopper_candidates + [Config.of(KERNEL="portable", num_warps=c.num_warps,
                                                 num_stages=c.num_stages, maxnreg=c.maxnreg,
                                                 **c.kwargs) for c in portable]  # fmt: skip
+    return make, candidates
+
+
+def tuned_attention_call(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool
+) -> tuple[KernelCall, Choice]:
+    """One tuned choice among the Gluon kernel's tiles and the portable kernel's, for views
+    `hopper_usable` accepts."""
+    make, candidates = sm90_launch(q, k, v, out, causal)
     key = views_key(q, out, causal)
     choice = choose("attention_sm90", key, candidates, q.device, lambda c: make(c).call)
     return make(choice.config), choice

@@ -1,8 +1,10 @@
 """The attention layer's launcher: x [B, S, E] (or packed [B, S, 3E]) → [B, S, E], on the
-Hopper (Gluon) kernel where it applies, else the portable kernel of attention.py.
+Hopper (Gluon) kernels where they apply (one tuned choice among the warp-specialized kernel of
+attention_ws.py, the single-program one of attention_hopper.py and the portable one), else the
+portable kernel of attention.py.
 
-It sits apart from both kernel files so that each stays a leaf: the Hopper module reuses the
-portable kernel's launch pieces, and this module alone knows about the two.
+It sits apart from the kernel files so that each stays a leaf: the Hopper modules reuse the
+portable kernel's launch pieces, and this module alone knows about all of them.
 """
 
 from __future__ import annotations
@@ -43,12 +45,13 @@ class Attention:
         self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
     ) -> BoundKernels:
         q, k, v, out, out4 = self.output(x, out)
-        # Imported here: Gluon's Hopper module is needed only where a Hopper kernel may run.
-        from opbench.kernels.attention_hopper import hopper_usable, tuned_attention_call
+        # Imported here: Gluon's Hopper modules are needed only where a Hopper kernel may run.
+        from opbench.kernels.attention_ws import tuned_sm90_ws_call, ws_usable
 
-        if config is None and hopper_usable(q, k, v, out4):
-            # Hopper: the Gluon kernel's tiles and the portable kernel's, one tuned choice.
-            call, choice = tuned_attention_call(q, k, v, out4, causal=self.causal)
+        if config is None and ws_usable(q, k, v, out4):
+            # Hopper: the warp-specialized Gluon kernel's tiles, the single-program Gluon
+            # kernel's and the portable kernel's, one tuned choice.
+            call, choice = tuned_sm90_ws_call(q, k, v, out4, causal=self.causal)
         else:
             call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
         return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])

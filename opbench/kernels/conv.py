@@ -62,6 +62,7 @@ from opbench.kernels.device import dot_accumulate
 from opbench.kernels.epilogue import activation_code, apply_activation
 from opbench.kernels.host import INTERPRET, cdiv, fold_batchnorm, pair
 from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequence
+from opbench.kernels.scratch import scratch
 from opbench.kernels.transpose import bind_strided_map
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
@@ -345,7 +346,7 @@ class FloatConv:
     ) -> BoundPlan:
         if plan["PATH"] == "nhwc" and x.stride(1) != 1:
             n, c, h, w = x.shape
-            nhwc = torch.empty((n, h, w, c), dtype=x.dtype, device=x.device)
+            nhwc = scratch((n, h, w, c), x.dtype, x.device)  # rewritten by every launch
             copy, copy_choice = bind_strided_map(x.permute(0, 2, 3, 1), nhwc, activation=0)
             conv = conv_call(self.layer, nhwc, x.shape, nhwc_strides(x.shape), out, plan,
                              residual=residual)  # fmt: skip

@@ -39,6 +39,7 @@ from opbench.kernels.device import inverse_scale, round_to_int8
 from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, sequence
 from opbench.kernels.quantize import quantize_per_row
+from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # Elements each absmax program reduces (at most MAX_CHUNKS programs per image).
@@ -119,7 +120,7 @@ def quantize_calls(
     num_chunks = max(1, min(MAX_CHUNKS, cdiv(chw, CHUNK_TARGET)))
     chunk = cdiv(cdiv(chw, num_chunks), block) * block
     num_chunks = cdiv(chw, chunk)
-    partials = torch.empty((n, num_chunks), device=x.device, dtype=torch.float32)
+    partials = scratch((n, num_chunks), torch.float32, x.device)
     absmax = KernelCall(
         _absmax_partials_kernel, (num_chunks, n), (x, partials),
         dict(CHW=chw, CHUNK=chunk, NUM_CHUNKS=num_chunks, STRIDE_XN=x.stride(0), BLOCK=block),
@@ -167,8 +168,9 @@ class Int8Conv:
             raise ValueError("x must be contiguous NCHW or channels_last")
         out = output_for(self.layer, x, out)
         n, c, h, w = x.shape
-        xq = torch.empty((n, h, w, c), device=x.device, dtype=torch.int8)
-        x_scale = torch.empty((n,), device=x.device, dtype=torch.float32)
+        # Scratch: the quantize launches rewrite xq and x_scale before every conv launch.
+        xq = scratch((n, h, w, c), torch.int8, x.device)
+        x_scale = scratch((n,), torch.float32, x.device)
         quantize, keep = quantize_calls(x, xq, x_scale)
         key = f"{x.dtype}|{tuple(x.shape)}|Cout{self.layer.cout}|" + ",".join(
             f"{k}{v}" for k, v in self.layer.geometry.items()) + \

@@ -1,0 +1,354 @@
+"""Flash attention forward for Hopper (sm_90) in Gluon, warp-specialized as FlashAttention-3
+is: a producer warp streams K/V tiles by TMA into shared-memory rings guarded by mbarriers,
+and two consumer warpgroups, each with its own 64-row Q tile, run the asynchronous
+warpgroup MMAs and the softmax.
+
+Why (docs/perf/attention.md, 2026-11-25): the single-program Gluon kernel (attention_hopper.py)
+refills its K/V slots behind CTA-wide barriers, which lock its two warpgroups in step, and its
+warps issue the TMA themselves. Here no consumer waits for the other: a slot is refilled when
+both consumers have *arrived* on its "empty" mbarrier (count 2), and the producer waits for
+that, not the consumers. Each consumer keeps the intra-warpgroup order of attention_hopper.py:
+
+    S_{j+1} = Q K_{j+1}^T (async);  O *= alpha_j;  O += P_j V_j (async)
+    wait S_{j+1} -> release K slot; softmax j+1 (runs under P_j V_j); wait P_j V_j -> release V
+
+With PINGPONG the two consumers take turns to *issue* their pair of MMAs (two "turn"
+mbarriers, count 1 each: a consumer waits for its turn, issues, and hands the turn over), so
+the tensor cores run one warpgroup's MMAs while the other does its softmax, FA3's ping-pong.
+
+P goes to the PV MMA through shared memory (two buffers per consumer, a barrier of that
+consumer's 4 warps only). From registers (wgmma's A operand may be a register tensor) ptxas
+placed the wait for P_j V_j above the softmax of block j + 1 (sm_90 SASS, Triton 3.6), which
+undoes the overlap; tests/kernels/test_attention_ws.py checks the order.
+
+Layout and masking as in attention_hopper.py: q, k, v are [B, S, H, D] views that TMA reads as
+[B S, H D] matrices; key rows past a batch's end are masked (-inf), query rows past it are
+never stored, and past the last batch TMA reads zeros. A CTA covers 128 query rows (two
+consumers x 64); with CAUSAL both consumers walk the key blocks up to the CTA's last row (the
+lower consumer's extra keys are masked), so that both take the same number of turns.
+
+Compiled only for compute capability 9.x (Gluon has no interpreter path): CPU tests compile it
+for sm_90 (tests/kernels/test_attention_ws.py) and the GPU run checks it against float64.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from opbench.kernels import Unsupported
+from opbench.kernels.attention import LOG2E, as_config, views_key
+from opbench.kernels.attention_hopper import (
+    _descriptor,
+    _softmax_block,
+    hopper_usable,
+    sm90_launch,
+)
+from opbench.kernels.host import cdiv
+from opbench.kernels.launch import KernelCall
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
+
+# The TMA load: `async_load` since Triton 3.7 (3.6: `async_copy_global_to_shared`).
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+# The barrier of a partition's warps: `gl.barrier` since Triton 3.7 (`gl.thread_barrier`).
+_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (one m64 wgmma row block)
+CTA_M = gl.constexpr(128)
+# Registers per thread: the second consumer and the producer (1 warp, in a warpgroup of its
+# own); the default partition (first consumer) gets what maxnreg leaves. 12 warps in all
+# (4 + 4 + the producer's group): 65536 / 384 = 170 -> maxnreg 168, and 168 * 384 =
+# 64512 = 240 * 128 * 2 + 24 * 128.
+CONSUMER_REGS = gl.constexpr(240)
+PRODUCER_REGS = gl.constexpr(24)
+MAXNREG = 168
+
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
+                 v_ready, v_empty, q_row, q_col, k_row, k_col, v_row, v_col, num_blocks,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
+    """One warp: both Q tiles (rows q_row, q_row + WG_M) and K_0, then per block i: K_{i+1}
+    and V_i, each into slot i % STAGES of its ring once both consumers released that slot's
+    previous block (a fresh mbarrier passes a wait on parity 1). K runs one block ahead of V
+    because the consumers need K_{i+1} and V_i in the same step (and release K sooner).
+    Key block i is at (k_row + i BLOCK_N, k_col); its values at (v_row + i BLOCK_N, v_col),
+    or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N)."""
+    for w in gl.static_range(2):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
+    _load_kv(k_desc, k_smem, k_ready, k_empty, 0, k_row, k_col, STAGES)
+    for i in range(num_blocks):
+        if i + 1 < num_blocks:
+            row = k_row + (i + 1) * BLOCK_N
+            _load_kv(k_desc, k_smem, k_ready, k_empty, i + 1, row, k_col, STAGES)
+        if V_T:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row, v_col + i * BLOCK_N, STAGES)
+        else:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row + i * BLOCK_N, v_col, STAGES)
+
+
+@gluon.jit
+def _load_kv(desc, smem, ready, empty, i, row, col, STAGES: gl.constexpr):
+    """Block i's tile at (row, col) into slot i % STAGES once that slot is free."""
+    slot = i % STAGES
+    mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+    _tma_load(desc, [row, col], ready.index(slot), smem.index(slot))
+
+
+@gluon.jit
+def _take_turn(turns, wg, t, PINGPONG: gl.constexpr):
+    """Wait until consumer `wg` may issue its t-th MMA pair: consumer 0 goes first (its first
+    wait is on a fresh barrier's parity 1), consumer 1 after consumer 0's t-th hand-over."""
+    if PINGPONG:
+        mbarrier.wait(turns.index(wg), (t & 1) ^ (1 - wg))
+
+
+@gluon.jit
+def _pass_turn(turns, wg, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - wg), count=1)
+
+
+@gluon.jit
+def _stage_p(p, p_buffer):
+    """P_j into shared memory as the PV MMA's A operand (two buffers per consumer, so P_{j+1}
+    is written while P_j V_j runs); the barrier spans this consumer's warps only."""
+    p_buffer.store(p.to(p_buffer.dtype))
+    fence_async_shared()
+    _cta_barrier()
+    return p_buffer
+
+
+@gluon.jit
+def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns,
+                 out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale, out_base, stride_os,
+                 HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                 STAGES: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    """Rows start_m + wg WG_M ... of the CTA's Q tile: the key loop, then the store."""
+    dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    m0 = start_m + wg * WG_M
+    if CAUSAL:
+        mask_from = (m0 // BLOCK_N) * BLOCK_N
+    else:
+        mask_from = mask_end
+    offs_m = m0 + gl.arange(0, WG_M, layout=row_s)
+    zero_s = gl.zeros([WG_M, BLOCK_N], gl.float32, layout=s_layout)
+    acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, layout=o_layout)
+    m_i = gl.full([WG_M], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([WG_M], gl.float32, layout=row_s)
+    q_tile = q_smem.index(wg)
+
+    mbarrier.wait(q_bars.index(wg), 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    _take_turn(turns, wg, 0, PINGPONG)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+    _pass_turn(turns, wg, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len, qk_scale,
+                                        CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+    p16 = _stage_p(p, p_smem.index(2 * wg))
+
+    for j in range(0, num_blocks - 1):
+        # Entering: P_j and alpha_j from block j's softmax; O complete through block j - 1.
+        nxt = (j + 1) % STAGES
+        cur = j % STAGES
+        mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
+        _take_turn(turns, wg, j + 1, PINGPONG)
+        s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+        acc_tok = warpgroup_mma(p16, v_smem.index(cur), acc, is_async=True)
+        _pass_turn(turns, wg, PINGPONG)
+        # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        # Release K_{j+1} and V_{j-1} (P_{j-1} V_{j-1} was waited for last iteration): an
+        # arrival right after the PV wait below made ptxas hoist that wait above the softmax.
+        mbarrier.arrive(k_empty.index(nxt), count=1)
+        mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
+                                            qk_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+        p16 = _stage_p(p, p_smem.index(2 * wg + (j + 1) % 2))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+
+    last = num_blocks - 1
+    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    acc_tok = warpgroup_mma(p16, v_smem.index(last % STAGES), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+
+    out = acc / gl.convert_layout(l_i, row_o)[:, None]
+    rows = m0 + gl.arange(0, WG_M, layout=row_o)
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
+    gl.store(o_ptrs, out.to(dtype), mask=rows[:, None] < seq_len)
+
+
+@gluon.jit
+def _attention_ws_kernel(
+    q_desc, k_desc, v_desc,  # TMA descriptors over [B S, H D] matrices; Q tiles of WG_M rows
+    out_ptr,  # [B, S, H, D] output view
+    seq_len, heads,
+    stride_ob, stride_os, stride_oh,  # output strides (elements); the last one is 1
+    qk_scale,  # log2(e) / sqrt(D)
+    HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
+    dtype: gl.constexpr = q_desc.dtype
+    num_m_blocks = gl.cdiv(seq_len, CTA_M)
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
+    pid_bh = gl.program_id(1)
+    batch = pid_bh // heads
+    head = pid_bh % heads
+    start_m = pid_m * CTA_M
+    row0 = batch * seq_len
+    col = head * HEAD_DIM
+    if CAUSAL:
+        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
+    else:
+        num_blocks = gl.cdiv(seq_len, BLOCK_N)
+    mask_end = (seq_len // BLOCK_N) * BLOCK_N
+    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
+
+    q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
+    p_smem = gl.allocate_shared_memory(
+        dtype, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], dtype)
+    )  # two buffers per consumer
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    for w in gl.static_range(2):
+        mbarrier.init(q_bars.index(w), count=1)
+        mbarrier.init(turns.index(w), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+        mbarrier.init(v_empty.index(i), count=2)
+
+    producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
+                     v_ready, v_empty, row0 + start_m, col, row0, col, row0, col, num_blocks,
+                     BLOCK_N, STAGES, False)  # fmt: skip
+    gl.warp_specialize(
+        [(_ws_consumer, (0, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                         turns, out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale,
+                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+         (_ws_consumer, (1, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
+                         turns, out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale,
+                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+         (_ws_producer, producer_args)],
+        [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
+
+
+# (BLOCK_N, STAGES, PINGPONG) per head dim: shared memory is 2 Q tiles + STAGES K and V
+# tiles + 4 P tiles (D 128, BLOCK_N 128: 32 + 2 x 2 x 32 + 4 x 16 = 224 KB of 227). On an
+# H100 (docs/perf/attention.md, 2026-11-25 evening) BLOCK_N 64 lost to BLOCK_N 128 on every
+# shape by 10-25%, and ping-pong on or off each won some shapes (within +-5%, bf16 S 8192
+# non-causal +11% with it): both are kept for the tuner.
+WS_TILES: dict[int, list[tuple[int, int, bool]]] = {
+    64: [(128, 3, True), (128, 3, False)],
+    128: [(128, 2, True), (128, 2, False)],
+}
+
+
+def ws_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> bool:
+    """Where the Gluon Hopper kernels apply (attention_hopper.hopper_usable), D 64 or 128."""
+    return hopper_usable(q, k, v, out) and q.shape[-1] in WS_TILES
+
+
+def ws_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[Callable[[Config], KernelCall], list[Config]]:
+    """The warp-specialized kernel's KernelCall for a config, and its candidates."""
+    batch, seq, heads, head_dim = q.shape
+    scale = LOG2E / math.sqrt(head_dim)
+
+    def make(cfg: Config) -> KernelCall:
+        bn = cfg["BLOCK_N"]
+        args = (_descriptor(q, WG_M.value), _descriptor(k, bn), _descriptor(v, bn), out, seq, heads,
+                out.stride(0), out.stride(1), out.stride(2), scale)  # fmt: skip
+        named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
+                     PINGPONG=cfg["PINGPONG"])  # fmt: skip
+        return KernelCall(_attention_ws_kernel, (cdiv(seq, CTA_M.value), batch * heads), args, named,
+                          cfg.options())  # fmt: skip
+
+    candidates = [Config.of(KERNEL="ws", BLOCK_N=bn, STAGES=st, PINGPONG=pp, num_warps=4,
+                            num_stages=1, maxnreg=MAXNREG)
+                  for bn, st, pp in WS_TILES[head_dim]]  # fmt: skip
+    return make, candidates
+
+
+def ws_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Config | dict | None = None,
+) -> tuple[KernelCall, Choice]:
+    """The bound warp-specialized kernel alone on [B, S, H, D] views (see `ws_usable`), its
+    tile tuned among WS_TILES unless `config` forces one (benchmarks, GPU tests)."""
+    if not ws_usable(q, k, v, out):
+        raise Unsupported("the warp-specialized attention kernel needs an sm_90 GPU, "
+                          "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
+    make, candidates = ws_launch(q, k, v, out, causal)
+    key = views_key(q, out, causal)
+    forced = as_config(config)
+    if forced is not None:
+        return make(forced), Choice("attention_ws", key, device_tag(q.device), forced, "forced")
+    choice = choose("attention_ws", key, candidates, q.device, lambda c: make(c).call)
+    return make(choice.config), choice
+
+
+def tuned_sm90_ws_call(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool
+) -> tuple[KernelCall, Choice]:
+    """One tuned choice among this kernel's tiles, the single-program Gluon kernel's and the
+    portable kernel's (KERNEL says which), for views `ws_usable` accepts."""
+    make_ws, ws_candidates = ws_launch(q, k, v, out, causal)
+    make_other, other_candidates = sm90_launch(q, k, v, out, causal)
+
+    def make(cfg: Config) -> KernelCall:
+        return make_ws(cfg) if cfg["KERNEL"] == "ws" else make_other(cfg)
+
+    key = views_key(q, out, causal)
+    candidates = ws_candidates + other_candidates
+    choice = choose("attention_sm90_ws", key, candidates, q.device, lambda c: make(c).call)
+    return make(choice.config), choice

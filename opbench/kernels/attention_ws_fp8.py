@@ -1,0 +1,313 @@
+"""FP8 (e4m3) attention through the warp-specialized Hopper structure of attention_ws.py: the
+same producer warp and two consumer warpgroups (ping-pong optional), with both MMAs on fp8
+operands (twice fp16's tensor-core rate on Hopper).
+
+Scales and quantization are attention_fp8.py's (its module docstring; same error model and
+tolerance): K smoothed and quantized per KEY_BLOCK keys and V per channel, stored transposed,
+by that module's two passes (`quantize_kv_calls`); P as 448 p. Q is quantized here, inside
+each consumer, with one scale per 64-row tile (the consumer's rows; rows past the sequence
+count as zero): the fp16 tile the producer brought is read from shared memory, scaled by
+log2(e)/sqrt(D), and written back as e4m3 for the MMA.
+
+TMA reads k8 as the matrix [B H S_pad, D] (key block i of head bh at row bh S_pad + i BLOCK_N)
+and vt8 as [B H D, S_pad] (at row bh D, column i BLOCK_N): Hopper's fp8 MMA takes both
+operands K-major, so the PV MMA's B operand is a [D, BLOCK_N] tile of vt8, permuted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from opbench.kernels import Unsupported
+from opbench.kernels.attention import LOG2E, as_config, views_key
+from opbench.kernels.attention_fp8 import fp8_launch
+from opbench.kernels.attention_hopper import _descriptor, _softmax_block
+from opbench.kernels.attention_int8 import KEY_BLOCK
+from opbench.kernels.attention_ws import (
+    CONSUMER_REGS,
+    CTA_M,
+    MAXNREG,
+    PRODUCER_REGS,
+    WG_M,
+    _cta_barrier,
+    _pass_turn,
+    _stage_p,
+    _take_turn,
+    _ws_producer,
+    ws_usable,
+)
+from opbench.kernels.host import cdiv
+from opbench.kernels.launch import KernelCall
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
+
+FP8 = gl.float8e4nv
+
+
+@gluon.jit
+def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr):
+    """q_tile (fp16/bf16, shared) * qk_scale -> q8_tile (e4m3, shared); returns its scale."""
+    layout: gl.constexpr = gl.BlockedLayout(
+        [1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0]
+    )
+    rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+    q = q_tile.load(layout).to(gl.float32) * qk_scale
+    q = gl.where(rows[:, None] < seq_len, q, 0.0)
+    q_amax = gl.maximum(gl.max(gl.max(gl.abs(q), 1), 0), 1e-12)
+    q8_tile.store((q * (448.0 / q_amax)).to(FP8))
+    fence_async_shared()
+    _cta_barrier()
+    return q_amax / 448.0
+
+
+@gluon.jit
+def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars,
+                     k_ready, k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr,
+                     v_scale_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
+                     stride_os, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+    """attention_ws._ws_consumer's key loop on e4m3 operands, with the per-block K scale."""
+    out_dtype: gl.constexpr = q_smem.dtype
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
+    )
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 32]
+    )
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    PER_SCALE: gl.constexpr = 128 // BLOCK_N  # key blocks per K scale (KEY_BLOCK 128)
+
+    m0 = start_m + wg * WG_M
+    if CAUSAL:
+        mask_from = (m0 // BLOCK_N) * BLOCK_N
+    else:
+        mask_from = mask_end
+    offs_m = m0 + gl.arange(0, WG_M, layout=row_s)
+    zero_s = gl.zeros([WG_M, BLOCK_N], gl.float32, layout=s_layout)
+    acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, layout=o_layout)
+    m_i = gl.full([WG_M], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([WG_M], gl.float32, layout=row_s)
+    q8 = q8_smem.index(wg)
+
+    mbarrier.wait(q_bars.index(wg), 0)
+    q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM)
+    k_scale = gl.load(k_scale_ptr)
+    mbarrier.wait(k_ready.index(0), 0)
+    _take_turn(turns, wg, 0, PINGPONG)
+    s_tok = warpgroup_mma(q8, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+    _pass_turn(turns, wg, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
+                                        q_scale * k_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+    p8 = _stage_p(p * 448.0, p_smem.index(2 * wg))
+
+    for j in range(0, num_blocks - 1):
+        nxt = (j + 1) % STAGES
+        cur = j % STAGES
+        k_scale = gl.load(k_scale_ptr + (j + 1) // PER_SCALE)
+        mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
+        _take_turn(turns, wg, j + 1, PINGPONG)
+        s_tok = warpgroup_mma(q8, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)  # fmt: skip
+        acc_tok = warpgroup_mma(p8, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
+        _pass_turn(turns, wg, PINGPONG)
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+        mbarrier.arrive(k_empty.index(nxt), count=1)
+        mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
+                                            q_scale * k_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+        p8 = _stage_p(p * 448.0, p_smem.index(2 * wg + (j + 1) % 2))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+
+    last = num_blocks - 1
+    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    acc_tok = warpgroup_mma(p8, v_smem.index(last % STAGES).permute((1, 0)), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    v_scale = gl.load(v_scale_ptr + cols)
+    out = acc * (v_scale / 448.0)[None, :] / gl.convert_layout(l_i, row_o)[:, None]
+    rows = m0 + gl.arange(0, WG_M, layout=row_o)
+    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
+    gl.store(o_ptrs, out.to(out_dtype), mask=rows[:, None] < seq_len)
+
+
+@gluon.jit
+def _attention_ws_fp8_kernel(
+    q_desc,  # TMA over the [B S, H D] fp16/bf16 query matrix; tiles [WG_M, D]
+    k8_desc,  # TMA over k8 as [B H S_pad, D] e4m3; tiles [BLOCK_N, D]
+    vt8_desc,  # TMA over vt8 as [B H D, S_pad] e4m3; tiles [D, BLOCK_N]
+    k_scale_ptr,  # [B H, S_pad / 128] fp32
+    v_scale_ptr,  # [B H, D] fp32
+    out_ptr,  # [B, S, H, D] output view
+    seq_len, padded_len, heads,
+    stride_ob, stride_os, stride_oh,  # output strides (elements); the last one is 1
+    qk_scale,  # log2(e) / sqrt(D), folded into Q before it is quantized
+    HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+):  # fmt: skip
+    """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
+    num_m_blocks = gl.cdiv(seq_len, CTA_M)
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
+    pid_bh = gl.program_id(1)
+    batch = pid_bh // heads
+    head = pid_bh % heads
+    start_m = pid_m * CTA_M
+    if CAUSAL:
+        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
+    else:
+        num_blocks = gl.cdiv(seq_len, BLOCK_N)
+    mask_end = (seq_len // BLOCK_N) * BLOCK_N
+    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
+    k_scale_ptr += pid_bh * (padded_len // 128)
+    v_scale_ptr += pid_bh * HEAD_DIM
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [2, WG_M, HEAD_DIM], q_desc.layout)
+    q8_smem = gl.allocate_shared_memory(
+        FP8, [2, WG_M, HEAD_DIM], gl.NVMMASharedLayout.get_default_for([WG_M, HEAD_DIM], FP8)
+    )
+    k_smem = gl.allocate_shared_memory(FP8, [STAGES, BLOCK_N, HEAD_DIM], k8_desc.layout)
+    v_smem = gl.allocate_shared_memory(FP8, [STAGES, HEAD_DIM, BLOCK_N], vt8_desc.layout)
+    p_smem = gl.allocate_shared_memory(
+        FP8, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], FP8)
+    )  # two buffers per consumer
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    for w in gl.static_range(2):
+        mbarrier.init(q_bars.index(w), count=1)
+        mbarrier.init(turns.index(w), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+        mbarrier.init(v_empty.index(i), count=2)
+
+    producer_args = (q_desc, k8_desc, vt8_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
+                     k_empty, v_ready, v_empty, batch * seq_len + start_m, head * HEAD_DIM,
+                     pid_bh * padded_len, 0, pid_bh * HEAD_DIM, 0, num_blocks, BLOCK_N, STAGES,
+                     True)  # fmt: skip
+    gl.warp_specialize(
+        [(_ws_fp8_consumer, (0, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready,
+                             k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr,
+                             seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
+                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+         (_ws_fp8_consumer, (1, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready,
+                             k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr,
+                             seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
+                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+         (_ws_producer, producer_args)],
+        [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
+    )  # fmt: skip
+
+
+# (BLOCK_N, STAGES, PINGPONG): BLOCK_N 128 = KEY_BLOCK, one K scale per key block.
+WS_FP8_TILES: dict[int, list[tuple[int, int, bool]]] = {
+    64: [(128, 4, True), (128, 4, False)],
+    128: [(128, 3, True), (128, 3, False)],
+}
+
+
+def fp8_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
+    """A 3-D e4m3 tensor [G, R, C] as a TMA descriptor over the [G R, C] matrix."""
+    matrix = t.flatten(0, 1)
+    layout = gl.NVMMASharedLayout.get_default_for(block, FP8)
+    return TensorDescriptor(matrix, list(matrix.shape), [matrix.stride(0), 1], block, layout)
+
+
+def ws_fp8_launch(
+    q: torch.Tensor, out: torch.Tensor, quantized: list, causal: bool
+) -> tuple[Callable[[Config], KernelCall], list[Config]]:
+    """This kernel's KernelCall for a config, reading [k8, k_scale, vt8, v_scale] (what
+    attention_fp8's passes write), and its candidates."""
+    assert KEY_BLOCK == 128
+    batch, seq, heads, head_dim = q.shape
+    k8, k_scale, vt8, v_scale = quantized[:4]
+    padded_len = k8.shape[1]
+
+    def make(cfg: Config) -> KernelCall:
+        bn = cfg["BLOCK_N"]
+        args = (_descriptor(q, WG_M.value), fp8_descriptor(k8, [bn, head_dim]),
+                fp8_descriptor(vt8, [head_dim, bn]), k_scale, v_scale, out, seq, padded_len,
+                heads, out.stride(0), out.stride(1), out.stride(2),
+                LOG2E / math.sqrt(head_dim))  # fmt: skip
+        named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
+                     PINGPONG=cfg["PINGPONG"])  # fmt: skip
+        return KernelCall(_attention_ws_fp8_kernel, (cdiv(seq, CTA_M.value), batch * heads),
+                          args, named, cfg.options())  # fmt: skip
+
+    candidates = [Config.of(KERNEL="ws_fp8", BLOCK_N=bn, STAGES=st, PINGPONG=pp, num_warps=4,
+                            num_stages=1, maxnreg=MAXNREG)
+                  for bn, st, pp in WS_FP8_TILES[head_dim]]  # fmt: skip
+    return make, candidates
+
+
+def ws_fp8_calls(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Config | dict | None = None,
+) -> tuple[list[KernelCall], Choice, list]:
+    """Quantize K and V (attention_fp8's passes), then this kernel alone, bound on
+    [B, S, H, D] views that `ws_usable` accepts; its tile tuned unless `config` forces one."""
+    if not ws_usable(q, k, v, out):
+        raise Unsupported("the warp-specialized fp8 attention kernel needs an sm_90 GPU, "
+                          "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
+    quantize, keep, _, _ = fp8_launch(q, k, v, out, causal)
+    make, candidates = ws_fp8_launch(q, out, keep, causal)
+    key = views_key(q, out, causal)
+    forced = as_config(config)
+    if forced is not None:
+        choice = Choice("attention_ws_fp8", key, device_tag(q.device), forced, "forced")
+    else:
+        for call in quantize:  # the kernel reads what these write
+            call.call()
+        choice = choose("attention_ws_fp8", key, candidates, q.device, lambda c: make(c).call)
+    return [*quantize, make(choice.config)], choice, keep
+
+
+def tuned_fp8_sm90_calls(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, *, causal: bool
+) -> tuple[list[KernelCall], Choice, list]:
+    """The shared quantization passes, then one tuned choice between this kernel's tiles and
+    attention_fp8's kernel's (KERNEL says which), for views `ws_usable` accepts."""
+    quantize, keep, make_fp8, fp8_candidates = fp8_launch(q, k, v, out, causal)
+    make_ws, ws_candidates = ws_fp8_launch(q, out, keep, causal)
+
+    def make(cfg: Config) -> KernelCall:
+        return make_ws(cfg) if cfg["KERNEL"] == "ws_fp8" else make_fp8(cfg)
+
+    for call in quantize:  # the kernels read what these write
+        call.call()
+    candidates = ws_candidates + [c.with_meta(KERNEL="fp8") for c in fp8_candidates]
+    key = views_key(q, out, causal)
+    choice = choose("attention_fp8_sm90", key, candidates, q.device, lambda c: make(c).call)
+    return [*quantize, make(choice.config)], choice, keep

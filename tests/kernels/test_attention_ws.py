@@ -1,0 +1,211 @@
+"""The warp-specialized Gluon (sm_90) attention kernel: Gluon has no interpreter, so the CPU run
+compiles it for sm_90 with Triton's own ptxas (no GPU needed) and checks what the design rests
+on; the GPU run (TRITON_INTERPRET=0 on an H100/H200) checks its results against float64.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import triton
+
+from opbench.kernels.attention import split_heads
+from opbench.kernels.attention_ws import MAXNREG, WS_TILES, ws_call, ws_usable
+from opbench.kernels.host import INTERPRET
+
+BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+ROOT = Path(__file__).parents[2]
+ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
+             and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
+GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
+
+# A fresh interpreter with TRITON_INTERPRET=0: under the interpreter (this test run) gluon.jit
+# helpers become interpreted functions that the Gluon compiler cannot call.
+COMPILE_SM90 = """
+import sys, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.runtime.jit import mangle_type
+from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor, WG_M, MAXNREG
+from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
+head_dim, causal, block_n, stages, pingpong, fp8 = map(int, sys.argv[1:7])
+out_dir = sys.argv[7]
+x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
+q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2]
+out = torch.empty(2, 256, 2, head_dim, dtype=torch.float16)
+if fp8:
+    fn = _attention_ws_fp8_kernel
+    k8 = torch.empty(4, 256, head_dim, dtype=torch.float8_e4m3fn)
+    vt8 = torch.empty(4, head_dim, 256, dtype=torch.float8_e4m3fn)
+    args = [_descriptor(q, WG_M.value), fp8_descriptor(k8, [block_n, head_dim]),
+            fp8_descriptor(vt8, [head_dim, block_n]), torch.empty(4, 2),
+            torch.empty(4, head_dim), out, 256, 256, 2, 1, 1, 1, 0.1]
+else:
+    fn = _attention_ws_kernel
+    args = [_descriptor(q, WG_M.value), _descriptor(k, block_n), _descriptor(v, block_n), out,
+            256, 2, 1, 1, 1, 0.1]
+signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
+const = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_N=block_n, STAGES=stages,
+             PINGPONG=bool(pingpong))
+signature.update(dict.fromkeys(const, "constexpr"))
+compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=4, num_stages=1, maxnreg=MAXNREG))
+open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
+open(out_dir + "/k.cubin", "wb").write(compiled.asm["cubin"])
+print(compiled.metadata.num_warps, compiled.metadata.shared)
+"""
+
+
+def compile_sm90(
+    head_dim: int, causal: bool, tile: tuple[int, int, bool], fp8: bool, out: Path
+) -> str:
+    """The fp16 or fp8 kernel compiled for sm_90 on this machine (out/k.ptx, out/k.cubin);
+    returns the compiler's "num_warps shared_bytes" line."""
+    env = {**os.environ, "TRITON_INTERPRET": "0",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    argv = [str(int(a)) if isinstance(a, bool) else str(a) for a in (head_dim, causal, *tile, fp8)]
+    run = subprocess.run([sys.executable, "-c", COMPILE_SM90, *argv, str(out)], env=env,
+                         check=True, capture_output=True, text=True)  # fmt: skip
+    return run.stdout.strip().splitlines()[-1]
+
+
+def ptxas_report(ptx: Path, cubin: Path) -> str:
+    """ptxas -v on the PTX, by the ptxas of Triton's package that reads its PTX version."""
+    failures = []
+    for name in ("ptxas", "ptxas-blackwell"):
+        if not (BIN / name).exists():
+            continue
+        run = subprocess.run([BIN / name, "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                             capture_output=True, text=True)  # fmt: skip
+        if run.returncode == 0:
+            return run.stderr
+        failures.append(f"{name}: {run.stderr.strip()}")
+    raise AssertionError(
+        "no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures)
+    )
+
+
+def sass_events(cubin: Path) -> list[str]:
+    """The SASS as a sequence of H (wgmma: HGMMA fp16/bf16, QGMMA fp8), W0/W1 (wait for all / all but one wgmma group),
+    e (exp2) and S (setmaxnreg), repeats merged."""
+    sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", cubin], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    events: list[str] = []
+    for line in sass.splitlines():
+        token = ("H" if "HGMMA" in line or "QGMMA" in line else "W" + line.split("0x")[1][0] if "DEPBAR" in line
+                 else "e" if "MUFU.EX2" in line else "S" if "SETMAXREG" in line else None)  # fmt: skip
+        if token and (not events or events[-1] != token):
+            events.append(token)
+    return events
+
+
+@pytest.mark.parametrize(
+    "head_dim,causal,tile,fp8",
+    [(128, False, (128, 2, True), False), (128, True, (128, 2, False), False),
+     (64, True, (128, 3, True), False), (128, True, (128, 3, True), True),
+     (64, False, (128, 4, False), True)],
+)  # fmt: skip
+def test_compiles_for_sm90_warp_specialized_with_overlap(
+    head_dim, causal, tile, fp8, tmp_path
+) -> None:
+    """12 warps (two consumer warpgroups and the producer's), register reallocation
+    (setmaxnreg), shared memory within the 227 KB of an H100, no spills, no serialized wgmma
+    (C7514); and in each consumer's key loop the softmax's exp2s sit between the wait for
+    S_{j+1} (W1) and the wait for P_j V_j (W0): the softmax runs while the PV MMA is in flight."""
+    warps, shared = map(int, compile_sm90(head_dim, causal, tile, fp8, tmp_path).split())
+    assert warps == 12 and shared <= 227 * 1024, (warps, shared)
+    info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
+    assert "C7514" not in info, info
+    assert re.search(r"0 bytes spill stores, 0 bytes spill loads", info), info
+    sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", tmp_path / "k.cubin"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert ("QGMMA" if fp8 else "HGMMA") in sass and ("HGMMA" not in sass if fp8 else True)
+    events = sass_events(tmp_path / "k.cubin")
+    assert "S" in events, events
+    loops = [i for i, t in enumerate(events) if t == "W1"]
+    assert len(loops) == 2, events  # one key loop per consumer
+    for i in loops:
+        following = events[i + 1 :]
+        assert "W0" in following and "e" in following[: following.index("W0")], events
+
+
+def test_configs_fit_the_launch() -> None:
+    """Every tuned tile takes the register split the kernel's partitions are written for."""
+    assert MAXNREG * 12 * 32 <= 65536
+    for tiles in WS_TILES.values():
+        for block_n, stages, _ in tiles:
+            assert block_n in (64, 128) and stages >= 2
+
+
+def reference(x: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
+    q, k, v = (t.double().transpose(1, 2) for t in split_heads(x.double(), heads, True))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if causal:
+        s = scores.shape[-1]
+        hidden = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.parametrize(
+    "dtype,seq,head_dim,causal",
+    [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),
+     (torch.float16, 37, 128, False), (torch.float16, 1000, 64, True)],
+)  # fmt: skip
+def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
+    """Odd S: CTAs cross batch ends, the last key block is partial; every tile."""
+    limit = {torch.float16: 5e-3, torch.bfloat16: 2e-2}[dtype]
+    batch, heads = 2, 4
+    gen = torch.Generator().manual_seed(seq + head_dim)
+    x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
+    ref = reference(x, heads, causal)
+    q, k, v = split_heads(x, heads, True)
+    for block_n, stages, pingpong in WS_TILES[head_dim]:
+        out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
+        out4 = out.unflatten(-1, (heads, head_dim))
+        assert ws_usable(q, k, v, out4)
+        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "num_warps": 4,
+                  "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        ws_call(q, k, v, out4, causal=causal, config=config)[0].call()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), config
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err <= limit, (config, err)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.parametrize(
+    "dtype,seq,head_dim,causal",
+    [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),
+     (torch.float16, 37, 128, False)],
+)  # fmt: skip
+def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -> None:
+    """The fp8 kernel (after attention_fp8's quantization passes) against float64, within
+    `quant: fp8`'s default tolerance 8e-2 (its error model: attention_fp8's docstring)."""
+    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES, ws_fp8_calls
+
+    batch, heads = 2, 4
+    gen = torch.Generator().manual_seed(seq + head_dim + 8)
+    x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
+    ref = reference(x, heads, causal)
+    q, k, v = split_heads(x, heads, True)
+    for block_n, stages, pingpong in WS_FP8_TILES[head_dim]:
+        out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
+        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "num_warps": 4,
+                  "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        calls = ws_fp8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
+                             config=config)[0]  # fmt: skip
+        for call in calls:
+            call.call()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), config
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        assert err <= 8e-2, (config, err)
