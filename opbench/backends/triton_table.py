@@ -143,7 +143,7 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
     of those fits their shapes."""
     from opbench.kernels.attention_decode import CacheAttention
-    from opbench.kernels.attention_fp8 import Fp8Attention
+    from opbench.kernels.attention_fp8_layer import Fp8Attention
     from opbench.kernels.attention_int8 import Int8Attention
     from opbench.kernels.attention_layer import Attention
 

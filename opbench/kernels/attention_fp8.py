@@ -50,14 +50,13 @@ from opbench.kernels.attention import (
     views_key,
 )
 from opbench.kernels.attention_int8 import KEY_BLOCK, MIN_AMAX, SUM_BLOCK_ROWS, SUM_CHUNK_ROWS
-from opbench.kernels.attention_layer import Attention
 from opbench.kernels.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
     fp8_candidates,
 )
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import BoundKernels, KernelCall, config_call
+from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.tuning import Choice, Config, choose, device_tag
 
 # e4m3 (float8e4nv) has no infinities; its largest value, 448.0, is written as a literal in the
@@ -385,24 +384,3 @@ def attention_fp8_forward(q, k, v, out, *, causal: bool, config: Config | dict |
     for call in attention_fp8_calls(q, k, v, out, causal=causal, config=config)[0]:
         call.call()
     return out
-
-
-class Fp8Attention(Attention):
-    """`Attention` through the fp8 path."""
-
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        # Imported here: Gluon's Hopper modules are needed only where a Hopper kernel may run.
-        from opbench.kernels.attention_ws import ws_usable
-
-        if config is None and ws_usable(q, k, v, out4):
-            # Hopper: one tuned choice over this module's kernel and the warp-specialized one.
-            from opbench.kernels.attention_ws_fp8 import tuned_fp8_sm90_calls
-
-            calls, choice, keep = tuned_fp8_sm90_calls(q, k, v, out4, causal=self.causal)
-        else:
-            calls, choice, keep = attention_fp8_calls(q, k, v, out4, causal=self.causal,
-                                                      config=config)  # fmt: skip
-        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])

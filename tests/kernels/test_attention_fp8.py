@@ -20,11 +20,11 @@ from opbench.kernels import Unsupported
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_fp8 import (
     FP8_DTYPE,
-    Fp8Attention,
     attention_fp8_forward,
     quantize_kv_calls,
     to_e4m3,
 )
+from opbench.kernels.attention_fp8_layer import Fp8Attention
 from opbench.kernels.attention_int8 import KEY_BLOCK
 from opbench.kernels.host import INTERPRET
 
