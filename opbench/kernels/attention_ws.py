@@ -56,8 +56,8 @@ from opbench.kernels.attention_hopper import (
     sm90_launch,
 )
 from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.tuning import Choice, Config
 
 # The TMA load: `async_load` since Triton 3.7 (3.6: `async_copy_global_to_shared`).
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -329,12 +329,8 @@ def ws_call(
         raise Unsupported("the warp-specialized attention kernel needs an sm_90 GPU, "
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     make, candidates = ws_launch(q, k, v, out, causal)
-    key = views_key(q, out, causal)
-    forced = as_config(config)
-    if forced is not None:
-        return make(forced), Choice("attention_ws", key, device_tag(q.device), forced, "forced")
-    choice = choose("attention_ws", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_ws", views_key(q, out, causal), make, candidates, q.device,
+                       as_config(config))  # fmt: skip
 
 
 def tuned_sm90_ws_call(
@@ -348,7 +344,5 @@ def tuned_sm90_ws_call(
     def make(cfg: Config) -> KernelCall:
         return make_ws(cfg) if cfg["KERNEL"] == "ws" else make_other(cfg)
 
-    key = views_key(q, out, causal)
-    candidates = ws_candidates + other_candidates
-    choice = choose("attention_sm90_ws", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_sm90_ws", views_key(q, out, causal), make,
+                       ws_candidates + other_candidates, q.device)  # fmt: skip

@@ -49,8 +49,8 @@ from opbench.kernels.attention_ws import (
     ws_usable,
 )
 from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.tuning import Choice, Config
 
 FP8 = gl.float8e4nv
 
@@ -283,15 +283,13 @@ def ws_fp8_calls(
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     quantize, keep, _, _ = fp8_launch(q, k, v, out, causal)
     make, candidates = ws_fp8_launch(q, out, keep, causal)
-    key = views_key(q, out, causal)
     forced = as_config(config)
-    if forced is not None:
-        choice = Choice("attention_ws_fp8", key, device_tag(q.device), forced, "forced")
-    else:
-        for call in quantize:  # the kernel reads what these write
+    if forced is None:
+        for call in quantize:  # the kernel reads what these write while its tiles are timed
             call.call()
-        choice = choose("attention_ws_fp8", key, candidates, q.device, lambda c: make(c).call)
-    return [*quantize, make(choice.config)], choice, keep
+    call, choice = chosen_call("attention_ws_fp8", views_key(q, out, causal), make, candidates,
+                               q.device, forced)  # fmt: skip
+    return [*quantize, call], choice, keep
 
 
 def tuned_fp8_sm90_calls(
@@ -308,6 +306,6 @@ def tuned_fp8_sm90_calls(
     for call in quantize:  # the kernels read what these write
         call.call()
     candidates = ws_candidates + [c.with_meta(KERNEL="fp8") for c in fp8_candidates]
-    key = views_key(q, out, causal)
-    choice = choose("attention_fp8_sm90", key, candidates, q.device, lambda c: make(c).call)
-    return [*quantize, make(choice.config)], choice, keep
+    call, choice = chosen_call("attention_fp8_sm90", views_key(q, out, causal), make, candidates,
+                               q.device)  # fmt: skip
+    return [*quantize, call], choice, keep
