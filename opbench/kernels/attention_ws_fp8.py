@@ -45,6 +45,7 @@ from opbench.kernels.attention_ws import (
     _pass_turn,
     _stage_p,
     _take_turn,
+    _ws_barriers,
     _ws_producer,
     ws_usable,
 )
@@ -192,21 +193,7 @@ def _attention_ws_fp8_kernel(
     p_smem = gl.allocate_shared_memory(
         FP8, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], FP8)
     )  # two buffers per consumer
-    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    for w in gl.static_range(2):
-        mbarrier.init(q_bars.index(w), count=1)
-        mbarrier.init(turns.index(w), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
-        mbarrier.init(v_empty.index(i), count=2)
+    q_bars, turns, k_ready, k_empty, v_ready, v_empty = _ws_barriers(STAGES)
 
     producer_args = (q_desc, k8_desc, vt8_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
                      k_empty, v_ready, v_empty, batch * seq_len + start_m, head * HEAD_DIM,
