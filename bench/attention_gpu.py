@@ -44,18 +44,23 @@ from attention_gpu_common import (  # noqa: E402
     TINY,
     attention_ref,
     bench_ms,
+    call_fn,
     compile_job,
     compile_jobs,
     decode_cases,
     env_section,
     heads_view,
+    layer_fn,
     over_budget,
     packed_input,
+    poisoned,
+    prefill_baseline,
     prefill_cases,
     record,
     rel,
     sdpa_fn,
     sync,
+    timed,
 )
 
 from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
@@ -81,41 +86,14 @@ if TINY:
     DECODE_CHECKS = [dict(B=1, H=4, Hkv=2, q=2, N=77, D=32, causal=True)]
 
 
-def poisoned(shape, dtype) -> torch.Tensor:
-    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
-
-
 def hopper_fn(q, k, v, causal, config=None):
     from opbench.kernels.attention_hopper import hopper_call
 
-    b, s, h, d = q.shape
-    out = poisoned((b, s, h * d), q.dtype)
-    call, choice = hopper_call(q, k, v, out.unflatten(-1, (h, d)), causal=causal, config=config)
-
-    def run():
-        call.call()
-        return out
-
-    return run, choice.config.to_json()
+    return call_fn(hopper_call, q, k, v, causal, config)
 
 
 def portable_fn(q, k, v, causal):
-    b, s, h, d = q.shape
-    out = poisoned((b, s, h * d), q.dtype)
-    call, choice = attention_call(q, k, v, out.unflatten(-1, (h, d)), causal=causal)
-
-    def run():
-        call.call()
-        return out
-
-    return run, choice.config.to_json()
-
-
-def layer_fn(cls, x, h, causal):
-    b, s, w = x.shape
-    out = poisoned((b, s, w // 3), x.dtype)
-    bound = cls(heads=h, causal=causal, packed_qkv=True).bind(x, out)
-    return bound.launch, bound.plan()["choices"][0]["config"]
+    return call_fn(attention_call, q, k, v, causal)
 
 
 def compile_section() -> None:
@@ -248,22 +226,6 @@ def decode_section(copy_gbps: float) -> None:
         record(row)
 
 
-def timed(row: dict, name: str, fn, ref: torch.Tensor, heads: int, flops: float, peak: float):
-    """Check fn's [B, S, E] output on batch 0, heads 0-1 against ref, then time it."""
-    try:
-        out = fn()
-        sync()
-        part = out[:1].unflatten(-1, (heads, -1))[:, :, :2].flatten(2)
-        row[f"{name}_rel"] = rel(part, ref)
-        row[f"{name}_nan"] = int(torch.isnan(out).sum())
-        ms = bench_ms(fn)
-        row[f"{name}_ms"], row[f"{name}_TFLOPs"] = ms, flops / ms / 1e9
-        row[f"{name}_pct_peak"] = 100 * flops / ms / 1e9 / peak
-    except Exception as exc:
-        row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
-        traceback.print_exc()
-
-
 def prefill_section() -> None:
     for case in prefill_cases():
         row = {"section": "prefill", **case}
@@ -272,14 +234,8 @@ def prefill_section() -> None:
             continue
         b, s, h, d, causal, dt = (case[k] for k in ("B", "S", "H", "D", "causal", "dtype"))
         try:
-            x = packed_input(b, s, h, d, DTYPES[dt], seed=s + d + causal)
-            q4, k4, v4 = heads_view(x, h)
-            ref = attention_ref(q4[:1, :2], k4[:1, :2], v4[:1, :2], causal, torch.float32)
-            ref = ref.transpose(1, 2).flatten(2)
-            flops = 4 * b * h * s * s * d / (2 if causal else 1)
-            for backend in ("default", "cudnn", "flash") if not TINY else ("default",):
-                timed(row, f"sdpa_{backend}", sdpa_fn(q4, k4, v4, causal, backend), ref, h,
-                      flops, PEAK[dt])  # fmt: skip
+            backends = ("default", "cudnn", "flash") if not TINY else ("default",)
+            x, ref, flops = prefill_baseline(row, case, backends)
             q, k, v = split_heads(x, h, True)
             makers = {"portable": lambda: portable_fn(q, k, v, causal),
                       "auto": lambda: layer_fn(Attention, x, h, causal)}  # fmt: skip

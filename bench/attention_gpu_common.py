@@ -1,5 +1,6 @@
-"""Shared pieces of bench/attention_gpu.py (settings, inputs, references, SDPA calls, cases,
-the env section, the compile pool's job); that file says what is measured and how."""
+"""Shared pieces of bench/attention_gpu.py and bench/attention_ws_gpu.py (settings, inputs,
+references, SDPA calls, cases, the env section, the compile pool's job, the timed paths on
+poisoned outputs); attention_gpu.py says what is measured and how."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -72,6 +74,62 @@ def packed_input(b: int, s: int, h: int, d: int, dtype: torch.dtype, seed: int) 
     x = torch.randn(b, s, 3 * h * d, device=DEVICE, generator=gen)
     x[..., h * d : 2 * h * d] += torch.randn(h * d, device=DEVICE, generator=gen)
     return x.to(dtype)
+
+
+def poisoned(shape, dtype) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device=DEVICE)
+
+
+def timed(row: dict, name: str, fn, ref: torch.Tensor, heads: int, flops: float, peak: float):
+    """Check fn's [B, S, E] output on batch 0, heads 0-1 against ref, then time it."""
+    try:
+        out = fn()
+        sync()
+        part = out[:1].unflatten(-1, (heads, -1))[:, :, :2].flatten(2)
+        row[f"{name}_rel"] = rel(part, ref)
+        row[f"{name}_nan"] = int(torch.isnan(out).sum())
+        ms = bench_ms(fn)
+        row[f"{name}_ms"], row[f"{name}_TFLOPs"] = ms, flops / ms / 1e9
+        row[f"{name}_pct_peak"] = 100 * flops / ms / 1e9 / peak
+    except Exception as exc:
+        row[f"{name}_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        traceback.print_exc()
+
+
+def call_fn(make_call, q, k, v, causal: bool, config=None):
+    """A one-kernel path (attention_call, hopper_call, ws_call) on poisoned [B, S, H D] output:
+    the launch that returns it, and the config it runs with."""
+    b, s, h, d = q.shape
+    out = poisoned((b, s, h * d), q.dtype)
+    call, choice = make_call(q, k, v, out.unflatten(-1, (h, d)), causal=causal, config=config)
+
+    def run():
+        call.call()
+        return out
+
+    return run, choice.config.to_json()
+
+
+def layer_fn(cls, x, h, causal):
+    b, s, w = x.shape
+    out = poisoned((b, s, w // 3), x.dtype)
+    bound = cls(heads=h, causal=causal, packed_qkv=True).bind(x, out)
+    return bound.launch, bound.plan()["choices"][0]["config"]
+
+
+def prefill_baseline(row: dict, case: dict, backends: tuple[str, ...]):
+    """A prefill case's packed input, the float32 reference of its batch 0, heads 0-1 as
+    [1, S, 2 D], and its flop count; the SDPA backends timed into row."""
+    b, s, h, d, causal, dt = (case[k] for k in ("B", "S", "H", "D", "causal", "dtype"))
+    x = packed_input(b, s, h, d, DTYPES[dt], seed=s + d + causal)
+    q4, k4, v4 = heads_view(x, h)
+    ref = attention_ref(q4[:1, :2], k4[:1, :2], v4[:1, :2], causal, torch.float32)
+    ref = ref.transpose(1, 2).flatten(2)
+    flops = 4 * b * h * s * s * d / (2 if causal else 1)
+    for backend in backends:
+        timed(row, f"sdpa_{backend}", sdpa_fn(q4, k4, v4, causal, backend), ref, h, flops,
+              PEAK[dt])  # fmt: skip
+    return x, ref, flops
 
 
 def attention_ref(q, k, v, causal: bool, dtype=torch.float64) -> torch.Tensor:

@@ -35,26 +35,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import torch  # noqa: E402
-from attention_gpu import layer_fn, poisoned, timed  # noqa: E402
 from attention_gpu_common import (  # noqa: E402
     DTYPES,
     LIMIT,
     OUT,
     PEAK,
     attention_ref,
+    call_fn,
     compile_job,
     env_section,
     heads_view,
+    layer_fn,
     over_budget,
     packed_input,
+    poisoned,
+    prefill_baseline,
     record,
     rel,
-    sdpa_fn,
     sync,
+    timed,
 )
 
 from opbench.kernels.attention import split_heads  # noqa: E402
-from opbench.kernels.attention_fp8 import Fp8Attention, attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention_fp8 import attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
 from opbench.kernels.attention_layer import Attention  # noqa: E402
 
 CHECK_CASES = [
@@ -121,15 +125,7 @@ def ws_fp8_calls_fn(q, k, v, causal, config=None):
 def ws_fn(q, k, v, causal, config):
     from opbench.kernels.attention_ws import ws_call
 
-    b, s, h, d = q.shape
-    out = poisoned((b, s, h * d), q.dtype)
-    call, _ = ws_call(q, k, v, out.unflatten(-1, (h, d)), causal=causal, config=config)
-
-    def run():
-        call.call()
-        return out
-
-    return run
+    return call_fn(ws_call, q, k, v, causal, config)[0]
 
 
 def compile_section() -> None:
@@ -232,14 +228,7 @@ def prefill_section(passed: set[str]) -> None:
             continue
         b, s, h, d, causal, dt = (case[k] for k in ("B", "S", "H", "D", "causal", "dtype"))
         try:
-            x = packed_input(b, s, h, d, DTYPES[dt], seed=s + d + causal)
-            q4, k4, v4 = heads_view(x, h)
-            ref = attention_ref(q4[:1, :2], k4[:1, :2], v4[:1, :2], causal, torch.float32)
-            ref = ref.transpose(1, 2).flatten(2)
-            flops = 4 * b * h * s * s * d / (2 if causal else 1)
-            for backend in ("default", "cudnn", "flash"):
-                timed(row, f"sdpa_{backend}", sdpa_fn(q4, k4, v4, causal, backend), ref, h,
-                      flops, PEAK[dt])  # fmt: skip
+            x, ref, flops = prefill_baseline(row, case, ("default", "cudnn", "flash"))
             fn, row["auto_config"] = layer_fn(Attention, x, h, causal)
             timed(row, "auto", fn, ref, h, flops, PEAK[dt])
             q, k, v = split_heads(x, h, True)

@@ -27,26 +27,16 @@ rel. L2 against float64 of the unquantized layer and of the quantized math.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
-import sys
 import time
-import traceback
 import zlib
 from collections.abc import Callable
+from functools import partial
 
-ARGS = argparse.ArgumentParser()
-ARGS.add_argument("--tiny", action="store_true")
-ARGS.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
-ARGS.add_argument("--budget", type=float, default=170.0)
-ARGS.add_argument("--only", default="decode,quant,block")
-ARGS.add_argument("--workers", type=int, default=14)
-ARGS.add_argument("--compile-worker", default="", help=argparse.SUPPRESS)
-OPTS = ARGS.parse_args()
-if OPTS.tiny:
-    os.environ["TRITON_INTERPRET"] = "1"
+from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
+
+OPTS = parse_options(budget=170.0, only="decode,quant,block", workers=14)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -80,6 +70,7 @@ else:
     BLOCK = {"qkv": (4096, 12288), "o": (4096, 4096), "gate": (4096, 11008),
              "up": (4096, 11008), "down": (11008, 4096)}  # fmt: skip
 LAYERS = {"int8-weight": (Int8WeightLinear, 8), "int4-weight": (Int4WeightLinear, 4)}
+weight_bytes = partial(weight_bytes, group=GROUP)
 TOL = {"none": 5e-3, "int8-weight": 2e-2, "int4-weight": 0.25, "fp8": 8e-2}
 
 
@@ -182,14 +173,6 @@ def measure(row: dict, run: Callable[[], torch.Tensor], out: torch.Tensor | None
 
 # The fastest checked plan of the new kernel per (quant, M, K, N), for the block graphs.
 BEST_NEW: dict[tuple, tuple] = {}
-
-
-def weight_bytes(quant: str, n: int, k: int) -> float:
-    if quant == "int8-weight":
-        return n * k + 4.0 * n
-    if quant == "int4-weight":
-        return n * k / 2 + 2.0 * n * k / GROUP
-    return 2.0 * n * k
 
 
 def make_layer(quant: str, w: torch.Tensor):
@@ -403,17 +386,6 @@ def compile_worker(index: int, count: int) -> None:
                         print(f"worker {index}: {describe(plan)}: {type(exc).__name__}", flush=True)
 
 
-def precompile() -> None:
-    if OPTS.tiny or OPTS.workers <= 0:
-        return
-    t0 = time.perf_counter()
-    cmd = [sys.executable, __file__, "--out", OPTS.out, "--only", OPTS.only, "--compile-worker"]
-    procs = [subprocess.Popen([*cmd, f"{i}/{OPTS.workers}"]) for i in range(OPTS.workers)]
-    for proc in procs:
-        proc.wait()
-    log(f"precompile: {OPTS.workers} workers, {time.perf_counter() - t0:.1f} s")
-
-
 def summary() -> None:
     rows = [json.loads(line) for line in open(RESULTS)]
     bad = [r for r in rows if r.get("ok") is False or r.get("scales_equal") is False]
@@ -459,15 +431,9 @@ def main() -> None:
                 "tbps": 2 * big / us / 1e6})  # fmt: skip
         log(f"copy 1 GiB: {2 * big / us / 1e6:.3f} TB/s")
         del src, dst
-    precompile()
-    for name in OPTS.only.split(","):
-        if over_budget():
-            log(f"budget spent before {name}")
-            break
-        try:
-            {"decode": section_decode, "quant": section_quant, "block": section_block}[name]()
-        except Exception:
-            log(f"section {name} failed:\n{traceback.format_exc()}")
+    precompile(__file__, OPTS, log)
+    sections = {"decode": section_decode, "quant": section_quant, "block": section_block}
+    run_sections(OPTS, sections, over_budget, log)
     summary()
 
 

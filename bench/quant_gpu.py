@@ -27,27 +27,17 @@ Before timing, --workers N processes compile every Triton variant (they fill Tri
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
-import sys
 import time
-import traceback
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
-ARGS = argparse.ArgumentParser()
-ARGS.add_argument("--tiny", action="store_true")
-ARGS.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
-ARGS.add_argument("--budget", type=float, default=330.0, help="seconds; sections stop after")
-ARGS.add_argument("--only", default="copy,decode,block,prefill")
-ARGS.add_argument("--workers", type=int, default=12)
-ARGS.add_argument("--compile-worker", default="", help=argparse.SUPPRESS)  # "i/n"
-OPTS = ARGS.parse_args()
-if OPTS.tiny:
-    os.environ["TRITON_INTERPRET"] = "1"
+from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
+
+OPTS = parse_options(budget=330.0, only="copy,decode,block,prefill", workers=12)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -83,6 +73,7 @@ else:
     BLOCK_SHAPES = {"qkv": (4096, 12288), "o": (4096, 4096), "gate": (4096, 11008),
                     "up": (4096, 11008), "down": (11008, 4096)}  # fmt: skip
 GROUP = 32 if OPTS.tiny else 128
+weight_bytes = partial(weight_bytes, group=GROUP)
 # Datasheet dense peaks of an H100 SXM (TFLOP/s): the compute ceilings quoted as "% of peak".
 PEAK = {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "int8": 1979.0}
 
@@ -396,14 +387,6 @@ def section_prefill() -> None:
             del p
 
 
-def weight_bytes(quant: str, n: int, k: int) -> float:
-    if quant == "int8-weight":
-        return n * k + 4.0 * n
-    if quant == "int4-weight":
-        return n * k / 2 + 2.0 * n * k / GROUP
-    return 2.0 * n * k
-
-
 def section_decode() -> None:
     sms = sm_count(torch.device(DEV))
     for k, n in SHAPES:
@@ -533,18 +516,6 @@ def compile_worker(index: int, count: int) -> None:
             print(f"worker {index}: {kind} {describe(plan)}: {type(exc).__name__}", flush=True)
 
 
-def precompile() -> None:
-    if OPTS.tiny or OPTS.workers <= 0:
-        return
-    t0 = time.perf_counter()
-    cmd = [sys.executable, __file__, "--compile-worker"]
-    procs = [subprocess.Popen([*cmd, f"{i}/{OPTS.workers}", "--out", OPTS.out, "--only", OPTS.only])
-             for i in range(OPTS.workers)]  # fmt: skip
-    for proc in procs:
-        proc.wait()
-    log(f"precompile: {OPTS.workers} workers, {time.perf_counter() - t0:.1f} s")
-
-
 # ---- summary --------------------------------------------------------------------------------
 
 
@@ -610,17 +581,10 @@ def main() -> None:
         )
         record({"section": "env", "device": props.name, "sms": props.multi_processor_count,
                 "torch": torch.__version__, "triton": triton.__version__})  # fmt: skip
-    precompile()
+    precompile(__file__, OPTS, log)
     sections = {"copy": section_copy, "prefill": section_prefill, "decode": section_decode,
                 "block": section_block}  # fmt: skip
-    for name in OPTS.only.split(","):
-        if over_budget():
-            log(f"budget spent before {name}")
-            break
-        try:
-            sections[name]()
-        except Exception:
-            log(f"section {name} failed:\n{traceback.format_exc()}")
+    run_sections(OPTS, sections, over_budget, log)
     summary()
 
 

@@ -56,8 +56,8 @@ from opbench.kernels.attention_plans import (
     fp8_candidates,
 )
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import KernelCall, config_call
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.launch import KernelCall, chosen_call, config_call
+from opbench.kernels.tuning import Choice, Config
 
 # e4m3 (float8e4nv) has no infinities; its largest value, 448.0, is written as a literal in the
 # kernels below.
@@ -370,13 +370,9 @@ def attention_fp8_calls(
 ) -> tuple[list[KernelCall], Choice, list]:
     """Quantize K and V, then the fp8 attention kernel, bound on [B, S, H, D] views."""
     quantize, keep, make, candidates = fp8_launch(q, k, v, out, causal)
-    key = views_key(q, out, causal)
-    forced = as_config(config)
-    if forced is not None:
-        choice = Choice("attention_fp8", key, device_tag(q.device), forced, "forced")
-    else:
-        choice = choose("attention_fp8", key, candidates, q.device, lambda c: make(c).call)
-    return [*quantize, make(choice.config)], choice, keep
+    call, choice = chosen_call("attention_fp8", views_key(q, out, causal), make, candidates,
+                               q.device, as_config(config))  # fmt: skip
+    return [*quantize, call], choice, keep
 
 
 def attention_fp8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):

@@ -57,8 +57,8 @@ from opbench.kernels.attention import (
     views_key,
 )
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import KernelCall, config_call
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.launch import KernelCall, chosen_call, config_call
+from opbench.kernels.tuning import Choice, Config
 
 # The TMA load into shared memory: `async_load` since Triton 3.7, where the 3.6 name
 # `async_copy_global_to_shared` was removed; same arguments (descriptor, coordinates, barrier,
@@ -308,13 +308,8 @@ def hopper_call(
         raise Unsupported("the Hopper attention kernel needs an sm_90 GPU, fp16/bf16, D 64/128 "
                           "and TMA-able views")  # fmt: skip
     make, candidates = hopper_launch(q, k, v, out, causal)
-    key = views_key(q, out, causal)
-    forced = as_config(config)
-    if forced is not None:
-        return make(forced), Choice("attention_hopper", key, device_tag(q.device), forced,
-                                    "forced")  # fmt: skip
-    choice = choose("attention_hopper", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_hopper", views_key(q, out, causal), make, candidates, q.device,
+                       as_config(config))  # fmt: skip
 
 
 def sm90_launch(
@@ -342,6 +337,4 @@ def tuned_attention_call(
     """One tuned choice among the Gluon kernel's tiles and the portable kernel's, for views
     `hopper_usable` accepts."""
     make, candidates = sm90_launch(q, k, v, out, causal)
-    key = views_key(q, out, causal)
-    choice = choose("attention_sm90", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_sm90", views_key(q, out, causal), make, candidates, q.device)

@@ -42,7 +42,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -50,19 +49,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
 from opbench.kernels.attention_hopper import (
+    _cta_barrier,
     _descriptor,
     _softmax_block,
+    _tma_load,
     hopper_usable,
     sm90_launch,
 )
 from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
-
-# The TMA load: `async_load` since Triton 3.7 (3.6: `async_copy_global_to_shared`).
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# The barrier of a partition's warps: `gl.barrier` since Triton 3.7 (`gl.thread_barrier`).
-_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.tuning import Choice, Config
 
 WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (one m64 wgmma row block)
 CTA_M = gl.constexpr(128)
@@ -211,6 +207,28 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
 
 
 @gluon.jit
+def _ws_barriers(STAGES: gl.constexpr):
+    """The warp-specialized kernels' mbarriers, initialized: each consumer's Q tile loaded, the
+    consumers' turns, and the K and V rings' ready and empty slots (both consumers release)."""
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    for w in gl.static_range(2):
+        mbarrier.init(q_bars.index(w), count=1)
+        mbarrier.init(turns.index(w), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+        mbarrier.init(v_empty.index(i), count=2)
+    return q_bars, turns, k_ready, k_empty, v_ready, v_empty
+
+
+@gluon.jit
 def _attention_ws_kernel(
     q_desc, k_desc, v_desc,  # TMA descriptors over [B S, H D] matrices; Q tiles of WG_M rows
     out_ptr,  # [B, S, H, D] output view
@@ -245,21 +263,7 @@ def _attention_ws_kernel(
     p_smem = gl.allocate_shared_memory(
         dtype, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], dtype)
     )  # two buffers per consumer
-    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    for w in gl.static_range(2):
-        mbarrier.init(q_bars.index(w), count=1)
-        mbarrier.init(turns.index(w), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
-        mbarrier.init(v_empty.index(i), count=2)
+    q_bars, turns, k_ready, k_empty, v_ready, v_empty = _ws_barriers(STAGES)
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
                      v_ready, v_empty, row0 + start_m, col, row0, col, row0, col, num_blocks,
@@ -329,12 +333,8 @@ def ws_call(
         raise Unsupported("the warp-specialized attention kernel needs an sm_90 GPU, "
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     make, candidates = ws_launch(q, k, v, out, causal)
-    key = views_key(q, out, causal)
-    forced = as_config(config)
-    if forced is not None:
-        return make(forced), Choice("attention_ws", key, device_tag(q.device), forced, "forced")
-    choice = choose("attention_ws", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_ws", views_key(q, out, causal), make, candidates, q.device,
+                       as_config(config))  # fmt: skip
 
 
 def tuned_sm90_ws_call(
@@ -348,7 +348,5 @@ def tuned_sm90_ws_call(
     def make(cfg: Config) -> KernelCall:
         return make_ws(cfg) if cfg["KERNEL"] == "ws" else make_other(cfg)
 
-    key = views_key(q, out, causal)
-    candidates = ws_candidates + other_candidates
-    choice = choose("attention_sm90_ws", key, candidates, q.device, lambda c: make(c).call)
-    return make(choice.config), choice
+    return chosen_call("attention_sm90_ws", views_key(q, out, causal), make,
+                       ws_candidates + other_candidates, q.device)  # fmt: skip

@@ -45,12 +45,13 @@ from opbench.kernels.attention_ws import (
     _pass_turn,
     _stage_p,
     _take_turn,
+    _ws_barriers,
     _ws_producer,
     ws_usable,
 )
 from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.tuning import Choice, Config
 
 FP8 = gl.float8e4nv
 
@@ -192,21 +193,7 @@ def _attention_ws_fp8_kernel(
     p_smem = gl.allocate_shared_memory(
         FP8, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], FP8)
     )  # two buffers per consumer
-    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
-    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
-    for w in gl.static_range(2):
-        mbarrier.init(q_bars.index(w), count=1)
-        mbarrier.init(turns.index(w), count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(k_ready.index(i), count=1)
-        mbarrier.init(v_ready.index(i), count=1)
-        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
-        mbarrier.init(v_empty.index(i), count=2)
+    q_bars, turns, k_ready, k_empty, v_ready, v_empty = _ws_barriers(STAGES)
 
     producer_args = (q_desc, k8_desc, vt8_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
                      k_empty, v_ready, v_empty, batch * seq_len + start_m, head * HEAD_DIM,
@@ -283,15 +270,13 @@ def ws_fp8_calls(
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     quantize, keep, _, _ = fp8_launch(q, k, v, out, causal)
     make, candidates = ws_fp8_launch(q, out, keep, causal)
-    key = views_key(q, out, causal)
     forced = as_config(config)
-    if forced is not None:
-        choice = Choice("attention_ws_fp8", key, device_tag(q.device), forced, "forced")
-    else:
-        for call in quantize:  # the kernel reads what these write
+    if forced is None:
+        for call in quantize:  # the kernel reads what these write while its tiles are timed
             call.call()
-        choice = choose("attention_ws_fp8", key, candidates, q.device, lambda c: make(c).call)
-    return [*quantize, make(choice.config)], choice, keep
+    call, choice = chosen_call("attention_ws_fp8", views_key(q, out, causal), make, candidates,
+                               q.device, forced)  # fmt: skip
+    return [*quantize, call], choice, keep
 
 
 def tuned_fp8_sm90_calls(
@@ -308,6 +293,6 @@ def tuned_fp8_sm90_calls(
     for call in quantize:  # the kernels read what these write
         call.call()
     candidates = ws_candidates + [c.with_meta(KERNEL="fp8") for c in fp8_candidates]
-    key = views_key(q, out, causal)
-    choice = choose("attention_fp8_sm90", key, candidates, q.device, lambda c: make(c).call)
-    return [*quantize, make(choice.config)], choice, keep
+    call, choice = chosen_call("attention_fp8_sm90", views_key(q, out, causal), make, candidates,
+                               q.device)  # fmt: skip
+    return [*quantize, call], choice, keep

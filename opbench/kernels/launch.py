@@ -203,6 +203,20 @@ def tuned_call(
     def make(cfg: Config) -> KernelCall:
         return config_call(kernel, grid(cfg), args, named, cfg)
 
+    return chosen_call(name, key, make, candidates, device, config)
+
+
+def chosen_call(
+    name: str,
+    key: str,
+    make: Callable[[Config], KernelCall],
+    candidates: Sequence[Config],
+    device: Any,
+    config: Config | None = None,
+) -> tuple[KernelCall, Choice]:
+    """The KernelCall `make` builds for the configuration `tuning.choose` picks among
+    `candidates` (or `config`, when the caller forces one: recorded as "forced", nothing
+    timed), and that choice. For launchers whose call is more than `config_call`."""
     if config is not None:
         from opbench.kernels.tuning import device_tag
 

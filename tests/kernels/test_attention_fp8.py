@@ -27,6 +27,7 @@ from opbench.kernels.attention_fp8 import (
 from opbench.kernels.attention_fp8_layer import Fp8Attention
 from opbench.kernels.attention_int8 import KEY_BLOCK
 from opbench.kernels.host import INTERPRET
+from tests.kernels.attention_reference import reference
 
 TOLERANCE = 8e-2
 EPS_E4M3 = 2.66e-2  # relative rms rounding error of e4m3 on normal data
@@ -42,16 +43,6 @@ GPU_REASON = (
 ON_GPU = (not INTERPRET and torch.cuda.is_available()
           and torch.cuda.get_device_capability() >= (8, 9))  # fmt: skip
 DEVICE = "cuda" if ON_GPU else "cpu"
-
-
-def reference(x: torch.Tensor, heads: int, causal: bool, packed: bool) -> torch.Tensor:
-    q, k, v = (t.double().transpose(1, 2) for t in split_heads(x.double(), heads, packed))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = scores.shape[-1]
-        hidden = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)
 
 
 def fp8(t: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:

@@ -5,23 +5,18 @@ run (TRITON_INTERPRET=0 on an H100/H200) checks its results against float64.
 
 from __future__ import annotations
 
-import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_hopper import HOPPER_TILES, hopper_call, hopper_usable
 from opbench.kernels.host import INTERPRET
+from tests.kernels.attention_reference import reference
+from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
 
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-ROOT = Path(__file__).parents[2]
 ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
              and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
 GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
@@ -53,28 +48,7 @@ open(out_dir + "/k.cubin", "wb").write(compiled.asm["cubin"])
 
 def compile_sm90(head_dim: int, causal: bool, tile: tuple[int, int, int], out: Path) -> None:
     """The kernel compiled for sm_90 on this machine: out/k.ptx and out/k.cubin."""
-    env = {**os.environ, "TRITON_INTERPRET": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    argv = [str(a) for a in (head_dim, int(causal), *tile, out)]
-    subprocess.run([sys.executable, "-c", COMPILE_SM90, *argv], env=env, check=True)
-
-
-def ptxas_report(ptx: Path, cubin: Path) -> str:
-    """ptxas -v's report on the PTX, from the ptxas of Triton's package that reads its PTX
-    version: Triton 3.6 ships one; newer releases write PTX that only their `ptxas-blackwell`
-    (a newer CUDA) reads, and compile with it."""
-    failures = []
-    for name in ("ptxas", "ptxas-blackwell"):
-        if not (BIN / name).exists():
-            continue
-        run = subprocess.run([BIN / name, "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                             capture_output=True, text=True)  # fmt: skip
-        if run.returncode == 0:
-            return run.stderr
-        failures.append(f"{name}: {run.stderr.strip()}")
-    raise AssertionError(
-        "no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures)
-    )
+    run_uninterpreted(COMPILE_SM90, head_dim, int(causal), *tile, out)
 
 
 @pytest.mark.parametrize(
@@ -89,8 +63,7 @@ def test_compiles_for_sm90_with_its_overlap(head_dim, causal, tile, tmp_path) ->
     info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
     assert "C7514" not in info, info
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", info), info
-    sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", tmp_path / "k.cubin"], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
+    sass = dump_sass(tmp_path / "k.cubin")
     events = []
     for line in sass.splitlines():
         token = ("H" if "HGMMA" in line else "W" + line.split("0x")[1][0] if "DEPBAR" in line
@@ -104,16 +77,6 @@ def test_compiles_for_sm90_with_its_overlap(head_dim, causal, tile, tmp_path) ->
     while events[-1] == "m":
         events.pop()
     assert " ".join(events) == "m H W0 e m H m H W1 e W0 m H W0", events
-
-
-def reference(x: torch.Tensor, heads: int, causal: bool, packed: bool) -> torch.Tensor:
-    q, k, v = (t.double().transpose(1, 2) for t in split_heads(x.double(), heads, packed))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = scores.shape[-1]
-        hidden = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)

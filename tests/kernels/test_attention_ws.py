@@ -5,23 +5,18 @@ on; the GPU run (TRITON_INTERPRET=0 on an H100/H200) checks its results against 
 
 from __future__ import annotations
 
-import math
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_ws import MAXNREG, WS_TILES, ws_call, ws_usable
 from opbench.kernels.host import INTERPRET
+from tests.kernels.attention_reference import reference
+from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
 
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-ROOT = Path(__file__).parents[2]
 ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
              and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
 GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
@@ -68,37 +63,15 @@ def compile_sm90(
 ) -> str:
     """The fp16 or fp8 kernel compiled for sm_90 on this machine (out/k.ptx, out/k.cubin);
     returns the compiler's "num_warps shared_bytes" line."""
-    env = {**os.environ, "TRITON_INTERPRET": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    argv = [str(int(a)) if isinstance(a, bool) else str(a) for a in (head_dim, causal, *tile, fp8)]
-    run = subprocess.run([sys.executable, "-c", COMPILE_SM90, *argv, str(out)], env=env,
-                         check=True, capture_output=True, text=True)  # fmt: skip
-    return run.stdout.strip().splitlines()[-1]
-
-
-def ptxas_report(ptx: Path, cubin: Path) -> str:
-    """ptxas -v on the PTX, by the ptxas of Triton's package that reads its PTX version."""
-    failures = []
-    for name in ("ptxas", "ptxas-blackwell"):
-        if not (BIN / name).exists():
-            continue
-        run = subprocess.run([BIN / name, "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                             capture_output=True, text=True)  # fmt: skip
-        if run.returncode == 0:
-            return run.stderr
-        failures.append(f"{name}: {run.stderr.strip()}")
-    raise AssertionError(
-        "no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures)
-    )
+    argv = [int(a) if isinstance(a, bool) else a for a in (head_dim, causal, *tile, fp8)]
+    return run_uninterpreted(COMPILE_SM90, *argv, out).strip().splitlines()[-1]
 
 
 def sass_events(cubin: Path) -> list[str]:
     """The SASS as a sequence of H (wgmma: HGMMA fp16/bf16, QGMMA fp8), W0/W1 (wait for all / all but one wgmma group),
     e (exp2) and S (setmaxnreg), repeats merged."""
-    sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", cubin], capture_output=True,
-                          text=True, check=True).stdout  # fmt: skip
     events: list[str] = []
-    for line in sass.splitlines():
+    for line in dump_sass(cubin).splitlines():
         token = ("H" if "HGMMA" in line or "QGMMA" in line else "W" + line.split("0x")[1][0] if "DEPBAR" in line
                  else "e" if "MUFU.EX2" in line else "S" if "SETMAXREG" in line else None)  # fmt: skip
         if token and (not events or events[-1] != token):
@@ -124,8 +97,7 @@ def test_compiles_for_sm90_warp_specialized_with_overlap(
     info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
     assert "C7514" not in info, info
     assert re.search(r"0 bytes spill stores, 0 bytes spill loads", info), info
-    sass = subprocess.run([BIN / "cuobjdump", "--dump-sass", tmp_path / "k.cubin"],
-                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    sass = dump_sass(tmp_path / "k.cubin")
     assert ("QGMMA" if fp8 else "HGMMA") in sass and ("HGMMA" not in sass if fp8 else True)
     events = sass_events(tmp_path / "k.cubin")
     assert "S" in events, events
@@ -142,16 +114,6 @@ def test_configs_fit_the_launch() -> None:
     for tiles in WS_TILES.values():
         for block_n, stages, _ in tiles:
             assert block_n in (64, 128) and stages >= 2
-
-
-def reference(x: torch.Tensor, heads: int, causal: bool) -> torch.Tensor:
-    q, k, v = (t.double().transpose(1, 2) for t in split_heads(x.double(), heads, True))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    if causal:
-        s = scores.shape[-1]
-        hidden = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    return (scores.softmax(-1) @ v).transpose(1, 2).flatten(2)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)

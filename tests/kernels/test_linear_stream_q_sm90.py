@@ -7,19 +7,14 @@ bench/quant_decode_gpu.py, docs/perf/gemm.md).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 from opbench.kernels.host import INTERPRET
+from tests.kernels.sm90 import ptxas_report, run_uninterpreted
 
-BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-ROOT = Path(__file__).parents[2]
 ON_GPU = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
 GPU_REASON = "runs the inline-PTX unpack: needs a CUDA GPU and TRITON_INTERPRET=0"
 
@@ -46,25 +41,8 @@ open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
 
 
 def compile_sm90(bits: int, out: Path) -> str:
-    env = {**os.environ, "TRITON_INTERPRET": "0",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    subprocess.run([sys.executable, "-c", COMPILE_SM90, str(bits), str(out)], env=env, check=True)
+    run_uninterpreted(COMPILE_SM90, bits, out)
     return (out / "k.ptx").read_text()
-
-
-def ptxas_report(ptx: Path, cubin: Path) -> str:
-    failures = []
-    for name in ("ptxas", "ptxas-blackwell"):  # the one that reads this Triton's PTX version
-        if not (BIN / name).exists():
-            continue
-        run = subprocess.run([BIN / name, "-arch=sm_90a", "-v", ptx, "-o", cubin],
-                             capture_output=True, text=True)  # fmt: skip
-        if run.returncode == 0:
-            return run.stderr
-        failures.append(f"{name}: {run.stderr.strip()}")
-    raise AssertionError(
-        "no ptxas of Triton's package assembles the kernel:\n" + "\n".join(failures)
-    )
 
 
 @pytest.mark.parametrize("bits", [8, 4])

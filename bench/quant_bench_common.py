@@ -1,0 +1,68 @@
+"""Plumbing shared by bench/quant_gpu.py and bench/quant_decode_gpu.py: the command line, the
+bytes a layer's weights take as stored, the compile-worker pool and the section loop. No torch
+import here: the scripts set TRITON_INTERPRET (--tiny) before they import torch."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+
+def parse_options(budget: float, only: str, workers: int) -> argparse.Namespace:
+    """The scripts' shared options (their defaults differ); --tiny turns Triton's interpreter on."""
+    args = argparse.ArgumentParser()
+    args.add_argument("--tiny", action="store_true")
+    args.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
+    args.add_argument("--budget", type=float, default=budget, help="seconds; sections stop after")
+    args.add_argument("--only", default=only)
+    args.add_argument("--workers", type=int, default=workers)
+    args.add_argument("--compile-worker", default="", help=argparse.SUPPRESS)  # "i/n"
+    opts = args.parse_args()
+    if opts.tiny:
+        os.environ["TRITON_INTERPRET"] = "1"
+    return opts
+
+
+def weight_bytes(quant: str, n: int, k: int, group: int) -> float:
+    """Bytes of an [N, K] weight as stored: int8 with a float32 scale per row, int4 packed two a
+    byte with a 16-bit scale per group of K, else 16-bit."""
+    if quant == "int8-weight":
+        return n * k + 4.0 * n
+    if quant == "int4-weight":
+        return n * k / 2 + 2.0 * n * k / group
+    return 2.0 * n * k
+
+
+def precompile(script: str, opts: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """Fill Triton's cache first: opts.workers copies of `script`, each `--compile-worker i/n`."""
+    if opts.tiny or opts.workers <= 0:
+        return
+    t0 = time.perf_counter()
+    cmd = [sys.executable, script, "--out", opts.out, "--only", opts.only, "--compile-worker"]
+    procs = [subprocess.Popen([*cmd, f"{i}/{opts.workers}"]) for i in range(opts.workers)]
+    for proc in procs:
+        proc.wait()
+    log(f"precompile: {opts.workers} workers, {time.perf_counter() - t0:.1f} s")
+
+
+def run_sections(
+    opts: argparse.Namespace,
+    sections: dict[str, Callable[[], None]],
+    over_budget: Callable[[], bool],
+    log: Callable[[str], None],
+) -> None:
+    """The sections --only names, in its order, until the budget is spent; a failing section is
+    logged with its traceback and the next one runs."""
+    for name in opts.only.split(","):
+        if over_budget():
+            log(f"budget spent before {name}")
+            break
+        try:
+            sections[name]()
+        except Exception:
+            log(f"section {name} failed:\n{traceback.format_exc()}")
