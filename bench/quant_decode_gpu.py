@@ -242,8 +242,9 @@ def quantize_configs(k: int) -> list[tuple[str, Config, bool]]:
 
 def quantize_call(x, q, scale, config: Config, one_step: bool) -> KernelCall:
     m, k = x.shape
-    named = {"FP8": q.dtype == torch.float8_e4m3fn, "ONE_STEP": one_step, **config.kwargs}
-    return KernelCall(_quantize_rows_kernel, (m,), (x, q, scale, k, x.stride(0), x.stride(1),
+    named = {"FP8": q.dtype == torch.float8_e4m3fn, "ONE_STEP": one_step, "GATE": 0,
+             **config.kwargs}  # fmt: skip
+    return KernelCall(_quantize_rows_kernel, (m,), (x, x, q, scale, k, x.stride(0), x.stride(1),
                       q.stride(0)), named, config.options())  # fmt: skip
 
 

@@ -19,19 +19,27 @@ Two launches:
 A pre-pass rather than quantizing inside the GEMM: every output tile needs its rows' scale,
 a max over all of K, before its first multiply, so a fused version still reads x once for
 the max; the pre-pass costs its bytes once (timed apart in docs/perf/gemm.md).
+
+Where the layer before makes x in one pass over each row (rmsnorm/layernorm, SwiGLU's
+silu(gate) * up), that pass writes the codes and scales itself and `bind_on_codes` runs the
+GEMM alone on them: the fused groups of backends/triton_fusion.py ("norm_fp8", "glu_fp8").
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.launch import KernelCall
+from opbench.kernels.host import next_power_of_2
+from opbench.kernels.launch import BoundKernels, KernelCall, sequence
 from opbench.kernels.linear import Linear, gemm_calls
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_rows_call
 from opbench.kernels.scratch import scratch
-from opbench.kernels.tuning import Config
+from opbench.kernels.tuning import Choice, Config, choose, device_tag
 from opbench.ops.quant import fp8_rows
 
 
@@ -84,6 +92,50 @@ class Fp8Linear(Linear):
         quantize, _ = quantize_rows_call(x2, xq, row_scale)
         gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale, residual=res2)
         return [quantize, *gemm], [xq, row_scale, *keep]
+
+    def bind_on_codes(
+        self,
+        rows_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        produce: Callable[[torch.Tensor, torch.Tensor], BoundKernels],
+        out: torch.Tensor | None = None,
+        config: Config | None = None,
+    ) -> BoundKernels:
+        """The GEMM on e4m3 codes and row scales that another kernel writes, with no quantize
+        pass of its own: a norm or SwiGLU's product quantized where it is made
+        (backends/triton_fused.py). `produce(xq, sx)` binds that kernel to write xq [M, K]
+        and sx [M] (per-launch scratch); the result launches it, then the GEMM, into out
+        (rows_shape + [N], `dtype`: what the unfused layer would write). The producer's
+        extra outputs stay the result's."""
+        m, k, n = math.prod(rows_shape), self.in_features, self.output_features
+        out_shape = (*rows_shape, n)
+        if out is None:
+            out = torch.empty(out_shape, dtype=dtype, device=device)
+        elif tuple(out.shape) != out_shape or out.dtype != dtype or not out.is_contiguous():
+            raise ValueError(f"out must be {out_shape} {dtype} contiguous, got "
+                             f"{tuple(out.shape)} {out.dtype}")  # fmt: skip
+        xq = scratch((m, k), torch.float8_e4m3fn, device)
+        row_scale = scratch((m,), torch.float32, device)
+        producer = produce(xq, row_scale)
+        if m == 0:
+            return BoundKernels.of([], out, extra=producer.extra)
+        out2 = out.view(m, n)
+        key = "|".join(["e4m3-codes", f"M{next_power_of_2(m)}", f"N{self.out_features}",
+                        f"K{k}", "tma" if self._tma_ok(xq) else "notma"])  # fmt: skip
+        if config is not None:
+            choice = Choice(self.kernel_name, key, device_tag(device), config, "forced")
+        else:
+
+            def make(cfg: Config):
+                return sequence(gemm_calls(cfg, xq, self, out2, row_scale=row_scale)[0], out2)
+
+            choice = choose(self.kernel_name, key, self.candidates(xq), device, make)
+        gemm, keep = gemm_calls(choice.config, xq, self, out2, row_scale=row_scale)
+        return BoundKernels.of(
+            [*producer.calls, *gemm], out, [*producer.choices, choice],
+            keep=[xq, row_scale, out2, *producer.keep, *keep], extra=producer.extra,
+        )  # fmt: skip
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:
         # The GEMM reads xq, allocated contiguous here: only K's alignment matters.

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported, rows
+from opbench.kernels.device import fp8_inverse_scale, round_to_e4m3
 from opbench.kernels.host import check_float, resolve_out
 from opbench.kernels.launch import BoundKernels, tuned_call
 from opbench.kernels.rows import row_tile
@@ -42,6 +43,7 @@ def _norm_kernel(
     bias_ptr,  # [N] shift (ignored unless HAS_BIAS)
     res_ptr,  # residual rows, x's strides (ignored unless HAS_RESIDUAL)
     sum_ptr,  # x + residual rows written back, y's strides (ignored unless HAS_RESIDUAL)
+    scale_ptr,  # fp32 per-row scales of the e4m3 output, rows in order (ignored unless FP8_OUT)
     # shapes
     size_o1,  # second outer axis (the first one's size is implied by the grid)
     size_r,  # row axis
@@ -66,6 +68,7 @@ def _norm_kernel(
     BLOCK_R: tl.constexpr,  # rows per program
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
+    FP8_OUT: tl.constexpr,  # y is e4m3 codes of the fp32 output with a per-row scale (fp8 rule)
 ):
     x_rows, y_rows, row_mask, cols = row_tile(
         x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
@@ -123,6 +126,29 @@ def _norm_kernel(
     else:
         src_rows, src_stride = x_rows, x_stride_n
 
+    inv_scale = tl.zeros([BLOCK_R], tl.float32)
+    if FP8_OUT:
+        # The row's scale needs the max of the whole normalised row before its first code:
+        # from registers in one pass, else one more pass over the row (from L1/L2).
+        if ONE_PASS:
+            y = _normalise(x, mean, rstd, weight, bias, HAS_WEIGHT, HAS_BIAS)
+            row_max = tl.max(tl.where(mask, tl.abs(y), 0.0), axis=1)
+        else:
+            row_max = tl.zeros([BLOCK_R], tl.float32)
+            for start in range(0, length, BLOCK_L):
+                offs = start + cols
+                mask = row_mask[:, None] & (offs < length)[None, :]
+                chunk = tl.load(src_rows + offs[None, :] * src_stride, mask=mask, other=0.0)
+                weight, bias = _load_affine(weight_ptr, bias_ptr, offs, length, weight_stride,
+                                            bias_stride, HAS_WEIGHT, HAS_BIAS)  # fmt: skip
+                y = _normalise(chunk.to(tl.float32), mean, rstd, weight, bias, HAS_WEIGHT,
+                               HAS_BIAS)  # fmt: skip
+                row_max = tl.maximum(row_max, tl.max(tl.where(mask, tl.abs(y), 0.0), axis=1))
+        # Rows in order: the fp8 path binds only layouts without outer axes (bind_norm).
+        rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+        tl.store(scale_ptr + rows, row_max / 448.0, mask=row_mask)
+        inv_scale = fp8_inverse_scale(row_max)
+
     # Normalisation: from registers in one pass, or re-reading the row chunk by chunk.
     for start in range(0, length, BLOCK_L):
         offs = start + cols
@@ -133,13 +159,23 @@ def _norm_kernel(
             weight, bias = _load_affine(
                 weight_ptr, bias_ptr, offs, length, weight_stride, bias_stride, HAS_WEIGHT, HAS_BIAS
             )
-        y = (x - mean[:, None]) * rstd[:, None]
-        if HAS_WEIGHT:
-            y = y * weight[None, :]
-        if HAS_BIAS:
-            y = y + bias[None, :]
-        y = y.to(y_ptr.dtype.element_ty)
+        y = _normalise(x, mean, rstd, weight, bias, HAS_WEIGHT, HAS_BIAS)
+        if FP8_OUT:
+            y = round_to_e4m3(y * inv_scale[:, None]).to(tl.float8e4nv)
+        else:
+            y = y.to(y_ptr.dtype.element_ty)
         tl.store(y_rows + offs[None, :] * y_stride_n, y, mask=mask)
+
+
+@triton.jit
+def _normalise(x, mean, rstd, weight, bias, HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """(x - mean) * rstd, then the affine parameters, in fp32."""
+    y = (x - mean[:, None]) * rstd[:, None]
+    if HAS_WEIGHT:
+        y = y * weight[None, :]
+    if HAS_BIAS:
+        y = y + bias[None, :]
+    return y
 
 
 @triton.jit
@@ -202,6 +238,7 @@ def bind_norm(
     config: Config | None = None,
     residual: torch.Tensor | None = None,
     sum_out: torch.Tensor | None = None,
+    scale_out: torch.Tensor | None = None,
 ) -> BoundKernels:
     """LayerNorm (rms=False) or RMSNorm (rms=True, bias None) over the last dimension of x,
     bound to x. weight and bias are [N] or None.
@@ -210,6 +247,11 @@ def bind_norm(
     (rounded to x's dtype, as an add layer would write it) and also writes s, the pre-norm
     residual stream, into `sum_out` (out's shape and strides; allocated when None): both
     outputs in one pass, `extra` of the result.
+
+    scale_out: fp32 [rows] (x's rows in order). Then `out` is float8_e4m3fn, x's shape,
+    contiguous: the normalised fp32 output quantized by the fp8 rule of `device.py` (per row,
+    s = max|y| / 448, codes round to nearest even) with s written to scale_out, for an fp8
+    linear to read directly (kernels/linear_fp8.py `bind_on_codes`).
 
     deliberately_slow: run SLOW_CONFIG instead of the tuned one. For demonstrating a
     regression gate on a GPU with unchanged kernel code (docs/ci.md); never otherwise.
@@ -224,11 +266,14 @@ def bind_norm(
             check_float(param, op)
             if param.shape != (hidden,) or param.device != x.device:
                 raise ValueError(f"{op} {name} must be [{hidden}] on {x.device}")
-    out = resolve_out(out, x.shape, x)
+    fp8 = scale_out is not None
+    out = _fp8_codes_buffer(x, out, scale_out, op) if fp8 else resolve_out(out, x.shape, x)
     extra = () if residual is None else (_sum_buffer(x, residual, out, sum_out, op),)
     if x.numel() == 0:
         return BoundKernels.of([], out, extra=extra)
     layout = rows.row_layout(x, out, x.dim() - 1, op)
+    if fp8 and layout.sizes[:2] != (1, 1):
+        raise Unsupported(f"{op} with e4m3 output: x's rows must be one evenly strided axis")
     args = (
         x,
         out,
@@ -236,6 +281,7 @@ def bind_norm(
         bias if bias is not None else x,
         residual if residual is not None else x,
         extra[0] if extra else out,
+        scale_out if fp8 else x,
         *layout.kernel_args,
         weight.stride(0) if weight is not None else 0,
         bias.stride(0) if bias is not None else 0,
@@ -243,17 +289,36 @@ def bind_norm(
     )
     block_l, one_pass = rows.row_block(hidden)
     named = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
-                 HAS_RESIDUAL=residual is not None, BLOCK_L=block_l, ONE_PASS=one_pass)  # fmt: skip
+                 HAS_RESIDUAL=residual is not None, BLOCK_L=block_l, ONE_PASS=one_pass,
+                 FP8_OUT=fp8)  # fmt: skip
     if deliberately_slow:
         config = SLOW_CONFIG
     candidates = fit_norm_rows(rows.row_configs(), layout.sizes[2], block_l)
     key = f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}" + (
         "|residual" if residual is not None else ""
-    )
-    name = op if residual is None else f"add_{op}"
+    ) + ("|e4m3" if fp8 else "")
+    name = (op if residual is None else f"add_{op}") + ("_fp8" if fp8 else "")
     call, choice = tuned_call(name, _norm_kernel, key, candidates, layout.grid, args, named,
                               x.device, config)  # fmt: skip
     return BoundKernels.of([call], out, [choice], extra=extra)
+
+
+def _fp8_codes_buffer(
+    x: torch.Tensor, out: torch.Tensor | None, scale_out: torch.Tensor, op: str
+) -> torch.Tensor:
+    """The e4m3 codes buffer (allocated when None) after checking it and the scales."""
+    rows_count = x.numel() // max(x.shape[-1], 1)
+    if scale_out.shape != (rows_count,) or scale_out.dtype != torch.float32 or \
+            not scale_out.is_contiguous() or scale_out.device != x.device:  # fmt: skip
+        raise ValueError(f"{op} with e4m3 output: scale_out must be [{rows_count}] float32 "
+                         f"contiguous on {x.device}")  # fmt: skip
+    if out is None:
+        return torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
+    if out.shape != x.shape or out.dtype != torch.float8_e4m3fn or not out.is_contiguous() or \
+            out.device != x.device:  # fmt: skip
+        raise ValueError(f"{op} with e4m3 output: out must be {tuple(x.shape)} float8_e4m3fn "
+                         f"contiguous on {x.device}")  # fmt: skip
+    return out
 
 
 def _sum_buffer(
@@ -273,9 +338,9 @@ def _sum_buffer(
     if residual.stride() != x.stride() and residual.numel() > 1:
         raise ValueError(f"add → {op}: residual must be laid out like x (strides {x.stride()})")
     if sum_out is None:
-        return torch.empty_like(out)
-    if sum_out.shape != out.shape or sum_out.dtype != out.dtype or sum_out.stride() != out.stride():
-        raise ValueError(f"add → {op}: sum_out must be laid out like out")
+        return torch.empty_like(out, dtype=x.dtype)  # x's dtype even where out holds e4m3
+    if sum_out.shape != out.shape or sum_out.dtype != x.dtype or sum_out.stride() != out.stride():
+        raise ValueError(f"add → {op}: sum_out must be laid out like out, in x's dtype")
     return sum_out
 
 

@@ -32,7 +32,8 @@ from opbench.kernels.tuning import Choice, Config
 @triton.jit
 def _quantize_rows_kernel(
     # pointers
-    x_ptr,  # fp16/bf16/fp32 [M, K] activations
+    x_ptr,  # fp16/bf16/fp32 [M, K] activations (with GATE: the second factor, SwiGLU's up)
+    gate_ptr,  # [M, K], x's strides: the first factor (read only if GATE)
     q_ptr,  # int8 or float8e4nv [M, K] quantized activations (row-major, contiguous)
     scale_ptr,  # fp32 [M] per-row scales s[m]
     # shapes
@@ -45,15 +46,17 @@ def _quantize_rows_kernel(
     BLOCK_K: tl.constexpr,  # elements per step along the row
     FP8: tl.constexpr,  # False: the int8 rule; True: the fp8 (e4m3) rule
     ONE_STEP: tl.constexpr,  # K <= BLOCK_K: one pass over the row instead of two
+    GATE: tl.constexpr,  # 0: quantize x; 1: gate * x; 2: silu(gate) * x (fp32, then quantized)
 ):
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * stride_xm
+    g_row = gate_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
     offs = tl.arange(0, BLOCK_K)
 
     if ONE_STEP:  # the whole row in one block: read it once, keep it in registers
         mask = offs < K
-        x = tl.load(x_row + offs * stride_xk, mask=mask, other=0.0).to(tl.float32)
+        x = _row_values(x_row, g_row, offs * stride_xk, mask, GATE)
         row_max = tl.max(tl.abs(x), axis=0)
         inv_scale = _store_scale(scale_ptr + row, row_max, FP8)
         tl.store(q_row + offs, _codes(x * inv_scale, FP8), mask=mask)
@@ -61,13 +64,26 @@ def _quantize_rows_kernel(
         absmax = tl.zeros((BLOCK_K,), dtype=tl.float32)
         for start in range(0, K, BLOCK_K):
             mask = start + offs < K
-            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-            absmax = tl.maximum(absmax, tl.abs(x.to(tl.float32)))
+            x = _row_values(x_row, g_row, (start + offs) * stride_xk, mask, GATE)
+            absmax = tl.maximum(absmax, tl.abs(x))
         inv_scale = _store_scale(scale_ptr + row, tl.max(absmax, axis=0), FP8)
         for start in range(0, K, BLOCK_K):
             mask = start + offs < K
-            x = tl.load(x_row + (start + offs) * stride_xk, mask=mask, other=0.0)
-            tl.store(q_row + start + offs, _codes(x.to(tl.float32) * inv_scale, FP8), mask=mask)
+            x = _row_values(x_row, g_row, (start + offs) * stride_xk, mask, GATE)
+            tl.store(q_row + start + offs, _codes(x * inv_scale, FP8), mask=mask)
+
+
+@triton.jit
+def _row_values(x_row, g_row, offsets, mask, GATE: tl.constexpr):
+    """The values to quantize at `offsets` of the row, in fp32 (0 where masked): x, or the
+    gated product (silu as the GEMM epilogue's, epilogue.apply_activation)."""
+    x = tl.load(x_row + offsets, mask=mask, other=0.0).to(tl.float32)
+    if GATE != 0:
+        g = tl.load(g_row + offsets, mask=mask, other=0.0).to(tl.float32)
+        if GATE == 2:
+            g = g / (1.0 + tl.exp(-g))
+        x = g * x
+    return x
 
 
 @triton.jit
@@ -103,18 +119,35 @@ def row_config(k: int) -> Config:
     return Config.of(BLOCK_K=block_k, num_warps=num_warps, num_stages=3)
 
 
+# `gate` modes of quantize_rows_call: what multiplies x before it is quantized.
+GATES = {"none": 0, "mul": 1, "silu_mul": 2}
+
+
 def quantize_rows_call(
-    x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor
+    x: torch.Tensor,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    gate: torch.Tensor | None = None,
+    gate_mode: str = "none",
 ) -> tuple[KernelCall, Choice]:
     """The bound `_quantize_rows_kernel` for x [M, K] -> q [M, K] (int8, or float8_e4m3fn
-    for the fp8 rule), scale [M] fp32."""
+    for the fp8 rule), scale [M] fp32. With `gate` (x's shape, dtype and strides) and
+    gate_mode "mul" or "silu_mul": the codes of gate * x or silu(gate) * x, computed in fp32
+    (SwiGLU's product quantized where it is made, for the fp8 linear that reads it)."""
     m, k = x.shape
+    mode = GATES[gate_mode]
+    if (gate is None) != (mode == 0):
+        raise ValueError(f"quantize_rows: gate_mode {gate_mode!r} with gate={gate is not None}")
+    if gate is not None and (gate.shape != x.shape or gate.stride() != x.stride()
+                             or gate.dtype != x.dtype or gate.device != x.device):  # fmt: skip
+        raise ValueError("quantize_rows: gate must have x's shape, strides, dtype and device")
     config = row_config(k)
     fp8 = q.dtype == torch.float8_e4m3fn
+    key = f"{x.dtype}|{q.dtype}|K{k}" + (f"|{gate_mode}" if mode else "")
     return tuned_call(
-        "quantize_rows", _quantize_rows_kernel, f"{x.dtype}|{q.dtype}|K{k}", [config],
-        lambda _: (m,), (x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)),
-        {"FP8": fp8, "ONE_STEP": k <= config["BLOCK_K"]},
+        "quantize_rows", _quantize_rows_kernel, key, [config], lambda _: (m,),
+        (x, gate if gate is not None else x, q, scale, k, x.stride(0), x.stride(1), q.stride(0)),
+        {"FP8": fp8, "ONE_STEP": k <= config["BLOCK_K"], "GATE": mode},
         x.device,
     )  # fmt: skip
 
