@@ -174,7 +174,65 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     return kernel
 
 
-FUSED_BUILDERS = {"conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
+def _fp8_linear(linear: LayerSpec, weights: Weights):
+    from opbench.kernels.linear_fp8 import Fp8Linear
+
+    w = cast_weights(weights, linear.dtype)
+    return Fp8Linear(w["weight"], w.get("bias"), activation=linear.params["activation"])
+
+
+def _norm_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """layernorm/rmsnorm → fp8 linear: the norm writes e4m3 codes and row scales of its fp32
+    output, the GEMM reads them (no 16-bit output, no quantize pass)."""
+    from opbench.kernels.norm import bind_norm
+
+    norm, linear = layers
+    w = cast_weights(weights[0], norm.dtype)
+    fp8 = _fp8_linear(linear, weights[1])
+    rms, eps, source = norm.op == "rmsnorm", norm.params["eps"], norm.inputs[0]
+
+    def bind(v, out, _):
+        x = v[source]
+        return fp8.bind_on_codes(
+            tuple(x.shape[:-1]), x.dtype, x.device,
+            lambda q, s: bind_norm(x, w.get("weight"), w.get("bias"), eps, q.view(x.shape),
+                                   rms=rms, scale_out=s),
+            out=out,
+        )  # fmt: skip
+
+    return _by_name(layers, bind)
+
+
+def _glu_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """[silu] → mul → fp8 linear: the row quantizer computes silu(gate) * up (or a * b) in
+    fp32 and writes its codes and row scales, the GEMM reads them."""
+    from opbench.kernels.launch import BoundKernels
+    from opbench.kernels.quantize import quantize_rows_call
+
+    *front, mul, linear = layers
+    fp8 = _fp8_linear(linear, weights[-1])
+    gate, up = mul.inputs
+    mode = "mul"
+    if front:  # silu(gate) * up, the silu's input read instead of its output
+        (silu,) = front
+        up = _skip_of(mul, silu.name)
+        gate, mode = silu.inputs[0], "silu_mul"
+
+    def bind(v, out, _):
+        g, x = v[gate], v[up]
+        k = x.shape[-1]
+
+        def produce(q, s):
+            call, choice = quantize_rows_call(x.view(-1, k), q, s, gate=g.view(-1, k),
+                                              gate_mode=mode)  # fmt: skip
+            return BoundKernels.of([call], q, [choice])
+
+        return fp8.bind_on_codes(tuple(x.shape[:-1]), x.dtype, x.device, produce, out=out)
+
+    return _by_name(layers, bind)
+
+
+FUSED_BUILDERS = {"norm_fp8": _norm_fp8, "glu_fp8": _glu_fp8, "conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
                   "linear_act": _linear_act, "add_norm": _add_norm}  # fmt: skip
 
 

@@ -7,6 +7,13 @@ these pieces become one kernel each (kernels named in brackets):
 - **conv**: conv2d → [batchnorm2d] → [add(skip)] → [relu | gelu | silu | relu6]: a residual
   block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
   then the activation (conv.py; depthwise.py without the add).
+- **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear: the norm writes the e4m3 codes
+  and per-row scales of its fp32 output (norm.py FP8_OUT) and the GEMM reads them
+  (linear_fp8.bind_on_codes): no fp16 output, no separate quantize pass.
+- **glu_fp8**: [silu] → mul → `quant: fp8` linear (SwiGLU's silu(gate) * up feeding the down
+  projection): the row quantizer computes the product in fp32 and writes its codes
+  (quantize.py GATE), the GEMM reads them. These two are tried first: they take only layers
+  whose output an fp8 linear alone reads, which no other pattern fuses on the fp8 path.
 - **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
   mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
   (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
@@ -50,7 +57,7 @@ NORMS = ("layernorm", "rmsnorm")
 class Fusion:
     """One group: its kind and its layer indices in walk order."""
 
-    kind: str  # "single" | "conv" | "swiglu" | "linear_add" | "linear_act" | "add_norm"
+    kind: str  # "single" | "norm_fp8" | "glu_fp8" | "conv" | "swiglu" | "linear_add" | ...
     layers: tuple[int, ...]
 
 
@@ -75,10 +82,10 @@ class _Planner:
     def same_kind(self, i: int, j: int) -> bool:
         return self.layers[i].dtype == self.layers[j].dtype
 
-    def full_add(self, i: int) -> bool:
-        """An add whose two operands are distinct values of the full output shape."""
+    def full_add(self, i: int, op: str = "add") -> bool:
+        """An add (or `op`) whose two operands are distinct values of the full output shape."""
         layer = self.layers[i]
-        if layer.op != "add" or len(set(layer.inputs)) != 2:
+        if layer.op != op or len(set(layer.inputs)) != 2:
             return False
         return all(tuple(s) == tuple(layer.output_shape) for s in layer.input_shapes)
 
@@ -89,6 +96,25 @@ class _Planner:
         return others[0] if len(others) == 1 else None
 
     # ---- patterns --------------------------------------------------------------------------
+    def fp8_input(self, i: int) -> tuple[int, ...] | None:
+        """norm → fp8 linear, or [silu] → mul → fp8 linear: the group ending at linear i."""
+        layer = self.layers[i]
+        if layer.op != "linear" or layer.quant != "fp8":
+            return None
+        (maker,) = self.graph.producers[i]
+        if maker is None or self.sole_reader(maker) != i or not self.same_kind(maker, i):
+            return None
+        if self.op(maker) in NORMS:
+            return (maker, i)
+        if not self.full_add(maker, "mul"):
+            return None
+        for value in self.layers[maker].inputs:
+            silu = self.graph.producer(value)
+            if silu is not None and self.op(silu) == "silu" and \
+                    self.sole_reader(silu) == maker and self.same_kind(silu, i):  # fmt: skip
+                return (silu, maker, i)
+        return (maker, i)
+
     def conv(self, i: int) -> tuple[int, ...] | None:
         layer = self.layers[i]
         if layer.op != "conv2d" or layer.params["activation"] != "none":
@@ -185,8 +211,9 @@ class _Planner:
     # ---- the plan ----------------------------------------------------------------------------
     def plan(self) -> list[Fusion]:
         found: list[Fusion] = []
-        passes = (("swiglu", self.swiglu), ("conv", self.conv), ("linear_add", self.linear_add),
-                  ("linear_act", self.linear_act), ("add_norm", self.add_norm))  # fmt: skip
+        passes = (("fp8_input", self.fp8_input), ("swiglu", self.swiglu), ("conv", self.conv),
+                  ("linear_add", self.linear_add), ("linear_act", self.linear_act),
+                  ("add_norm", self.add_norm))  # fmt: skip
         for kind, pattern in passes:
             for i in self.graph.walk():
                 if i in self.taken:
@@ -195,7 +222,10 @@ class _Planner:
                 if group is not None and not self.taken & set(group):
                     assert self.graph.is_connected(group), (kind, group)
                     self.taken.update(group)
-                    found.append(Fusion(kind, group))
+                    # The fp8 pass finds two kinds: named by their layers.
+                    named = group_kind([self.layers[j] for j in group]) \
+                        if kind == "fp8_input" else kind  # fmt: skip
+                    found.append(Fusion(named, group))
         found += [Fusion("single", (i,)) for i in self.graph.walk() if i not in self.taken]
         return sorted(found, key=lambda f: f.layers[0])
 
@@ -218,6 +248,11 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     ops = [layer.op for layer in layers]
     if len(ops) == 1:
         return "single"
+    if ops[-1] == "linear" and layers[-1].quant == "fp8":
+        if ops[0] in NORMS and len(ops) == 2:
+            return "norm_fp8"
+        if ops[-2] == "mul":
+            return "glu_fp8"
     if ops[0] == "conv2d":
         return "conv"
     if "mul" in ops:
