@@ -161,10 +161,10 @@ def _norm_kernel(
             )
         y = _normalise(x, mean, rstd, weight, bias, HAS_WEIGHT, HAS_BIAS)
         if FP8_OUT:
-            y = round_to_e4m3(y * inv_scale[:, None]).to(tl.float8e4nv)
+            stored = round_to_e4m3(y * inv_scale[:, None]).to(tl.float8e4nv)
         else:
-            y = y.to(y_ptr.dtype.element_ty)
-        tl.store(y_rows + offs[None, :] * y_stride_n, y, mask=mask)
+            stored = y.to(y_ptr.dtype.element_ty)
+        tl.store(y_rows + offs[None, :] * y_stride_n, stored, mask=mask)
 
 
 @triton.jit
@@ -294,9 +294,11 @@ def bind_norm(
     if deliberately_slow:
         config = SLOW_CONFIG
     candidates = fit_norm_rows(rows.row_configs(), layout.sizes[2], block_l)
-    key = f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}" + (
-        "|residual" if residual is not None else ""
-    ) + ("|e4m3" if fp8 else "")
+    key = (
+        f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}"
+        + ("|residual" if residual is not None else "")
+        + ("|e4m3" if fp8 else "")
+    )
     name = (op if residual is None else f"add_{op}") + ("_fp8" if fp8 else "")
     call, choice = tuned_call(name, _norm_kernel, key, candidates, layout.grid, args, named,
                               x.device, config)  # fmt: skip

@@ -176,8 +176,14 @@ def test_norm_then_fp8_linear_on_codes_matches_the_unfused_chain(dtype: torch.dt
     assert rel_l2(out, unfused.double()) <= CHAIN_TOLERANCE
     for plan in fp8.candidates(x):  # every plan of the GEMM on the same codes
         again = torch.full((37, 51), float("nan"), dtype=dtype)
-        fp8.bind_on_codes((37,), dtype, x.device, lambda q, s: bind_norm(
-            x, weight, None, EPS, q, rms=True, scale_out=s), out=again, config=plan).launch()
+        fp8.bind_on_codes(
+            (37,),
+            dtype,
+            x.device,
+            lambda q, s: bind_norm(x, weight, None, EPS, q, rms=True, scale_out=s),
+            out=again,
+            config=plan,
+        ).launch()
         assert rel_l2(again, quantized) <= QUANTIZED_TOLERANCE[dtype], plan
 
 

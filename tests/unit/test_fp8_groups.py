@@ -70,8 +70,10 @@ def test_what_does_not_feed_an_fp8_linear() -> None:
     assert "ln+proj" not in groups, "an unquantized linear takes the norm's 16-bit output"
     # gate_act now has two readers (side and the mul): the mul alone feeds down.
     assert groups.get("swiglu+down") == "glu_fp8"
-    text = BLOCK.replace("{name: ln, op: layernorm, inputs: [qkv]}",
-                         "{name: ln, op: layernorm, inputs: [qkv], dtype: float32}")
+    text = BLOCK.replace(
+        "{name: ln, op: layernorm, inputs: [qkv]}",
+        "{name: ln, op: layernorm, inputs: [qkv], dtype: float32}",
+    )
     assert "ln+proj" not in groups_by_name(load_suite_text(text, "g.yaml").models[0])
 
 
