@@ -38,7 +38,6 @@ from opbench.kernels.linear_plans import (
 from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Choice, Config, PlanMismatch, choose, device_tag
 
-
 # The layers whose GEMM the warp-specialized Gluon kernel can run: 16-bit operands, W8A8
 # int8 and fp8 (the weight-only ones stream W through kernels of their own).
 WS_QUANTS = ("none", "int8", "fp8")
