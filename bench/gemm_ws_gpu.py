@@ -75,7 +75,7 @@ def emit(kind: str, shape, name: str, ms: float | None, err: float | None = None
 def plan_name(plan) -> str:
     kw = plan.kwargs
     if kw["KIND"] == "ws":
-        return f"ws {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} s{kw['STAGES']}"
+        return f"ws {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} s{kw['STAGES']} c{kw['C_BUFS']}"
     return f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages}"
 
 

@@ -103,9 +103,9 @@ def _ws_producer(a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_prog
 def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bars, c_desc,
                  bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K, num_programs,
                  WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, IS_INT8: gl.constexpr,
-                 SCALED: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-                 HAS_RESIDUAL: gl.constexpr):  # fmt: skip
+                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, C_BUFS: gl.constexpr,
+                 IS_INT8: gl.constexpr, SCALED: gl.constexpr, HAS_BIAS: gl.constexpr,
+                 ACTIVATION: gl.constexpr, HAS_RESIDUAL: gl.constexpr):  # fmt: skip
     """Rows wg WG_M ... of each of the program's tiles: the K loop, then the epilogue."""
     # The accumulator's layout: one m64 wgmma row block per 64 rows, N = BLOCK_N per
     # instruction, K = 32 bytes per instruction (the layout's third number).
@@ -114,8 +114,8 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, instr_k]
     )
     HALF_N: gl.constexpr = BLOCK_N // 2
-    lo_buf = c_smem.index(2 * wg)
-    hi_buf = c_smem.index(2 * wg + 1)
+    lo_buf = c_smem.index(C_BUFS * wg)
+    hi_buf = c_smem.index(C_BUFS * wg + C_BUFS - 1)  # the same buffer when C_BUFS == 1
     res_bar = res_bars.index(wg)
     num_m = gl.cdiv(M, 2 * WG_M)
     num_n = gl.cdiv(N, BLOCK_N)
@@ -159,11 +159,20 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         lo, hi = gl.split(acc.reshape([WG_M, 2, HALF_N]).permute((0, 2, 1)))
         _epilogue_half(lo, lo_buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
                        SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        if C_BUFS == 1:
+            # One buffer (a ring stage's worth of shared memory saved): the first half's
+            # store must have read it before the second half is written.
+            fence_async_shared()
+            _cta_barrier()
+            _tma_store(c_desc, [row0, col0], lo_buf)
+            tma.store_wait(0)
+            _cta_barrier()
         _epilogue_half(hi, hi_buf, row0, col0 + HALF_N, M, N, bias_ptr, row_scale_ptr,
                        col_scale_ptr, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         fence_async_shared()
         _cta_barrier()  # all four warps wrote their rows (a barrier of this warpgroup)
-        _tma_store(c_desc, [row0, col0], lo_buf)
+        if C_BUFS == 2:
+            _tma_store(c_desc, [row0, col0], lo_buf)
         _tma_store(c_desc, [row0, col0 + HALF_N], hi_buf)
         done += 1
     tma.store_wait(0)
@@ -205,15 +214,18 @@ def _gemm_ws_kernel(
     M, N, K,
     num_programs,  # the grid: tiles are dealt round-robin
     WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr, GROUP_M: gl.constexpr,
-    STAGES: gl.constexpr, IS_INT8: gl.constexpr, SCALED: gl.constexpr, HAS_BIAS: gl.constexpr,
-    ACTIVATION: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+    STAGES: gl.constexpr, C_BUFS: gl.constexpr, IS_INT8: gl.constexpr, SCALED: gl.constexpr,
+    HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
 ):  # fmt: skip
     """Grid (min(tiles, SMs),); num_warps = 4 (consumer 0) plus the workers' 5."""
     dtype: gl.constexpr = a_desc.dtype
     a_smem = gl.allocate_shared_memory(dtype, [2 * STAGES, WG_M, BLOCK_K], a_desc.layout)
     w_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_K], w_desc.layout)
-    # Two column halves of each consumer's output tile.
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, [4, WG_M, BLOCK_N // 2], c_desc.layout)
+    # Each consumer's output tile by column halves: both halves buffered (C_BUFS 2), or one
+    # buffer used twice (C_BUFS 1; no residual, which comes into both halves at once).
+    gl.static_assert(C_BUFS == 2 or not HAS_RESIDUAL)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [2 * C_BUFS, WG_M, BLOCK_N // 2],
+                                       c_desc.layout)  # fmt: skip
     bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
@@ -227,11 +239,11 @@ def _gemm_ws_kernel(
     gl.warp_specialize(
         [(_ws_consumer, (0, a_smem, w_smem, c_smem, ready, empty, res_bars, c_desc, bias_ptr,
                          row_scale_ptr, col_scale_ptr, res_desc, M, N, K, num_programs, WG_M,
-                         BLOCK_N, BLOCK_K, GROUP_M, STAGES, IS_INT8, SCALED, HAS_BIAS,
+                         BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS, IS_INT8, SCALED, HAS_BIAS,
                          ACTIVATION, HAS_RESIDUAL)),
          (_ws_consumer, (1, a_smem, w_smem, c_smem, ready, empty, res_bars, c_desc, bias_ptr,
                          row_scale_ptr, col_scale_ptr, res_desc, M, N, K, num_programs, WG_M,
-                         BLOCK_N, BLOCK_K, GROUP_M, STAGES, IS_INT8, SCALED, HAS_BIAS,
+                         BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS, IS_INT8, SCALED, HAS_BIAS,
                          ACTIVATION, HAS_RESIDUAL)),
          (_ws_producer, (a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_programs,
                          WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES))],
@@ -276,7 +288,7 @@ def ws_call(
     programs: int,
 ) -> tuple[KernelCall, list]:
     """The bound kernel for out[M, N] = epilogue(a[M, K] @ w[N, K]^T) with one plan (KIND "ws":
-    BLOCK_M = 2 WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES) on at most `programs` programs; the
+    BLOCK_M = 2 WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS) on at most `programs` programs; the
     descriptors it reads (to keep alive). `row_scale` and `col_scale` both or neither
     (SCALED); int8 operands sum in int32; `residual` laid out like `out`."""
     M, K = a.shape
@@ -291,7 +303,8 @@ def ws_call(
             col_scale if scaled else unused, M, N, K)  # fmt: skip
     grid = min(cdiv(M, 2 * wg_m) * cdiv(N, bn), programs)
     named = dict(num_programs=grid, WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=plan["GROUP_M"],
-                 STAGES=plan["STAGES"], IS_INT8=a.dtype == torch.int8, SCALED=scaled,
+                 STAGES=plan["STAGES"], C_BUFS=plan["C_BUFS"], IS_INT8=a.dtype == torch.int8,
+                 SCALED=scaled,
                  HAS_BIAS=bias is not None, ACTIVATION=activation,
                  HAS_RESIDUAL=residual is not None)  # fmt: skip
     return KernelCall(_gemm_ws_kernel, (grid,), args, named, plan.options()), descs

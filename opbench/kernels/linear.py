@@ -156,7 +156,7 @@ class Linear:
         elem_bytes = self.weight.element_size()
         tiles = tile_candidates(elem_bytes, self._tma_ok(x2))
         if ws:
-            tiles = tiles + ws_candidates(elem_bytes, self.is_int8)
+            tiles = tiles + ws_candidates(elem_bytes, self.is_int8, residual)
         few_rows = split_k_candidates(m, elem_bytes, fused_quant=self.fuses_quant)
         gemv = []
         if self.streams(x2, residual):

@@ -38,8 +38,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 from opbench.kernels.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
 dtype = getattr(torch, sys.argv[1])
-wg_m, bn, stages, act, res, bias = map(int, sys.argv[2:8])
-out_dir = sys.argv[8]
+wg_m, bn, stages, c_bufs, act, res, bias = map(int, sys.argv[2:9])
+out_dir = sys.argv[9]
 bk = 128 // dtype.itemsize
 M, N, K = 1000, 776, 1040
 a = torch.empty(M, K, dtype=dtype)
@@ -50,7 +50,7 @@ c = _descriptor(out, [wg_m, bn // 2])
 args = [_descriptor(a, [wg_m, bk]), _descriptor(w, [bn, bk]), c, c, vec, vec, vec, M, N, K, 132]
 fn = _gemm_ws_kernel
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
-const = dict(WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STAGES=stages,
+const = dict(WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs,
              IS_INT8=dtype == torch.int8, SCALED=dtype.itemsize == 1, HAS_BIAS=bool(bias),
              ACTIVATION=act, HAS_RESIDUAL=bool(res))
 signature.update(dict.fromkeys(const, "constexpr"))
@@ -78,10 +78,10 @@ def sass_events(cubin: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "dtype,tile,activation,residual,bias",
-    [("float16", (64, 256, 3), 3, True, True), ("bfloat16", (64, 256, 3), 0, False, False),
-     ("float16", (128, 128, 3), 4, True, True), ("float16", (64, 128, 5), 2, False, True),
-     ("float8_e4m3fn", (64, 256, 3), 6, True, True), ("int8", (128, 128, 3), 3, True, True),
-     ("int8", (64, 128, 4), 0, False, True)],
+    [("float16", (64, 256, 3, 2), 3, True, True), ("bfloat16", (64, 256, 4, 1), 0, False, False),
+     ("float16", (128, 128, 3, 2), 4, True, True), ("float16", (64, 128, 6, 1), 2, False, True),
+     ("float8_e4m3fn", (64, 256, 3, 2), 6, True, True), ("int8", (128, 128, 4, 1), 3, False, True),
+     ("int8", (64, 128, 5, 2), 0, True, True)],
 )  # fmt: skip
 def test_compiles_for_sm90_warp_specialized(dtype, tile, activation, residual, bias, tmp_path):
     """12 warps, setmaxnreg, shared memory as ws_shared_bytes counts it (within 227 KB), the
@@ -120,13 +120,16 @@ def test_tiles_fit_shared_memory_and_registers() -> None:
         for plan in plans:
             wg_m, bn = plan["BLOCK_M"] // 2, plan["BLOCK_N"]
             assert plan["BLOCK_K"] * elem_bytes == 128
-            assert ws_shared_bytes(wg_m, bn, plan["STAGES"], 2) <= SM90_SHARED_BYTES
+            assert ws_shared_bytes(wg_m, bn, plan["STAGES"], plan["C_BUFS"], 2) <= SM90_SHARED_BYTES
             assert wg_m * bn // 128 <= 128 and plan["STAGES"] >= 3
             assert plan.maxnreg == WS_MAXNREG and plan.num_warps == 4
             assert not (int8 and bn > 128)
     # A tile too deep for the shared memory is left out, not offered to fail at compile.
-    assert ws_shared_bytes(64, 256, 4, 2) > SM90_SHARED_BYTES
+    assert ws_shared_bytes(64, 256, 4, 2, 2) > SM90_SHARED_BYTES
     assert all(ws_shared_bytes(*tile, 2) <= SM90_SHARED_BYTES for tile in WS_TILES)
+    # A residual comes into both output halves at once: only two-buffer tiles take one.
+    assert all(p["C_BUFS"] == 2 for p in ws_candidates(2, residual=True))
+    assert any(p["C_BUFS"] == 1 for p in ws_candidates(2))
 
 
 def test_not_offered_off_hopper() -> None:
