@@ -193,9 +193,9 @@ class Linear:
             f"N{self.out_features}", f"K{self.in_features}", "tma" if tma else "notma",
             *(["residual"] if res2 is not None else []),
         ])  # fmt: skip
-        # With the Gluon GEMM among the candidates the choice has a name of its own, so plans
-        # tuned without it (shipped tables, caches) are not taken for a choice that had it.
-        name = f"{self.kernel_name}_sm90_ws" if ws else self.kernel_name
+        # The Gluon GEMM joins the candidates under the same name and key: shipped tables and
+        # caches tuned without it still apply (regenerating them lets it compete there).
+        name = self.kernel_name
         if config is not None:
             return Choice(name, key, device_tag(x2.device), config, "forced")
 
@@ -320,6 +320,8 @@ def gemm_calls(
     if kind == "ws":
         from opbench.kernels.gemm_ws import ws_call, ws_usable
 
+        if residual is not None and plan["C_BUFS"] == 1:
+            raise Unsupported("a ws plan with one output buffer (C_BUFS 1) adds no residual")
         if not ws_usable(a, w, out, layer.activation, residual):
             raise Unsupported("the warp-specialized Gluon GEMM needs an sm_90 GPU, TMA-able "
                               "16-bit-out operands and an elementwise activation")  # fmt: skip

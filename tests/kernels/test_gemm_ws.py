@@ -171,7 +171,8 @@ def test_gpu_every_tile_matches_float64(dtype, m, n, k, activation, residual) ->
     ref = ref + r.double() if residual else ref
     layer = Linear(w.cuda(), b.cuda(), activation)
     xc, rc = x.cuda(), (r.cuda() if residual else None)
-    plans = [p for p in layer.candidates(xc, every_kind=True, ws=True) if p["KIND"] == "ws"]
+    plans = [p for p in layer.candidates(xc, every_kind=True, residual=residual, ws=True)
+             if p["KIND"] == "ws"]  # fmt: skip
     assert plans
     for plan in plans:
         out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
@@ -196,7 +197,7 @@ def test_gpu_quantized_matches_the_portable_kernel(quant) -> None:
     exact = F.silu(x.double() @ w.double().T + b.double()) + r.double()
     layer = (Int8Linear if quant == "int8" else Fp8Linear)(w.cuda(), b.cuda(), "silu")
     xc, rc = x.cuda(), r.cuda()
-    plans = layer.candidates(xc, every_kind=True, ws=True)
+    plans = layer.candidates(xc, every_kind=True, residual=True, ws=True)
     tiled = next(p for p in plans if p["KIND"] == "tiled")
     base = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
     layer.launch(tiled, xc, base, rc)
