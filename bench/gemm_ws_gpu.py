@@ -68,8 +68,7 @@ def emit(kind: str, shape, name: str, ms: float | None, err: float | None = None
         f.write(json.dumps(row) + "\n")
     t = f"{tflops:7.1f} {row['pct_peak']:5.1f}%" if tflops else "    -      - "
     e = f"{err:.1e}" if err is not None else "   -   "
-    print(f"{kind:5} {m:5} {n:5} {k:5}  {name:34} {ms or 0:8.4f} ms {t} err {e} {note}",
-          flush=True)
+    print(f"{kind:5} {m:5} {n:5} {k:5}  {name:34} {ms or 0:8.4f} ms {t} err {e} {note}", flush=True)
 
 
 def plan_name(plan) -> str:

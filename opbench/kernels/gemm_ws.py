@@ -250,6 +250,7 @@ def _gemm_ws_kernel(
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip
 
+
 def ws_usable(
     a: torch.Tensor, w: torch.Tensor, out: torch.Tensor, activation: int,
     residual: torch.Tensor | None = None,
