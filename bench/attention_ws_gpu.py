@@ -2,7 +2,8 @@
 GPU in one run: correctness first, then times beside SDPA and the current kernels.
 
 Usage (GPU machine, repository root; rows go to $OUT/attention_gpu.jsonl):
-    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/attention_ws_gpu.py --budget-s 150
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/attention_ws_gpu.py --budget-s 150 [--from N]
+(--from N: start the prefill cases at the N-th, to finish a run that its budget cut short.)
 
 Sections:
   env      card, versions, copy bandwidth and the dense fp16 GEMM rate (measured here).
@@ -16,8 +17,8 @@ Sections:
   prefill  B S = 16384 tokens, H D = 2048: S 2048 and 8192, D 128 and 64, causal and not, fp16
            (bf16 at S 8192, D 128): SDPA default / cuDNN / flash, `Attention` (auto: its tuned
            choice), each warp-specialized config forced, and on fp16 the fp8 paths: the
-           portable fp8 kernel (fp8_tl) and the warp-specialized one (fp8_ws), each tuned over
-           its own tiles, quantization passes included; every timed output checked against
+           portable fp8 kernel (fp8_tl, tuned over its tiles) and each warp-specialized fp8
+           tile forced (ws8_...), quantization passes included; every timed output checked against
            float32.
 Times and FLOP counts as in bench/attention_gpu.py (do_bench, warmup 25 ms, rep 100 ms, median,
 L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
@@ -139,11 +140,12 @@ def compile_section() -> None:
     from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
     jobs = []
-    for case in CHECK_CASES + PREFILL + [LLAMA]:
+    first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0
+    for case in CHECK_CASES + PREFILL[first:] + [LLAMA]:
         jobs += [("ws", case, cfg) for cfg in ws_configs(case["D"])]
         if case["dtype"] == "fp16" or case in CHECK_CASES:
             jobs += [("ws8", case, cfg) for cfg in ws_fp8_configs(case["D"])]
-    for case in PREFILL + [LLAMA] + LAYER_CHECKS:
+    for case in PREFILL[first:] + [LLAMA] + LAYER_CHECKS:
         d = case["D"]
         if case["dtype"] == "fp16":
             jobs += [("fp8", case, tile_config(t, None)) for t in FP8_TILES[d]]
@@ -232,7 +234,8 @@ def rows() -> list[dict]:
 
 
 def prefill_section(passed: set[str]) -> None:
-    for case in PREFILL:
+    first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0
+    for case in PREFILL[first:]:
         row = {"section": "prefill", **case}
         if over_budget():
             record({**row, "skipped": "budget"})
