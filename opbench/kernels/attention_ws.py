@@ -360,7 +360,7 @@ WS_TILES: dict[int, list[tuple[int, int, bool, bool]]] = {
          (128, 3, False, True), (128, 5, True, True), (128, 5, False, True)],
     # P in registers with 3 stages: 598 / 545 TFLOP/s fp16 S 8192 (non-causal / causal) vs
     # 569 / 485 for the best P-in-shared-memory tile, same H100 run (2026-11-25 night); the
-    # register tiles with 2 stages were 0-4% behind those with 3 and are dropped.
+    # register tiles with 2 stages were 1-5% behind the best 3-stage one and are dropped.
     128: [(128, 2, True, False), (128, 2, False, False), (128, 3, True, True),
           (128, 3, False, True)],
 }  # fmt: skip
