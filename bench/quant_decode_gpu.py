@@ -36,7 +36,7 @@ from functools import partial
 
 from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
 
-OPTS = parse_options(budget=170.0, only="decode,quant,block", workers=14)
+OPTS = parse_options(budget=170.0, only="decode,block", workers=15)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -50,6 +50,8 @@ from opbench.kernels.linear_plans import (  # noqa: E402
     stream_plan,
     stream_q_candidates,
     stream_q_plan,
+    stream_qk_candidates,
+    stream_qk_plan,
 )
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
 from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
@@ -135,6 +137,7 @@ def problem(m: int, k: int, n: int, dtype: torch.dtype, seed: int):
 def describe(plan: Config) -> str:
     kw = plan.kwargs
     text = f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages} split{kw.get('SPLIT_K', 1)}"
+    text += f" sliced{kw['WARPS_K']}" if "WARPS_K" in kw else ""
     return (
         text
         + ("" if kw.get("USE_DOT", True) else " cuda-core")
@@ -173,6 +176,8 @@ def measure(row: dict, run: Callable[[], torch.Tensor], out: torch.Tensor | None
 
 # The fastest checked plan of the new kernel per (quant, M, K, N), for the block graphs.
 BEST_NEW: dict[tuple, tuple] = {}
+# The same for the K-sliced kernel (linear_stream_qk), fp16 ("none") included.
+BEST_QK: dict[tuple, tuple] = {}
 
 
 def make_layer(quant: str, w: torch.Tensor):
@@ -199,12 +204,24 @@ def section_decode() -> None:
             measure({**base, "variant": "ours fp16 gemv (rule)", "quant": "none",
                      "plan": describe(plan)}, fp16.bind(x, out, config=plan).launch, out, exact,
                     None, io + weight_bytes("none", n, k))  # fmt: skip
+            for plan in stream_qk_candidates(m, n, k, 16, 0, sms):
+                row = {**base, "variant": "ours fp16 qk", "quant": "none", "plan": describe(plan)}
+                done = measure(row, fp16.bind(x, out, config=plan).launch, out, exact, None,
+                               io + weight_bytes("none", n, k))  # fmt: skip
+                key = ("none", m, k, n)
+                if done and done.get("ok") and (key not in BEST_QK or done["us"] < BEST_QK[key][0]):
+                    BEST_QK[key] = (done["us"], plan)
             for quant, (_, bits) in LAYERS.items():
                 layer = make_layer(quant, w)
                 quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
                 traffic = io + weight_bytes(quant, n, k)
                 plans = [("old rule", stream_plan(m, n, k, bits, GROUP, sms))]
-                plans += [("new", p) for p in stream_q_candidates(m, n, k, bits, GROUP, sms)]
+                plans += [
+                    ("new", p)
+                    for p in stream_q_candidates(m, n, k, bits, GROUP, sms)
+                    if not p["W_LEFT"]
+                ]  # W on the left: 1.2-1.3x slower (last run)
+                plans += [("qk", p) for p in stream_qk_candidates(m, n, k, bits, GROUP, sms)]
                 for label, plan in plans:
                     row = {**base, "variant": f"{quant} {label}", "quant": quant,
                            "plan": describe(plan)}  # fmt: skip
@@ -217,9 +234,10 @@ def section_decode() -> None:
                         continue
                     done = measure(row, run, out, exact, quantized, traffic)
                     key = (quant, m, k, n)
-                    if (label == "new" and done and done.get("ok") and
-                            (key not in BEST_NEW or done["us"] < BEST_NEW[key][0])):  # fmt: skip
-                        BEST_NEW[key] = (done["us"], plan)
+                    best = {"new": BEST_NEW, "qk": BEST_QK}.get(label)
+                    if (best is not None and done and done.get("ok") and
+                            (key not in best or done["us"] < best[key][0])):  # fmt: skip
+                        best[key] = (done["us"], plan)
             del x, w, exact
 
 
@@ -322,28 +340,40 @@ def section_block() -> None:
                  enumerate(BLOCK.items())}  # fmt: skip
         variants: dict[str, list] = {"torch fp16": [lambda x=x, w=w: F.linear(x, w)
                                                     for x, w in probs.values()]}  # fmt: skip
-        for quant, (_, bits) in LAYERS.items():
-            for label in ("old rule", "new asm default", "new best per layer"):
+        for quant, bits in (("none", 16), ("int8-weight", 8), ("int4-weight", 4)):
+            labels = (["rule", "qk default", "qk best per layer"] if bits == 16 else
+                      ["new rule", "qk default", "qk best per layer", "best of new/qk"])  # fmt: skip
+            for label in labels:
                 runs = []
                 for x, w in probs.values():
                     n, k = w.shape
-                    layer = make_layer(quant, w)
-                    if label == "old rule":
-                        plan = stream_plan(m, n, k, bits, GROUP, sms)
-                    elif label == "new asm default" or (quant, m, k, n) not in BEST_NEW:
-                        plan = stream_q_plan(m, n, k, bits, GROUP, sms, asm=True)
-                    else:
-                        plan = BEST_NEW[(quant, m, k, n)][1]
+                    layer = Linear(w, None) if bits == 16 else make_layer(quant, w)
+                    key = (quant, m, k, n)
+                    plan = stream_qk_plan(m, n, k, bits, GROUP, sms)
+                    if label == "rule":
+                        plan = stream_plan(m, n, k, 16, 0, sms)
+                    elif label == "new rule":
+                        plan = stream_q_plan(m, n, k, bits, GROUP, sms)
+                    elif label == "qk best per layer" and key in BEST_QK:
+                        plan = BEST_QK[key][1]
+                    elif label == "best of new/qk":
+                        options = [b[key] for b in (BEST_NEW, BEST_QK) if key in b]
+                        plan = min(options, key=lambda t: t[0])[1] if options else plan
                     runs.append(layer.bind(x, config=plan).launch)
-                variants[f"{quant} {label}"] = runs
-        wb = {"torch fp16": "none", "int8-weight": "int8-weight", "int4-weight": "int4-weight"}
+                variants[f"{'ours fp16' if bits == 16 else quant} {label}"] = runs
+        wb = {
+            "torch fp16": "none",
+            "ours fp16": "none",
+            "int8-weight": "int8-weight",
+            "int4-weight": "int4-weight",
+        }
         for name, runs in variants.items():
 
             def step(runs=runs):
                 for r in runs:
                     r()
 
-            quant = wb[name.split(" ")[0] if "int" in name else "torch fp16"]
+            quant = wb[" ".join(name.split(" ")[:2]) if "fp16" in name else name.split(" ")[0]]
             traffic = sum(weight_bytes(quant, w.shape[0], w.shape[1]) for _, w in probs.values())
             fn = step
             if not OPTS.tiny:
@@ -371,10 +401,25 @@ def compile_worker(index: int, count: int) -> None:
     for k, n in SHAPES:
         for m in DECODE_M:
             x, w = problem(m, k, n, torch.float16, 1)
+            for plan in [
+                stream_plan(m, n, k, 16, 0, sms),
+                *stream_qk_candidates(m, n, k, 16, 0, sms),
+            ]:
+                if (
+                    zlib.crc32(repr(("none", describe(plan), k % plan["BLOCK_K"])).encode()) % count
+                    == index
+                ):
+                    try:
+                        Linear(w, None).bind(x, config=plan)
+                    except Exception as exc:
+                        print(f"worker {index}: {describe(plan)}: {type(exc).__name__}", flush=True)
             for quant, (_, bits) in LAYERS.items():
                 layer = None
                 plans = [stream_plan(m, n, k, bits, GROUP, sms)]
-                plans += stream_q_candidates(m, n, k, bits, GROUP, sms)
+                plans += [
+                    p for p in stream_q_candidates(m, n, k, bits, GROUP, sms) if not p["W_LEFT"]
+                ]
+                plans += stream_qk_candidates(m, n, k, bits, GROUP, sms)
                 for plan in plans:
                     key = (quant, describe(plan), k % plan["BLOCK_K"] == 0)
                     if zlib.crc32(repr(key).encode()) % count != index:

@@ -312,3 +312,77 @@ def stream_q_candidates(
         if plan not in plans:
             plans.append(plan)
     return plans
+
+
+# ---- the weight-only kernel, K-sliced (linear_stream_qk.py) ----
+
+# Defaults of `stream_qk_plan` by weight format: (BLOCK_N, bytes per W row and step, stages,
+# programs per SM). From the sm_90 compile (registers, shared memory; docs/perf/gemm.md,
+# 2026-11-25 night), not yet from timings: int8 64 x 256 codes (156 registers, 48 KB);
+# int4 64 x 256 codes (128 registers, 49 KB; 512 codes take 249 registers, 2 programs a SM);
+# fp16 W as the first GEMV's rule (64 columns, 256 bytes, 2 programs per SM).
+STREAM_QK_DEFAULTS = {16: (64, 256, 4, 2), 8: (64, 256, 3, 2), 4: (64, 128, 4, 4)}
+
+
+def stream_qk_plan(
+    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
+    block_n: int | None = None, row_bytes: int | None = None, num_warps: int = 4,
+    num_stages: int | None = None, programs_per_sm: int | None = None, asm: bool = True,
+) -> Config | None:  # fmt: skip
+    """A plan of `linear_stream_qk._weight_only_sliced_kernel` for M <= 16 rows, fp16 x and
+    W in `w_bits` (16: fp16 W, the GEMV):
+    one 16-row M tile, `block_n` columns, `row_bytes` of each W row per step cut into
+    num_warps slices (one per warp), SPLIT_K as in `stream_q_plan`; unset arguments from
+    STREAM_QK_DEFAULTS. None where the shape cannot take it: K not a multiple of the slice,
+    or (int4) a slice that is not inside one group or is under 32 codes. Under the
+    interpreter, small tiles (2 warps, 2 slices)."""
+    if m > STREAM_Q_MAX_M:
+        raise ValueError(f"stream_qk plans take at most {STREAM_Q_MAX_M} rows, not {m}")
+    bn, rb, stages, pps = STREAM_QK_DEFAULTS[w_bits]
+    block_n = bn if block_n is None else block_n
+    row_bytes = rb if row_bytes is None else row_bytes
+    num_stages = stages if num_stages is None else num_stages
+    programs_per_sm = pps if programs_per_sm is None else programs_per_sm
+    if INTERPRET:
+        block_n, row_bytes, num_warps, num_stages = 16, 32, 2, 1
+    block_k = row_bytes * 8 // w_bits
+    sub = block_k // num_warps
+    if k % sub or (w_bits == 4 and (group_size % sub or sub < STREAM_Q_MIN_GROUP)):
+        return None
+    tiles = cdiv(n, block_n)
+    k_steps = cdiv(k, block_k)
+    split_k = 1
+    while (tiles * split_k * 2 <= programs_per_sm * sm_count and split_k < MAX_STREAM_SPLIT
+           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
+        split_k *= 2
+    return Config.of(
+        KIND="stream_qk", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_K=num_warps,
+        SPLIT_K=split_k, ASM_UNPACK=asm and w_bits != 16, num_warps=num_warps,
+        num_stages=num_stages,
+    )  # fmt: skip
+
+
+def stream_qk_candidates(
+    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
+) -> list[Config]:
+    """The K-sliced kernel's variants that benchmarks time side by side (tests run each),
+    defaults first: tile width, bytes per step, warps (= slices), stages, programs per SM,
+    Triton ops instead of the packed unpack. Shapes a variant cannot take are left out."""
+    variants = [
+        {}, {"block_n": 32, "num_stages": 4}, {"num_warps": 8}, {"programs_per_sm": 4},
+        {"programs_per_sm": 1}, {"asm": False},
+    ]  # fmt: skip
+    if w_bits == 16:
+        variants[-1] = {"row_bytes": 512, "num_stages": 3}
+        variants += [{"block_n": 128, "num_stages": 3}]
+    elif w_bits == 8:
+        variants += [{"row_bytes": 512}, {"num_stages": 4}, {"block_n": 32, "programs_per_sm": 4}]
+    else:
+        variants += [{"row_bytes": 256, "num_stages": 3}, {"programs_per_sm": 8},
+                     {"row_bytes": 256, "num_stages": 3, "num_warps": 8}]  # fmt: skip
+    plans: list[Config] = []
+    for variant in variants:
+        plan = stream_qk_plan(m, n, k, w_bits, group_size, sm_count, **variant)
+        if plan is not None and plan not in plans:
+            plans.append(plan)
+    return plans
