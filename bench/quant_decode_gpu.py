@@ -14,6 +14,9 @@ Sections:
            4096, 11008, for several launch shapes, beside a copy of the same traffic; then the
            fp8 whole call (quantize + GEMM), the GEMM alone, `_scaled_mm` and torch bf16.
   block    one decode step's five linears as one CUDA graph: torch fp16, old and new rules.
+  tiled    (2026-11-25 night) the new kernel's rule beside the same plans reading W from a
+           tile-by-tile copy (W_TILED), 4 shapes x M 1, 16, int8 and int4, with torch and
+           the copy peer: a short A/B (`--only tiled`, ~20 s of GPU time with compiles).
 
 Byte peers ("% of copy"): for a variant that moves B bytes (weights as stored with scales,
 + x + y), a device-to-device copy of B / 2 bytes moves the same B bytes (B / 2 read + B / 2
@@ -36,7 +39,7 @@ from functools import partial
 
 from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
 
-OPTS = parse_options(budget=170.0, only="decode,block", workers=15)
+OPTS = parse_options(budget=170.0, only="decode,quant,block", workers=14)
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -50,8 +53,6 @@ from opbench.kernels.linear_plans import (  # noqa: E402
     stream_plan,
     stream_q_candidates,
     stream_q_plan,
-    stream_qk_candidates,
-    stream_qk_plan,
 )
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
 from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
@@ -137,12 +138,12 @@ def problem(m: int, k: int, n: int, dtype: torch.dtype, seed: int):
 def describe(plan: Config) -> str:
     kw = plan.kwargs
     text = f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages} split{kw.get('SPLIT_K', 1)}"
-    text += f" sliced{kw['WARPS_K']}" if "WARPS_K" in kw else ""
     return (
         text
         + ("" if kw.get("USE_DOT", True) else " cuda-core")
         + (" asm" if kw.get("ASM_UNPACK") else "")
         + (" w-left" if kw.get("W_LEFT") else "")
+        + (" tiled" if kw.get("W_TILED") else "")
     )
 
 
@@ -176,8 +177,6 @@ def measure(row: dict, run: Callable[[], torch.Tensor], out: torch.Tensor | None
 
 # The fastest checked plan of the new kernel per (quant, M, K, N), for the block graphs.
 BEST_NEW: dict[tuple, tuple] = {}
-# The same for the K-sliced kernel (linear_stream_qk), fp16 ("none") included.
-BEST_QK: dict[tuple, tuple] = {}
 
 
 def make_layer(quant: str, w: torch.Tensor):
@@ -204,24 +203,12 @@ def section_decode() -> None:
             measure({**base, "variant": "ours fp16 gemv (rule)", "quant": "none",
                      "plan": describe(plan)}, fp16.bind(x, out, config=plan).launch, out, exact,
                     None, io + weight_bytes("none", n, k))  # fmt: skip
-            for plan in stream_qk_candidates(m, n, k, 16, 0, sms):
-                row = {**base, "variant": "ours fp16 qk", "quant": "none", "plan": describe(plan)}
-                done = measure(row, fp16.bind(x, out, config=plan).launch, out, exact, None,
-                               io + weight_bytes("none", n, k))  # fmt: skip
-                key = ("none", m, k, n)
-                if done and done.get("ok") and (key not in BEST_QK or done["us"] < BEST_QK[key][0]):
-                    BEST_QK[key] = (done["us"], plan)
             for quant, (_, bits) in LAYERS.items():
                 layer = make_layer(quant, w)
                 quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
                 traffic = io + weight_bytes(quant, n, k)
                 plans = [("old rule", stream_plan(m, n, k, bits, GROUP, sms))]
-                plans += [
-                    ("new", p)
-                    for p in stream_q_candidates(m, n, k, bits, GROUP, sms)
-                    if not p["W_LEFT"]
-                ]  # W on the left: 1.2-1.3x slower (last run)
-                plans += [("qk", p) for p in stream_qk_candidates(m, n, k, bits, GROUP, sms)]
+                plans += [("new", p) for p in stream_q_candidates(m, n, k, bits, GROUP, sms)]
                 for label, plan in plans:
                     row = {**base, "variant": f"{quant} {label}", "quant": quant,
                            "plan": describe(plan)}  # fmt: skip
@@ -234,10 +221,9 @@ def section_decode() -> None:
                         continue
                     done = measure(row, run, out, exact, quantized, traffic)
                     key = (quant, m, k, n)
-                    best = {"new": BEST_NEW, "qk": BEST_QK}.get(label)
-                    if (best is not None and done and done.get("ok") and
-                            (key not in best or done["us"] < best[key][0])):  # fmt: skip
-                        best[key] = (done["us"], plan)
+                    if (label == "new" and done and done.get("ok") and
+                            (key not in BEST_NEW or done["us"] < BEST_NEW[key][0])):  # fmt: skip
+                        BEST_NEW[key] = (done["us"], plan)
             del x, w, exact
 
 
@@ -340,40 +326,28 @@ def section_block() -> None:
                  enumerate(BLOCK.items())}  # fmt: skip
         variants: dict[str, list] = {"torch fp16": [lambda x=x, w=w: F.linear(x, w)
                                                     for x, w in probs.values()]}  # fmt: skip
-        for quant, bits in (("none", 16), ("int8-weight", 8), ("int4-weight", 4)):
-            labels = (["rule", "qk default", "qk best per layer"] if bits == 16 else
-                      ["new rule", "qk default", "qk best per layer", "best of new/qk"])  # fmt: skip
-            for label in labels:
+        for quant, (_, bits) in LAYERS.items():
+            for label in ("old rule", "new asm default", "new best per layer"):
                 runs = []
                 for x, w in probs.values():
                     n, k = w.shape
-                    layer = Linear(w, None) if bits == 16 else make_layer(quant, w)
-                    key = (quant, m, k, n)
-                    plan = stream_qk_plan(m, n, k, bits, GROUP, sms)
-                    if label == "rule":
-                        plan = stream_plan(m, n, k, 16, 0, sms)
-                    elif label == "new rule":
-                        plan = stream_q_plan(m, n, k, bits, GROUP, sms)
-                    elif label == "qk best per layer" and key in BEST_QK:
-                        plan = BEST_QK[key][1]
-                    elif label == "best of new/qk":
-                        options = [b[key] for b in (BEST_NEW, BEST_QK) if key in b]
-                        plan = min(options, key=lambda t: t[0])[1] if options else plan
+                    layer = make_layer(quant, w)
+                    if label == "old rule":
+                        plan = stream_plan(m, n, k, bits, GROUP, sms)
+                    elif label == "new asm default" or (quant, m, k, n) not in BEST_NEW:
+                        plan = stream_q_plan(m, n, k, bits, GROUP, sms, asm=True)
+                    else:
+                        plan = BEST_NEW[(quant, m, k, n)][1]
                     runs.append(layer.bind(x, config=plan).launch)
-                variants[f"{'ours fp16' if bits == 16 else quant} {label}"] = runs
-        wb = {
-            "torch fp16": "none",
-            "ours fp16": "none",
-            "int8-weight": "int8-weight",
-            "int4-weight": "int4-weight",
-        }
+                variants[f"{quant} {label}"] = runs
+        wb = {"torch fp16": "none", "int8-weight": "int8-weight", "int4-weight": "int4-weight"}
         for name, runs in variants.items():
 
             def step(runs=runs):
                 for r in runs:
                     r()
 
-            quant = wb[" ".join(name.split(" ")[:2]) if "fp16" in name else name.split(" ")[0]]
+            quant = wb[name.split(" ")[0] if "int" in name else "torch fp16"]
             traffic = sum(weight_bytes(quant, w.shape[0], w.shape[1]) for _, w in probs.values())
             fn = step
             if not OPTS.tiny:
@@ -387,6 +361,41 @@ def section_block() -> None:
                     None, None, traffic, reps=30)  # fmt: skip
 
 
+def tiled_plans(m: int, n: int, k: int, bits: int, sms: int) -> list[tuple[str, Config]]:
+    """(label, plan) of the tiled A/B: the rule, 128 columns on 8 warps, each plain and tiled."""
+    out = []
+    for label, kw in (("rule", {}), ("128x8w", {"block_n": 128, "num_warps": 8})):
+        for tiled in (False, True):
+            plan = stream_q_plan(m, n, k, bits, GROUP, sms, tiled=tiled, **kw)
+            out.append((f"{label}{' tiled' if tiled else ''}", plan))
+    return out
+
+
+def section_tiled() -> None:
+    sms = sm_count(torch.device(DEV))
+    for k, n in SHAPES:
+        for m in (1, 16):
+            if over_budget():
+                log("tiled: budget spent")
+                return
+            x, w = problem(m, k, n, torch.float16, m * 7919 + k * 31 + n + 1)
+            exact = x.double() @ w.double().T
+            io = 2.0 * (m * k + m * n)
+            base = {"section": "tiled", "M": m, "K": k, "N": n}
+            measure({**base, "variant": "torch fp16 F.linear", "quant": "none"},
+                    lambda x=x, w=w: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
+            out = torch.empty(m, n, dtype=torch.float16, device=DEV)
+            for quant, (_, bits) in LAYERS.items():
+                layer = make_layer(quant, w)
+                quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
+                for label, plan in tiled_plans(m, n, k, bits, sms):
+                    row = {**base, "variant": f"{quant} {label}", "quant": quant,
+                           "plan": describe(plan)}  # fmt: skip
+                    measure(row, layer.bind(x, out, config=plan).launch, out, exact, quantized,
+                            io + weight_bytes(quant, n, k))  # fmt: skip
+            del x, w, exact
+
+
 def compile_worker(index: int, count: int) -> None:
     sms = sm_count(torch.device(DEV))
     if "quant" in OPTS.only:
@@ -398,28 +407,23 @@ def compile_worker(index: int, count: int) -> None:
                         q = torch.empty(8, k, dtype=qdtype, device=DEV)
                         s = torch.empty(8, dtype=torch.float32, device=DEV)
                         quantize_call(x, q, s, config, one)
+    if "tiled" in OPTS.only:
+        for k, n in SHAPES:
+            x, w = problem(1, k, n, torch.float16, 1)
+            for quant, (_, bits) in LAYERS.items():
+                layer = make_layer(quant, w)
+                for label, plan in tiled_plans(1, n, k, bits, sms):
+                    if zlib.crc32(repr((quant, k, n, label)).encode()) % count == index:
+                        layer.bind(x, config=plan)
+    if "decode" not in OPTS.only and "block" not in OPTS.only:
+        return
     for k, n in SHAPES:
         for m in DECODE_M:
             x, w = problem(m, k, n, torch.float16, 1)
-            for plan in [
-                stream_plan(m, n, k, 16, 0, sms),
-                *stream_qk_candidates(m, n, k, 16, 0, sms),
-            ]:
-                if (
-                    zlib.crc32(repr(("none", describe(plan), k % plan["BLOCK_K"])).encode()) % count
-                    == index
-                ):
-                    try:
-                        Linear(w, None).bind(x, config=plan)
-                    except Exception as exc:
-                        print(f"worker {index}: {describe(plan)}: {type(exc).__name__}", flush=True)
             for quant, (_, bits) in LAYERS.items():
                 layer = None
                 plans = [stream_plan(m, n, k, bits, GROUP, sms)]
-                plans += [
-                    p for p in stream_q_candidates(m, n, k, bits, GROUP, sms) if not p["W_LEFT"]
-                ]
-                plans += stream_qk_candidates(m, n, k, bits, GROUP, sms)
+                plans += stream_q_candidates(m, n, k, bits, GROUP, sms)
                 for plan in plans:
                     key = (quant, describe(plan), k % plan["BLOCK_K"] == 0)
                     if zlib.crc32(repr(key).encode()) % count != index:
@@ -477,7 +481,8 @@ def main() -> None:
         log(f"copy 1 GiB: {2 * big / us / 1e6:.3f} TB/s")
         del src, dst
     precompile(__file__, OPTS, log)
-    sections = {"decode": section_decode, "quant": section_quant, "block": section_block}
+    sections = {"decode": section_decode, "quant": section_quant, "block": section_block,
+                "tiled": section_tiled}  # fmt: skip
     run_sections(OPTS, sections, over_budget, log)
     summary()
 

@@ -287,10 +287,4 @@ def gemm_calls(
         if residual is not None:  # a forced plan: candidates() never offers it with a residual
             raise Unsupported("the streaming GEMV adds no residual: take a split-K or tile plan")
         return stream_calls(plan, a, layer, out)
-    if kind == "stream_qk":  # the K-sliced streaming kernel, fp16 W (linear_stream_qk.py)
-        from opbench.kernels.linear_stream_qk import sliced_calls
-
-        if residual is not None:
-            raise Unsupported("the streaming GEMV adds no residual: take a split-K or tile plan")
-        return sliced_calls(plan, a, layer, out)
     raise ValueError(f"unknown plan kind {kind!r}")

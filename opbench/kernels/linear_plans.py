@@ -259,7 +259,7 @@ def stream_q_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     w_left: bool = False, block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    asm: bool = True,
+    asm: bool = True, tiled: bool = False,
 ) -> Config:  # fmt: skip
     """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4);
     the defaults are the rule. One 16-row M tile; `block_n` columns (default
@@ -267,8 +267,10 @@ def stream_q_plan(
     never straddles two, and at least 32 codes); SPLIT_K as in `stream_plan`: the largest
     power of two up to MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM
     (default STREAM_Q_PROGRAMS) and every split at least MIN_STEPS_PER_SPLIT steps long;
-    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops).
-    Under the interpreter, small tiles."""
+    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops);
+    `tiled`: W read from a tile-by-tile copy (W_TILED, `linear_stream_q.tiled_weight`;
+    recorded only when set, so earlier plans read back unchanged). Under the interpreter,
+    small tiles."""
     if m > STREAM_Q_MAX_M:
         raise ValueError(f"stream_q plans take at most {STREAM_Q_MAX_M} rows, not {m}")
     block_n = STREAM_Q_BLOCK_N[w_bits] if block_n is None else block_n
@@ -286,9 +288,10 @@ def stream_q_plan(
     while (tiles * split_k * 2 <= programs_per_sm * sm_count and split_k < MAX_STREAM_SPLIT
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
+    extra = {"W_TILED": True} if tiled else {}
     return Config.of(
         KIND="stream_q", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-        W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages,
+        W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages, **extra,
     )  # fmt: skip
 
 
@@ -297,7 +300,8 @@ def stream_q_candidates(
 ) -> list[Config]:
     """The rule's plan first, then variants around it (benchmarks time them side by side,
     tests run each): tile width, warps, bytes per step, programs per SM, W as the left
-    operand, Triton ops instead of the packed unpack. None for int4 groups under 32 codes."""
+    operand, Triton ops instead of the packed unpack, W tile by tile. None for int4 groups
+    under 32 codes."""
     if w_bits == 4 and group_size < STREAM_Q_MIN_GROUP:
         return []
     variants = [
@@ -305,84 +309,11 @@ def stream_q_candidates(
         {"num_warps": 8}, {"programs_per_sm": 2}, {"programs_per_sm": 4},
         {"programs_per_sm": 8}, {"row_bytes": 128, "num_stages": 6}, {"w_left": True},
         {"asm": False}, {"asm": False, "w_left": True},
+        {"tiled": True}, {"tiled": True, "block_n": 128, "num_warps": 8},
     ]  # fmt: skip
     plans: list[Config] = []
     for variant in variants:
         plan = stream_q_plan(m, n, k, w_bits, group_size, sm_count, **variant)
         if plan not in plans:
-            plans.append(plan)
-    return plans
-
-
-# ---- the weight-only kernel, K-sliced (linear_stream_qk.py) ----
-
-# Defaults of `stream_qk_plan` by weight format: (BLOCK_N, bytes per W row and step, stages,
-# programs per SM). From the sm_90 compile (registers, shared memory; docs/perf/gemm.md,
-# 2026-11-25 night), not yet from timings: int8 64 x 256 codes (156 registers, 48 KB);
-# int4 64 x 256 codes (128 registers, 49 KB; 512 codes take 249 registers, 2 programs a SM);
-# fp16 W as the first GEMV's rule (64 columns, 256 bytes, 2 programs per SM).
-STREAM_QK_DEFAULTS = {16: (64, 256, 4, 2), 8: (64, 256, 3, 2), 4: (64, 128, 4, 4)}
-
-
-def stream_qk_plan(
-    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
-    block_n: int | None = None, row_bytes: int | None = None, num_warps: int = 4,
-    num_stages: int | None = None, programs_per_sm: int | None = None, asm: bool = True,
-) -> Config | None:  # fmt: skip
-    """A plan of `linear_stream_qk._weight_only_sliced_kernel` for M <= 16 rows, fp16 x and
-    W in `w_bits` (16: fp16 W, the GEMV):
-    one 16-row M tile, `block_n` columns, `row_bytes` of each W row per step cut into
-    num_warps slices (one per warp), SPLIT_K as in `stream_q_plan`; unset arguments from
-    STREAM_QK_DEFAULTS. None where the shape cannot take it: K not a multiple of the slice,
-    or (int4) a slice that is not inside one group or is under 32 codes. Under the
-    interpreter, small tiles (2 warps, 2 slices)."""
-    if m > STREAM_Q_MAX_M:
-        raise ValueError(f"stream_qk plans take at most {STREAM_Q_MAX_M} rows, not {m}")
-    bn, rb, stages, pps = STREAM_QK_DEFAULTS[w_bits]
-    block_n = bn if block_n is None else block_n
-    row_bytes = rb if row_bytes is None else row_bytes
-    num_stages = stages if num_stages is None else num_stages
-    programs_per_sm = pps if programs_per_sm is None else programs_per_sm
-    if INTERPRET:
-        block_n, row_bytes, num_warps, num_stages = 16, 32, 2, 1
-    block_k = row_bytes * 8 // w_bits
-    sub = block_k // num_warps
-    if k % sub or (w_bits == 4 and (group_size % sub or sub < STREAM_Q_MIN_GROUP)):
-        return None
-    tiles = cdiv(n, block_n)
-    k_steps = cdiv(k, block_k)
-    split_k = 1
-    while (tiles * split_k * 2 <= programs_per_sm * sm_count and split_k < MAX_STREAM_SPLIT
-           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
-        split_k *= 2
-    return Config.of(
-        KIND="stream_qk", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, WARPS_K=num_warps,
-        SPLIT_K=split_k, ASM_UNPACK=asm and w_bits != 16, num_warps=num_warps,
-        num_stages=num_stages,
-    )  # fmt: skip
-
-
-def stream_qk_candidates(
-    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
-) -> list[Config]:
-    """The K-sliced kernel's variants that benchmarks time side by side (tests run each),
-    defaults first: tile width, bytes per step, warps (= slices), stages, programs per SM,
-    Triton ops instead of the packed unpack. Shapes a variant cannot take are left out."""
-    variants = [
-        {}, {"block_n": 32, "num_stages": 4}, {"num_warps": 8}, {"programs_per_sm": 4},
-        {"programs_per_sm": 1}, {"asm": False},
-    ]  # fmt: skip
-    if w_bits == 16:
-        variants[-1] = {"row_bytes": 512, "num_stages": 3}
-        variants += [{"block_n": 128, "num_stages": 3}]
-    elif w_bits == 8:
-        variants += [{"row_bytes": 512}, {"num_stages": 4}, {"block_n": 32, "programs_per_sm": 4}]
-    else:
-        variants += [{"row_bytes": 256, "num_stages": 3}, {"programs_per_sm": 8},
-                     {"row_bytes": 256, "num_stages": 3, "num_warps": 8}]  # fmt: skip
-    plans: list[Config] = []
-    for variant in variants:
-        plan = stream_qk_plan(m, n, k, w_bits, group_size, sm_count, **variant)
-        if plan is not None and plan not in plans:
             plans.append(plan)
     return plans

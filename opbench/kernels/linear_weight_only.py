@@ -28,7 +28,6 @@ from opbench.kernels.linear_plans import (
 )
 from opbench.kernels.linear_stream import stream_calls
 from opbench.kernels.linear_stream_q import weight_only_calls
-from opbench.kernels.linear_stream_qk import sliced_calls
 from opbench.kernels.tuning import Config
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, int4_groups, int8_rows
 
@@ -80,8 +79,6 @@ class StreamLinear(Linear):
             raise Unsupported("weight-only linears stream W through a kernel that adds no residual")
         if plan["KIND"] == "stream_q":
             return weight_only_calls(plan, x2, self, out2)
-        if plan["KIND"] == "stream_qk":
-            return sliced_calls(plan, x2, self, out2)
         return stream_calls(plan, x2, self, out2)
 
 
