@@ -2,7 +2,8 @@
 GPU in one run: correctness first, then times beside SDPA and the current kernels.
 
 Usage (GPU machine, repository root; rows go to $OUT/attention_gpu.jsonl):
-    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/attention_ws_gpu.py --budget-s 150
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/attention_ws_gpu.py --budget-s 150 [--from N]
+(--from N: start the prefill cases at the N-th, to finish a run that its budget cut short.)
 
 Sections:
   env      card, versions, copy bandwidth and the dense fp16 GEMM rate (measured here).
@@ -16,8 +17,8 @@ Sections:
   prefill  B S = 16384 tokens, H D = 2048: S 2048 and 8192, D 128 and 64, causal and not, fp16
            (bf16 at S 8192, D 128): SDPA default / cuDNN / flash, `Attention` (auto: its tuned
            choice), each warp-specialized config forced, and on fp16 the fp8 paths: the
-           portable fp8 kernel (fp8_tl) and the warp-specialized one (fp8_ws), each tuned over
-           its own tiles, quantization passes included; every timed output checked against
+           portable fp8 kernel (fp8_tl, tuned over its tiles) and each warp-specialized fp8
+           tile forced (ws8_...), quantization passes included; every timed output checked against
            float32.
 Times and FLOP counts as in bench/attention_gpu.py (do_bench, warmup 25 ms, rep 100 ms, median,
 L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
@@ -69,32 +70,35 @@ CHECK_CASES = [
     dict(B=2, S=37, H=2, D=128, causal=False, dtype="bf16"),
     dict(B=2, S=4096, H=2, D=128, causal=True, dtype="fp16"),
 ]
+# The order is the order of importance: cases past --budget-s are recorded as skipped.
 PREFILL = [dict(B=16384 // s, S=s, H=2048 // d, D=d, causal=c, dtype="fp16")
-           for d in (128, 64) for s in (2048, 8192) for c in (False, True)]  # fmt: skip
-PREFILL += [dict(B=2, S=8192, H=16, D=128, causal=c, dtype="bf16") for c in (False, True)]
+           for d in (128, 64) for s in (8192, 2048) for c in (False, True)]  # fmt: skip
+PREFILL[2:2] = [dict(B=2, S=8192, H=16, D=128, causal=c, dtype="bf16") for c in (False, True)]
 LAYER_CHECKS = CHECK_CASES[:3]  # the layers as bound (tuned: every candidate compiles)
 LLAMA = dict(B=1, S=2048, H=32, D=128, causal=True, dtype="fp16")
-CHECK_TIMEOUT_S = 75
+CHECK_TIMEOUT_S = 90
 
 
 def ws_configs(d: int) -> list[dict]:
     from opbench.kernels.attention_ws import MAXNREG, WS_TILES
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "num_warps": 4, "num_stages": 1,
-             "maxnreg": MAXNREG} for bn, st, pp in WS_TILES[d]]  # fmt: skip
+    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
+             "num_stages": 1, "maxnreg": MAXNREG} for bn, st, pp, pr in WS_TILES[d]]  # fmt: skip
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
     from opbench.kernels.attention_ws import MAXNREG
     from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "num_warps": 4, "num_stages": 1,
-             "maxnreg": MAXNREG, "FP8": True} for bn, st, pp in WS_FP8_TILES[d]]  # fmt: skip
+    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
+             "num_stages": 1, "maxnreg": MAXNREG, "FP8": True}
+            for bn, st, pp, pr in WS_FP8_TILES[d]]  # fmt: skip
 
 
 def cfg_name(cfg: dict) -> str:
     kind = "ws8_" if cfg.get("FP8") else "ws"
-    return f"{kind}{cfg['BLOCK_N']}s{cfg['STAGES']}{'pp' if cfg['PINGPONG'] else ''}"
+    return (f"{kind}{cfg['BLOCK_N']}s{cfg['STAGES']}{'pp' if cfg['PINGPONG'] else ''}"
+            f"{'r' if cfg['P_REGS'] else ''}")  # fmt: skip
 
 
 def calls_fn(make_calls, q, k, v, causal, config=None):
@@ -136,11 +140,12 @@ def compile_section() -> None:
     from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
     jobs = []
-    for case in CHECK_CASES + PREFILL + [LLAMA]:
+    first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0
+    for case in CHECK_CASES + PREFILL[first:] + [LLAMA]:
         jobs += [("ws", case, cfg) for cfg in ws_configs(case["D"])]
         if case["dtype"] == "fp16" or case in CHECK_CASES:
             jobs += [("ws8", case, cfg) for cfg in ws_fp8_configs(case["D"])]
-    for case in PREFILL + [LLAMA] + LAYER_CHECKS:
+    for case in PREFILL[first:] + [LLAMA] + LAYER_CHECKS:
         d = case["D"]
         if case["dtype"] == "fp16":
             jobs += [("fp8", case, tile_config(t, None)) for t in FP8_TILES[d]]
@@ -207,12 +212,20 @@ def check_section() -> set[str]:
     names = {r["variant"] for r in checked}
     passed = {n for n in names if all(r.get("pass") for r in checked if r["variant"] == n)}
     passed &= {n for n in names if n.startswith("ws")}
+    # A config counts as checked only where it ran on every check case of its head dim (a
+    # child killed part way leaves the rest unchecked, hence untimed).
+    for name in list(passed):
+        dims = {c["D"] for c in CHECK_CASES for cfg in ws_configs(c["D"]) + ws_fp8_configs(c["D"])
+                if cfg_name(cfg) == name}  # fmt: skip
+        needed = sum(1 for c in CHECK_CASES if c["D"] in dims)
+        if sum(1 for r in checked if r["variant"] == name) < needed:
+            passed.discard(name)
     per_case = [len(ws_configs(c["D"])) + len(ws_fp8_configs(c["D"])) + 2 * (c in LAYER_CHECKS)
                 for c in CHECK_CASES]  # fmt: skip
     complete = len(checked) == sum(per_case)
     record({"section": "check_summary", "wall_s": time.perf_counter() - start,
             "complete": complete, "passed": sorted(passed)})  # fmt: skip
-    return passed if complete else set()
+    return passed
 
 
 def rows() -> list[dict]:
@@ -221,7 +234,8 @@ def rows() -> list[dict]:
 
 
 def prefill_section(passed: set[str]) -> None:
-    for case in PREFILL:
+    first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0
+    for case in PREFILL[first:]:
         row = {"section": "prefill", **case}
         if over_budget():
             record({**row, "skipped": "budget"})
@@ -239,9 +253,10 @@ def prefill_section(passed: set[str]) -> None:
             if dt == "fp16":
                 fn, row["fp8_tl_config"] = calls_fn(attention_fp8_calls, q, k, v, causal)
                 timed(row, "fp8_tl", fn, ref, h, flops, PEAK["fp8"])
-                if all(cfg_name(c) in passed for c in ws_fp8_configs(d)):
-                    fn, row["fp8_ws_config"] = ws_fp8_calls_fn(q, k, v, causal)
-                    timed(row, "fp8_ws", fn, ref, h, flops, PEAK["fp8"])
+                for cfg in ws_fp8_configs(d):
+                    if cfg_name(cfg) in passed:
+                        fn = ws_fp8_calls_fn(q, k, v, causal, cfg)[0]
+                        timed(row, cfg_name(cfg), fn, ref, h, flops, PEAK["fp8"])
             sdpa = [row[k] for k in row if k.startswith("sdpa_") and k.endswith("_ms")]
             row["best_sdpa_ms"] = min(sdpa)
             for key in [k for k in row if k.endswith("_ms") and not k.startswith("sdpa_")]:
@@ -262,8 +277,11 @@ def summary() -> None:
         elif r.get("section") == "prefill" and "best_sdpa_ms" in r:
             names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
             cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}"
-                            + (f"/{r[n + '_vs_best_sdpa']:.2f}" if n + "_vs_best_sdpa" in r
-                               else "") for n in names)  # fmt: skip
+                            f"({r[n + '_pct_peak']:.0f}%"
+                            + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r
+                               else "")
+                            + (",BAD" if r.get(n + "_rel", 0) > LIMIT["fp8"] or r.get(n + "_nan")
+                               else "") + ")" for n in names)  # fmt: skip
             print(f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '}"
                   f" | {cols}")  # fmt: skip
 

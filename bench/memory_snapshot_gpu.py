@@ -56,23 +56,55 @@ print(
     flush=True,
 )
 snap = torch.cuda.memory._snapshot()
-by = collections.Counter()
-count = collections.Counter()
-for seg in snap["segments"]:
-    for b in seg["blocks"]:
-        if b["state"] != "active_allocated":
-            continue
-        frames = b.get("frames") or []
-        ours = [
-            f for f in frames if "opbench" in f["filename"] and "site-packages" not in f["filename"]
-        ]
-        key = (
-            " < ".join(
-                f"{os.path.basename(f['filename'])}:{f['line']}:{f['name']}" for f in ours[:3]
-            )
-            or "?"
-        )
-        by[key] += b["size"]
-        count[key] += 1
-for key, size in by.most_common(25):
-    print(f"{size / 2**20:9.2f} MiB  x{count[key]:3d}  {key}", flush=True)
+
+
+def where(frames) -> str:
+    ours = [
+        f
+        for f in frames or []
+        if "opbench" in f["filename"] and "site-packages" not in f["filename"]
+    ]
+    return (
+        " < ".join(f"{os.path.basename(f['filename'])}:{f['line']}:{f['name']}" for f in ours[:3])
+        or "?"
+    )
+
+
+def table(title: str, blocks) -> None:
+    by = collections.Counter()
+    count = collections.Counter()
+    for size, frames in blocks:
+        by[where(frames)] += size
+        count[where(frames)] += 1
+    print(
+        f"-- {title}: {sum(by.values()) / 2**20:.1f} MiB in {sum(count.values())} blocks",
+        flush=True,
+    )
+    for key, size in by.most_common(25):
+        print(f"{size / 2**20:9.2f} MiB  x{count[key]:3d}  {key}", flush=True)
+
+
+table(
+    "live after the call",
+    [
+        (b["size"], b.get("frames"))
+        for seg in snap["segments"]
+        for b in seg["blocks"]
+        if b["state"] == "active_allocated"
+    ],
+)
+# The trace replayed: which blocks were live when the most memory was (the peak the run reports
+# may be made of blocks freed before the snapshot).
+live: dict[int, tuple[int, list]] = {}
+total = best = 0
+at_best: list = []
+for trace in snap.get("device_traces", []):
+    for event in trace:
+        if event["action"] == "alloc":
+            live[event["addr"]] = (event["size"], event.get("frames"))
+            total += event["size"]
+            if total > best:
+                best, at_best = total, list(live.values())
+        elif event["action"] == "free_completed" and event["addr"] in live:
+            total -= live.pop(event["addr"])[0]
+table("at the traced peak (blocks allocated since recording began)", at_best)

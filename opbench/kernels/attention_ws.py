@@ -129,10 +129,94 @@ def _stage_p(p, p_buffer):
 
 
 @gluon.jit
+def _p_operand(p, p_smem, index, dtype: gl.constexpr, o_layout: gl.constexpr,
+               P_REGS: gl.constexpr):  # fmt: skip
+    """P as the PV MMA's A operand: with P_REGS a register tensor in the wgmma A-operand
+    layout of the PV MMA (k_width = 32 bits / element bits), else staged in shared memory
+    buffer `index` (`_stage_p`)."""
+    if P_REGS:
+        p_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
+        )
+        return gl.convert_layout(p.to(dtype), p_layout)
+    else:
+        return _stage_p(p, p_smem.index(index))
+
+
+@gluon.jit
+def _finish_step(p, acc_tok, p_op, p_smem, index, dtype: gl.constexpr, o_layout: gl.constexpr,
+                 P_REGS: gl.constexpr):  # fmt: skip
+    """End of a key step, after block j + 1's softmax: wait for P_j V_j and make P_{j+1}.
+    From shared memory, P_{j+1} goes to the other buffer before the wait (a P write after the
+    PV wait made ptxas hoist the wait above the softmax). From registers, P_{j+1} is made
+    after the wait, as FlashAttention-3 does: the running MMA reads P_j's registers, which
+    stay live until the wait (a dependency of it); the softmax itself wrote only fp32
+    registers, so it still runs under P_j V_j."""
+    if P_REGS:
+        if dtype.primitive_bitwidth == 8:
+            # Triton 3.6 rejects 8-bit dependencies of the wait (WGMMAWaitGroupOp); ptxas
+            # still keeps registers that an MMA in flight reads (its own hazard tracking),
+            # and the GPU checks compare every fp8 tile with float64.
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+        else:
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
+        p_op = _p_operand(p, p_smem, index, dtype, o_layout, P_REGS)
+    else:
+        p_op = _p_operand(p, p_smem, index, dtype, o_layout, P_REGS)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    return acc, p_op
+
+
+@gluon.jit
+def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
+             k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+             qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr, s_layout: gl.constexpr,
+             o_layout: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+             PINGPONG: gl.constexpr, P_REGS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+    """One key step of a consumer. Entering: P_j (p_op) and alpha_j from block j's softmax, O
+    complete through block j - 1. Issues S_{j+1} = Q K_{j+1}^T and O = alpha_j O + P_j V_j,
+    runs block j + 1's softmax while P_j V_j is in flight, and returns O through block j and
+    P_{j+1}, alpha_{j+1}, m, l. FP8 (attention_ws_fp8): e4m3 operands, the scores scaled by
+    q_scale times block j + 1's K scale (k_scale_ptr, one per 128 keys), values stored
+    transposed, P as 448 p; otherwise the scores are scaled by qk_scale."""
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    nxt = (j + 1) % STAGES
+    cur = j % STAGES
+    if FP8:
+        scale = q_scale * gl.load(k_scale_ptr + (j + 1) // (128 // BLOCK_N))
+    else:
+        scale = qk_scale
+    mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
+    _take_turn(turns, wg, j + 1, PINGPONG)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+    if FP8:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
+    else:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(cur), acc, is_async=True)
+    _pass_turn(turns, wg, PINGPONG)
+    # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    # Release K_{j+1} and V_{j-1} (P_{j-1} V_{j-1} was waited for last step): an arrival
+    # right after the PV wait below made ptxas hoist that wait above the softmax.
+    mbarrier.arrive(k_empty.index(nxt), count=1)
+    mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len, scale,
+                                        CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+    if FP8:
+        p = p * 448.0
+    acc, p_op = _finish_step(p, acc_tok, p_op, p_smem, 2 * wg + (j + 1) % 2, dtype, o_layout,
+                             P_REGS)  # fmt: skip
+    return acc, p_op, alpha, m_i, l_i
+
+
+@gluon.jit
 def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty, turns,
                  out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale, out_base, stride_os,
                  HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                 STAGES: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+                 STAGES: gl.constexpr, PINGPONG: gl.constexpr, P_REGS: gl.constexpr):  # fmt: skip
     """Rows start_m + wg WG_M ... of the CTA's Q tile: the key loop, then the store."""
     dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -166,30 +250,13 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
     mbarrier.arrive(k_empty.index(0), count=1)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len, qk_scale,
                                         CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-    p16 = _stage_p(p, p_smem.index(2 * wg))
+    p16 = _p_operand(p, p_smem, 2 * wg, dtype, o_layout, P_REGS)
 
     for j in range(0, num_blocks - 1):
-        # Entering: P_j and alpha_j from block j's softmax; O complete through block j - 1.
-        nxt = (j + 1) % STAGES
-        cur = j % STAGES
-        mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
-        _take_turn(turns, wg, j + 1, PINGPONG)
-        s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)  # fmt: skip
-        acc_tok = warpgroup_mma(p16, v_smem.index(cur), acc, is_async=True)
-        _pass_turn(turns, wg, PINGPONG)
-        # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        # Release K_{j+1} and V_{j-1} (P_{j-1} V_{j-1} was waited for last iteration): an
-        # arrival right after the PV wait below made ptxas hoist that wait above the softmax.
-        mbarrier.arrive(k_empty.index(nxt), count=1)
-        mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
-                                            qk_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-        p16 = _stage_p(p, p_smem.index(2 * wg + (j + 1) % 2))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+        acc, p16, alpha, m_i, l_i = _ws_step(
+            j, acc, p16, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready, k_empty,
+            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, qk_scale,
+            qk_scale, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, False)  # fmt: skip
 
     last = num_blocks - 1
     mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
@@ -236,7 +303,7 @@ def _attention_ws_kernel(
     stride_ob, stride_os, stride_oh,  # output strides (elements); the last one is 1
     qk_scale,  # log2(e) / sqrt(D)
     HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr, P_REGS: gl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
     dtype: gl.constexpr = q_desc.dtype
@@ -260,9 +327,12 @@ def _attention_ws_kernel(
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], v_desc.layout)
-    p_smem = gl.allocate_shared_memory(
-        dtype, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], dtype)
-    )  # two buffers per consumer
+    if P_REGS:
+        p_smem = q_smem  # never read: P stays in registers
+    else:  # two P buffers per consumer
+        p_smem = gl.allocate_shared_memory(
+            dtype, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], dtype)
+        )
     q_bars, turns, k_ready, k_empty, v_ready, v_empty = _ws_barriers(STAGES)
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
@@ -271,24 +341,29 @@ def _attention_ws_kernel(
     gl.warp_specialize(
         [(_ws_consumer, (0, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
                          turns, out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale,
-                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS)),
          (_ws_consumer, (1, q_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty, v_ready, v_empty,
                          turns, out_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale,
-                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+                         out_base, stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS)),
          (_ws_producer, producer_args)],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip
 
 
-# (BLOCK_N, STAGES, PINGPONG) per head dim: shared memory is 2 Q tiles + STAGES K and V
-# tiles + 4 P tiles (D 128, BLOCK_N 128: 32 + 2 x 2 x 32 + 4 x 16 = 224 KB of 227). On an
-# H100 (docs/perf/attention.md, 2026-11-25 evening) BLOCK_N 64 lost to BLOCK_N 128 on every
-# shape by 10-25%, and ping-pong on or off each won some shapes (within +-5%, bf16 S 8192
-# non-causal +11% with it): both are kept for the tuner.
-WS_TILES: dict[int, list[tuple[int, int, bool]]] = {
-    64: [(128, 3, True), (128, 3, False)],
-    128: [(128, 2, True), (128, 2, False)],
-}
+# (BLOCK_N, STAGES, PINGPONG, P_REGS) per head dim. Shared memory: 2 Q tiles + STAGES K and
+# V tiles, + 4 P tiles unless P_REGS (D 128, BLOCK_N 128: 32 + 2 x 2 x 32 + 4 x 16 = 224 KB
+# of 227 with P in shared memory; 32 + 3 x 2 x 32 = 224 KB with P in registers and 3
+# stages). On an H100 (docs/perf/attention.md, 2026-11-25 evening) BLOCK_N 64 lost to
+# BLOCK_N 128 on every shape by 10-25%, and ping-pong on or off each won some shapes.
+WS_TILES: dict[int, list[tuple[int, int, bool, bool]]] = {
+    64: [(128, 3, True, False), (128, 3, False, False), (128, 3, True, True),
+         (128, 3, False, True), (128, 5, True, True), (128, 5, False, True)],
+    # P in registers with 3 stages: 598 / 545 TFLOP/s fp16 S 8192 (non-causal / causal) vs
+    # 569 / 485 for the best P-in-shared-memory tile, same H100 run (2026-11-25 night); the
+    # register tiles with 2 stages were 1-5% behind the best 3-stage one and are dropped.
+    128: [(128, 2, True, False), (128, 2, False, False), (128, 3, True, True),
+          (128, 3, False, True)],
+}  # fmt: skip
 
 
 def ws_usable(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor) -> bool:
@@ -308,13 +383,13 @@ def ws_launch(
         args = (_descriptor(q, WG_M.value), _descriptor(k, bn), _descriptor(v, bn), out, seq, heads,
                 out.stride(0), out.stride(1), out.stride(2), scale)  # fmt: skip
         named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
-                     PINGPONG=cfg["PINGPONG"])  # fmt: skip
+                     PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
         return KernelCall(_attention_ws_kernel, (cdiv(seq, CTA_M.value), batch * heads), args, named,
                           cfg.options())  # fmt: skip
 
-    candidates = [Config.of(KERNEL="ws", BLOCK_N=bn, STAGES=st, PINGPONG=pp, num_warps=4,
-                            num_stages=1, maxnreg=MAXNREG)
-                  for bn, st, pp in WS_TILES[head_dim]]  # fmt: skip
+    candidates = [Config.of(KERNEL="ws", BLOCK_N=bn, STAGES=st, PINGPONG=pp, P_REGS=pr,
+                            num_warps=4, num_stages=1, maxnreg=MAXNREG)
+                  for bn, st, pp, pr in WS_TILES[head_dim]]  # fmt: skip
     return make, candidates
 
 

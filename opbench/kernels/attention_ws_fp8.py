@@ -42,11 +42,12 @@ from opbench.kernels.attention_ws import (
     PRODUCER_REGS,
     WG_M,
     _cta_barrier,
+    _p_operand,
     _pass_turn,
-    _stage_p,
     _take_turn,
     _ws_barriers,
     _ws_producer,
+    _ws_step,
     ws_usable,
 )
 from opbench.kernels.host import cdiv
@@ -77,8 +78,10 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
                      k_ready, k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr,
                      v_scale_ptr, seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
                      stride_os, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr,
-                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
-    """attention_ws._ws_consumer's key loop on e4m3 operands, with the per-block K scale."""
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+                     P_REGS: gl.constexpr):  # fmt: skip
+    """attention_ws._ws_consumer's key loop (its `_ws_step`, FP8) on e4m3 operands, with the
+    per-block K scale; P in registers (P_REGS) or shared memory."""
     out_dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
@@ -88,7 +91,6 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
     )
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    PER_SCALE: gl.constexpr = 128 // BLOCK_N  # key blocks per K scale (KEY_BLOCK 128)
 
     m0 = start_m + wg * WG_M
     if CAUSAL:
@@ -114,27 +116,13 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
     mbarrier.arrive(k_empty.index(0), count=1)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
                                         q_scale * k_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-    p8 = _stage_p(p * 448.0, p_smem.index(2 * wg))
+    p8 = _p_operand(p * 448.0, p_smem, 2 * wg, FP8, o_layout, P_REGS)
 
     for j in range(0, num_blocks - 1):
-        nxt = (j + 1) % STAGES
-        cur = j % STAGES
-        k_scale = gl.load(k_scale_ptr + (j + 1) // PER_SCALE)
-        mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
-        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-        mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
-        _take_turn(turns, wg, j + 1, PINGPONG)
-        s_tok = warpgroup_mma(q8, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
-                              is_async=True)  # fmt: skip
-        acc_tok = warpgroup_mma(p8, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
-        _pass_turn(turns, wg, PINGPONG)
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
-        mbarrier.arrive(k_empty.index(nxt), count=1)
-        mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
-                                            q_scale * k_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-        p8 = _stage_p(p * 448.0, p_smem.index(2 * wg + (j + 1) % 2))
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+        acc, p8, alpha, m_i, l_i = _ws_step(
+            j, acc, p8, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready, k_empty,
+            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
+            k_scale_ptr, FP8, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, True)  # fmt: skip
 
     last = num_blocks - 1
     mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
@@ -164,7 +152,7 @@ def _attention_ws_fp8_kernel(
     stride_ob, stride_os, stride_oh,  # output strides (elements); the last one is 1
     qk_scale,  # log2(e) / sqrt(D), folded into Q before it is quantized
     HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-    STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+    STAGES: gl.constexpr, PINGPONG: gl.constexpr, P_REGS: gl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
     num_m_blocks = gl.cdiv(seq_len, CTA_M)
@@ -190,9 +178,12 @@ def _attention_ws_fp8_kernel(
     )
     k_smem = gl.allocate_shared_memory(FP8, [STAGES, BLOCK_N, HEAD_DIM], k8_desc.layout)
     v_smem = gl.allocate_shared_memory(FP8, [STAGES, HEAD_DIM, BLOCK_N], vt8_desc.layout)
-    p_smem = gl.allocate_shared_memory(
-        FP8, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], FP8)
-    )  # two buffers per consumer
+    if P_REGS:
+        p_smem = q8_smem  # never read: P stays in registers
+    else:  # two P buffers per consumer
+        p_smem = gl.allocate_shared_memory(
+            FP8, [4, WG_M, BLOCK_N], gl.NVMMASharedLayout.get_default_for([WG_M, BLOCK_N], FP8)
+        )
     q_bars, turns, k_ready, k_empty, v_ready, v_empty = _ws_barriers(STAGES)
 
     producer_args = (q_desc, k8_desc, vt8_desc, q_smem, k_smem, v_smem, q_bars, k_ready,
@@ -203,21 +194,24 @@ def _attention_ws_fp8_kernel(
         [(_ws_fp8_consumer, (0, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready,
                              k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr,
                              seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
-                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS)),
          (_ws_fp8_consumer, (1, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready,
                              k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr,
                              seq_len, start_m, mask_end, num_blocks, qk_scale, out_base,
-                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG)),
+                             stride_os, HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS)),
          (_ws_producer, producer_args)],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip
 
 
-# (BLOCK_N, STAGES, PINGPONG): BLOCK_N 128 = KEY_BLOCK, one K scale per key block.
-WS_FP8_TILES: dict[int, list[tuple[int, int, bool]]] = {
-    64: [(128, 4, True), (128, 4, False)],
-    128: [(128, 3, True), (128, 3, False)],
-}
+# (BLOCK_N, STAGES, PINGPONG, P_REGS): BLOCK_N 128 = KEY_BLOCK, one K scale per key block.
+# P in registers (P_REGS) compiles and passes its checks but lost on an H100 (2026-11-25
+# night, fp16 input S 8192 D 128: 600-619 TFLOP/s against 690-713 with P in shared memory,
+# causal 491-507 against 587-603), so the tuner is not offered it.
+WS_FP8_TILES: dict[int, list[tuple[int, int, bool, bool]]] = {
+    64: [(128, 4, True, False), (128, 4, False, False)],
+    128: [(128, 3, True, False), (128, 3, False, False)],
+}  # fmt: skip
 
 
 def fp8_descriptor(t: torch.Tensor, block: list[int]) -> TensorDescriptor:
@@ -244,13 +238,13 @@ def ws_fp8_launch(
                 heads, out.stride(0), out.stride(1), out.stride(2),
                 LOG2E / math.sqrt(head_dim))  # fmt: skip
         named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
-                     PINGPONG=cfg["PINGPONG"])  # fmt: skip
+                     PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
         return KernelCall(_attention_ws_fp8_kernel, (cdiv(seq, CTA_M.value), batch * heads),
                           args, named, cfg.options())  # fmt: skip
 
-    candidates = [Config.of(KERNEL="ws_fp8", BLOCK_N=bn, STAGES=st, PINGPONG=pp, num_warps=4,
-                            num_stages=1, maxnreg=MAXNREG)
-                  for bn, st, pp in WS_FP8_TILES[head_dim]]  # fmt: skip
+    candidates = [Config.of(KERNEL="ws_fp8", BLOCK_N=bn, STAGES=st, PINGPONG=pp, P_REGS=pr,
+                            num_warps=4, num_stages=1, maxnreg=MAXNREG)
+                  for bn, st, pp, pr in WS_FP8_TILES[head_dim]]  # fmt: skip
     return make, candidates
 
 

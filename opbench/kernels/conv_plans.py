@@ -47,6 +47,15 @@ POINTWISE_TILES: tuple[Tile, ...] = (
     (128, 128, 64, 8, 2),
     (64, 128, 64, 4, 2),
 )
+# Shallow 1x1 convs (16..32 input channels: MobileNetV2's first projections and expansions)
+# take a single 32-deep K step; a 64-deep tile would be half padding.
+SHALLOW_POINTWISE_TILES: tuple[Tile, ...] = (
+    (64, 128, 32, 4, 3),
+    (128, 128, 32, 4, 3),
+    (64, 256, 32, 4, 3),
+    (128, 64, 32, 4, 3),
+    (64, 64, 32, 4, 3),
+)
 # The C=3 stem: K = 147 in three 64-deep steps won on an H100 (2026-11-25); its neighbours.
 GATHER_TILES: tuple[Tile, ...] = (
     (128, 64, 32, 4, 4),
@@ -93,9 +102,12 @@ def pointwise_plans(cout: int, pixels: int, channels: int, dtype: torch.dtype) -
     elif dtype == torch.float32:
         tiles = [FP32_TILES[0]]
     else:
-        tiles = [t for t in POINTWISE_TILES
+        table = POINTWISE_TILES if channels > 32 else SHALLOW_POINTWISE_TILES
+        tiles = [t for t in table
                  if t[0] <= max(64, next_power_of_2(cout)) and t[1] <= max(64, next_power_of_2(pixels))
                  and t[2] <= max(32, next_power_of_2(channels))]  # fmt: skip
+        # Never none: a small layer still runs, on the table's smallest tile.
+        tiles = tiles or [min(table, key=lambda t: t[0] * t[1])]
     return [Config.of(PATH="pointwise", BLOCK_O=o, BLOCK_P=p, BLOCK_K=k, num_warps=warps,
                       num_stages=stages) for o, p, k, warps, stages in tiles]  # fmt: skip
 

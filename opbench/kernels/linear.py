@@ -10,6 +10,8 @@ argument; the bound launch then only launches. `Linear(x)` is bind-and-launch in
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -31,9 +33,14 @@ from opbench.kernels.linear_plans import (
     stream_plan,
     tile_candidates,
     tma_ok,
+    ws_candidates,
 )
 from opbench.kernels.scratch import scratch
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.tuning import Choice, Config, PlanMismatch, choose, device_tag
+
+# The layers whose GEMM the warp-specialized Gluon kernel can run: 16-bit operands, W8A8
+# int8 and fp8 (the weight-only ones stream W through kernels of their own).
+WS_QUANTS = ("none", "int8", "fp8")
 
 
 class Linear:
@@ -137,15 +144,19 @@ class Linear:
         sequence(calls, out2)()
 
     def candidates(
-        self, x2: torch.Tensor, every_kind: bool = False, residual: bool = False
-    ) -> list[Config]:
+        self, x2: torch.Tensor, every_kind: bool = False, residual: bool = False,
+        ws: bool = False,
+    ) -> list[Config]:  # fmt: skip
         """Plans for x2's row count: the streaming GEMV for fp16/bf16 M <= GEMV_MAX_M, the
         decode table's split-K plan for M <= SMALL_M on a GPU, else the tuned tile plans
-        (every kernel kind when every_kind). With a residual to add, no streaming GEMV: its
-        epilogue has none."""
+        (every kernel kind when every_kind), with `ws` also the warp-specialized Gluon GEMM's
+        (gemm_ws.py; `ws_ok` says where it applies). With a residual to add, no streaming
+        GEMV: its epilogue has none."""
         m, k = x2.shape
         elem_bytes = self.weight.element_size()
         tiles = tile_candidates(elem_bytes, self._tma_ok(x2))
+        if ws:
+            tiles = tiles + ws_candidates(elem_bytes, self.is_int8, residual)
         few_rows = split_k_candidates(m, elem_bytes, fused_quant=self.fuses_quant)
         gemv = []
         if self.streams(x2, residual):
@@ -175,21 +186,46 @@ class Linear:
         res2: torch.Tensor | None = None,
     ) -> Choice:
         tma = self._tma_ok(x2)
+        ws = x2.shape[0] > SMALL_M and self.ws_ok(x2, out2)
         key = "|".join([
             f"{x2.dtype}{'-tf32' if self.dot_precision == 'tf32' else ''}",
             self.quant_key, f"M{next_power_of_2(x2.shape[0])}",
             f"N{self.out_features}", f"K{self.in_features}", "tma" if tma else "notma",
             *(["residual"] if res2 is not None else []),
         ])  # fmt: skip
+        # The Gluon GEMM joins the candidates under the same name and key: shipped tables and
+        # caches tuned without it still apply (regenerating them lets it compete there).
+        name = self.kernel_name
         if config is not None:
-            return Choice(self.kernel_name, key, device_tag(x2.device), config, "forced")
+            return Choice(name, key, device_tag(x2.device), config, "forced")
 
         def make(cfg: Config):
             calls, keep = self.calls(cfg, x2, out2, res2)
             return sequence(calls, out2)
 
-        candidates = self.candidates(x2, residual=res2 is not None)
-        return choose(self.kernel_name, key, candidates, x2.device, make)
+        candidates = (self.candidates(x2, residual=res2 is not None, ws=True) if ws
+                      else self.candidates(x2, residual=res2 is not None))  # fmt: skip
+        choice = choose(name, key, candidates, x2.device, make)
+        if choice.config["KIND"] not in {c["KIND"] for c in candidates}:
+            # A stored plan of a kind this input cannot run (a table of another version):
+            # tuned again, under a key of its own so that the stale entry is not read back.
+            warnings.warn(f"{name}: stored plan of kind {choice.config['KIND']!r} does not "
+                          f"apply to {key}: tuning again", PlanMismatch, stacklevel=2)  # fmt: skip
+            choice = choose(name, key + "|retuned", candidates, x2.device, make)
+        return choice
+
+    def ws_ok(self, x2: torch.Tensor, out2: torch.Tensor) -> bool:
+        """Whether the warp-specialized Gluon GEMM (gemm_ws.py) may run this layer on x2:
+        sm_90, TMA-able operands and output, 16-bit output, an elementwise activation.
+        Quantized layers read their own contiguous xq (same dtype as the weight)."""
+        if self.quant not in WS_QUANTS or INTERPRET or not x2.is_cuda or not self._tma_ok(x2):
+            return False
+        from opbench.kernels.gemm_ws import ws_usable
+
+        # Quantized layers feed it xq, contiguous in the weight's dtype with the weight's K
+        # (whose 16-byte alignment _tma_ok checked): the weight stands in for it.
+        a = self.weight if self.scaled else x2
+        return ws_usable(a, self.weight, out2, self.activation)
 
     @property
     def quant_key(self) -> str:
@@ -281,6 +317,18 @@ def gemm_calls(
         named.update(EVEN_K=K % bk == 0, QUANTIZE_A=is_int8 and a.dtype != torch.int8,
                      QUANT_BLOCK_K=max(16, bk * 16 // bm))  # fmt: skip
         return [config_call(_linear_split_k_kernel, grid, args, named, plan)], [partial]
+    if kind == "ws":
+        from opbench.kernels.gemm_ws import ws_call, ws_usable
+
+        if residual is not None and plan["C_BUFS"] == 1:
+            raise Unsupported("a ws plan with one output buffer (C_BUFS 1) adds no residual")
+        if not ws_usable(a, w, out, layer.activation, residual):
+            raise Unsupported("the warp-specialized Gluon GEMM needs an sm_90 GPU, TMA-able "
+                              "16-bit-out operands and an elementwise activation")  # fmt: skip
+        call, descs = ws_call(plan, a, w, out, bias=bias, row_scale=row_scale,
+                              col_scale=layer.col_scale if scaled else None, residual=residual,
+                              activation=layer.activation, programs=sm_count(a.device))  # fmt: skip
+        return [call], descs
     if kind == "stream":
         from opbench.kernels.linear_stream import stream_calls
 

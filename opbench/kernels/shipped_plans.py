@@ -4,7 +4,8 @@ machine tunes only the kernels its table lacks.
 A table is `opbench/kernels/shipped/<GPU name, non-alphanumerics as _>.json`:
 
     {"opbench_shipped_plans": 1, "device": "NVIDIA H100 80GB HBM3", "capability": "sm90",
-     "triton": "3.6.0", "command": "...", "plans": {"<kernel>|<key>": {"config": {...}}}}
+     "triton": "3.6.0", "command": "<the last>", "commands": ["<every merge, oldest first>"],
+     "plans": {"<kernel>|<key>": {"config": {...}}}}
 
 keyed like the plan cache (`tuning.choose`'s kernel name and key: shapes, dtypes, layout),
 never by suite, model or layer: any layer of a tuned shape finds its plan. A table applies
@@ -77,15 +78,16 @@ def merge_table(
     name, capability, triton = split_tag(tag)
     old = _table(path)
     _table.cache_clear()
-    keep = (
-        dict(old.get("plans", {}))
-        if old and old.get("device") == name and old.get("capability") == capability
-        and _minor(str(old.get("triton", ""))) == _minor(triton)
-        else {}
-    )  # fmt: skip
+    same = bool(old) and old.get("device") == name and old.get("capability") == capability \
+        and _minor(str(old.get("triton", ""))) == _minor(triton)  # fmt: skip
+    keep = dict(old.get("plans", {})) if same else {}
     keep.update({k: {"config": dict(v["config"])} for k, v in entries.items()})
+    # Every command that merged into a kept table, oldest first: what the table covers.
+    history = list(old.get("commands") or [old.get("command")]) if same else []
+    commands = [c for c in history if isinstance(c, str)] + [command]
     return {"opbench_shipped_plans": SHIPPED_FORMAT, "device": name, "capability": capability,
-            "triton": triton, "command": command, "plans": dict(sorted(keep.items()))}  # fmt: skip
+            "triton": triton, "command": command, "commands": commands,
+            "plans": dict(sorted(keep.items()))}  # fmt: skip
 
 
 def entries_of_choices(choices: list[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:

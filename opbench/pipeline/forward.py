@@ -27,6 +27,7 @@ view of fixed inputs (reshape, flatten, a contiguous slice) is fixed too, so its
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,6 +150,11 @@ def eager_forward(
             bound = bind()
             extra = _extra_outputs(group, others, bound.extra)
             steps[at] = _launch_step(bound.launch, name, frees, extra)
+    if rebind:
+        # The launches the rebinds replaced may sit in reference cycles (closures, bound
+        # methods); their private scratch stays allocated until Python's cycle collector
+        # happens to run. On an H100 that was 171 MiB of NHWC copies in ResNet-50 b32's peak.
+        gc.collect()
 
     def forward() -> tuple[Any, ...]:
         env: Env = {}

@@ -33,8 +33,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor, WG_M, MAXNREG
 from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
-head_dim, causal, block_n, stages, pingpong, fp8 = map(int, sys.argv[1:7])
-out_dir = sys.argv[7]
+head_dim, causal, block_n, stages, pingpong, p_regs, fp8 = map(int, sys.argv[1:8])
+out_dir = sys.argv[8]
 x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
 q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2]
 out = torch.empty(2, 256, 2, head_dim, dtype=torch.float16)
@@ -51,7 +51,7 @@ else:
             256, 2, 1, 1, 1, 0.1]
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
 const = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_N=block_n, STAGES=stages,
-             PINGPONG=bool(pingpong))
+             PINGPONG=bool(pingpong), P_REGS=bool(p_regs))
 signature.update(dict.fromkeys(const, "constexpr"))
 compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4, num_stages=1, maxnreg=MAXNREG))
@@ -62,7 +62,7 @@ print(compiled.metadata.num_warps, compiled.metadata.shared)
 
 
 def compile_sm90(
-    head_dim: int, causal: bool, tile: tuple[int, int, bool], fp8: bool, out: Path
+    head_dim: int, causal: bool, tile: tuple[int, int, bool, bool], fp8: bool, out: Path
 ) -> str:
     """The fp16 or fp8 kernel compiled for sm_90 on this machine (out/k.ptx, out/k.cubin);
     returns the compiler's "num_warps shared_bytes" line."""
@@ -84,9 +84,9 @@ def sass_events(cubin: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     "head_dim,causal,tile,fp8",
-    [(128, False, (128, 2, True), False), (128, True, (128, 2, False), False),
-     (64, True, (128, 3, True), False), (128, True, (128, 3, True), True),
-     (64, False, (128, 4, False), True)],
+    [(128, False, (128, 2, True, False), False), (128, True, (128, 2, False, False), False),
+     (64, True, (128, 3, True, False), False), (128, True, (128, 3, True, False), True),
+     (64, False, (128, 4, False, False), True)],
 )  # fmt: skip
 def test_compiles_for_sm90_warp_specialized_with_overlap(
     head_dim, causal, tile, fp8, tmp_path
@@ -121,11 +121,36 @@ def test_compiles_for_sm90_warp_specialized_with_overlap(
         )
 
 
+@pytest.mark.parametrize(
+    "head_dim,causal,tile,fp8",
+    [(128, False, (128, 3, True, True), False), (64, True, (128, 5, False, True), False),
+     (128, True, (128, 4, True, True), True), (64, False, (128, 4, False, True), True)],
+)  # fmt: skip
+def test_compiles_for_sm90_with_p_in_registers(head_dim, causal, tile, fp8, tmp_path) -> None:
+    """P_REGS: the PV wgmma takes P from registers (no P tiles in shared memory: the kernel
+    needs 4 P tiles less than with P staged, at the same stages), 12 warps, no spills, no
+    serialized wgmma. The SASS order is recorded, not required: under Triton 3.6's ptxas the
+    wait for P_j V_j lands above block j + 1's exp2s (docs/perf/attention.md, 2026-11-25
+    night); whether that costs more than the shared-memory round trip is the GPU run's
+    question."""
+    line = compile_sm90(head_dim, causal, tile, fp8, tmp_path)
+    warps, shared = map(int, line.split())
+    (tmp_path / "staged").mkdir()
+    staged = compile_sm90(head_dim, causal, (*tile[:3], False), fp8, tmp_path / "staged")
+    p_tiles = 4 * 64 * tile[0] * (1 if fp8 else 2)
+    assert warps == 12 and shared <= 227 * 1024, (warps, shared)
+    assert int(staged.split()[1]) - shared >= p_tiles, (line, staged)
+    info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
+    assert "C7514" not in info and re.search(r"0 bytes spill stores, 0 bytes spill loads", info)
+    sass = dump_sass(tmp_path / "k.cubin")
+    assert ("QGMMA" if fp8 else "HGMMA") in sass
+
+
 def test_configs_fit_the_launch() -> None:
     """Every tuned tile takes the register split the kernel's partitions are written for."""
     assert MAXNREG * 12 * 32 <= 65536
     for tiles in WS_TILES.values():
-        for block_n, stages, _ in tiles:
+        for block_n, stages, _, _ in tiles:
             assert block_n in (64, 128) and stages >= 2
 
 
@@ -143,12 +168,12 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong in WS_TILES[head_dim]:
+    for block_n, stages, pingpong, p_regs in WS_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         out4 = out.unflatten(-1, (heads, head_dim))
         assert ws_usable(q, k, v, out4)
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "num_warps": 4,
-                  "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
+                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
         ws_call(q, k, v, out4, causal=causal, config=config)[0].call()
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), config
@@ -172,10 +197,10 @@ def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong in WS_FP8_TILES[head_dim]:
+    for block_n, stages, pingpong, p_regs in WS_FP8_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "num_warps": 4,
-                  "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
+                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
         calls = ws_fp8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
                              config=config)[0]  # fmt: skip
         for call in calls:

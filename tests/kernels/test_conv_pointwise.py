@@ -139,3 +139,20 @@ def test_pointwise_refuses_padding_and_larger_kernels():
         build_conv2d(
             torch.randn(4, 8, 3, 3).half(), None, stride=1, padding=0, dilation=1, path="pointwise"
         )(torch.randn(1, 8, 4, 4).half())
+
+
+@pytest.mark.parametrize("channels", [16, 24, 32, 64, 96, 2048])
+@pytest.mark.parametrize("cout", [8, 16, 96, 1000])
+def test_every_stride_1_1x1_conv_has_gpu_candidates(monkeypatch, channels, cout):
+    """The GPU's tile tables (not the interpreter's one tile): MobileNetV2's 16- and 24-deep
+    1x1 convs once had no candidate at all and stopped the run."""
+    from opbench.kernels import conv_plans
+
+    monkeypatch.setattr(conv_plans, "INTERPRET", False)
+    x = torch.empty(1, channels, 56, 56, dtype=torch.float16)
+    geometry = dict(KH=1, KW=1, SH=1, SW=1, PH=0, PW=0, DH=1, DW=1, G=1)
+    plans = conv_plans.float_candidates(x, cout, geometry, torch.float16, "auto")
+    pointwise = [p for p in plans if p["PATH"] == "pointwise"]
+    assert pointwise, "no pointwise tile"
+    deepest = max(32, 1 << (channels - 1).bit_length())
+    assert all(p["BLOCK_K"] <= deepest for p in pointwise)

@@ -73,11 +73,13 @@ def test_merge_keeps_this_gpus_entries_and_replaces_another_release(tmp_path: Pa
     path = write_table(tmp_path, {"linear|old": {"config": OTHER.to_json()}})
     merged = shipped_plans.merge_table(path, TAG, {"linear|new": {"config": PLAN.to_json()}}, "c")
     assert set(merged["plans"]) == {"linear|old", "linear|new"} and merged["command"] == "c"
+    assert merged["commands"] == ["test", "c"], "what the kept table covered is still named"
     newer = TAG.replace("3.6.0", "3.7.1")
     replaced = shipped_plans.merge_table(
         path, newer, {"linear|new": {"config": PLAN.to_json()}}, "c"
     )
     assert set(replaced["plans"]) == {"linear|new"} and replaced["triton"] == "3.7.1"
+    assert replaced["commands"] == ["c"], "a replaced table's history goes with it"
 
 
 def test_plans_tune_from_a_plan_file_writes_the_table(tmp_path: Path) -> None:

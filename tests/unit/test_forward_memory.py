@@ -210,3 +210,45 @@ def test_groups_bound_before_the_scratch_was_sized_are_bound_again_into_the_shar
     correctness = end_to_end._check(forward, data)
     assert correctness.passed, correctness.reasons
     assert fc2_out.data_ptr() != outs[0].data_ptr()
+
+
+class CyclicScratchUser(ScratchUser):
+    """A ScratchUser whose bound launch sits in a reference cycle, as a closure or a bound
+    method of a launch object can: only Python's cycle collector frees it."""
+
+    def bind(self, x, out=None):
+        bound = super().bind(x, out)
+        cycle: list = []
+        cycle.append((bound, cycle))
+        return bound
+
+
+def test_the_private_scratch_of_replaced_binds_is_freed_when_the_forward_is_set_up():
+    import gc
+    import weakref
+
+    from opbench.backends.base import Built
+
+    suite = load_suite_text(CHAIN)
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    plain = built_groups(model, data, "torch")
+    users = {
+        g: CyclicScratchUser(b) for g, b in plain.items() if model.layers[g[0]].op != "reshape"
+    }
+    built = {
+        g: Built(fn=b.fn, bind=users[g].bind, takes_out=True) if g in users else b
+        for g, b in plain.items()
+    }
+    was_enabled = gc.isenabled()
+    gc.disable()  # the collector must not run by chance: the forward's set-up must run it
+    try:
+        forward = eager_forward(model, built, data)
+        first = [weakref.ref(u.scratches[0]) for u in users.values()]
+        for u in users.values():
+            u.scratches.clear()
+        assert all(ref() is None for ref in first), "a replaced bind's private scratch is held"
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert forward.call()[0].shape == (3, 7, 1)
