@@ -14,9 +14,9 @@ Sections:
            4096, 11008, for several launch shapes, beside a copy of the same traffic; then the
            fp8 whole call (quantize + GEMM), the GEMM alone, `_scaled_mm` and torch bf16.
   block    one decode step's five linears as one CUDA graph: torch fp16, old and new rules.
-  tiled    (2026-11-25 night) the new kernel's rule beside the same plans reading W from a
-           tile-by-tile copy (W_TILED), 4 shapes x M 1, 16, int8 and int4, with torch and
-           the copy peer: a short A/B (`--only tiled`, ~20 s of GPU time with compiles).
+  tiled    (2026-11-25 night) the rules (fp16 GEMV, int8, int4) beside the same plans reading
+           W from a tile-by-tile copy (W_TILED), 4 shapes x M 1, 16, with torch and the copy
+           peer: a short A/B (`--only tiled`, ~20-40 s of GPU time with compiles).
 
 Byte peers ("% of copy"): for a variant that moves B bytes (weights as stored with scales,
 + x + y), a device-to-device copy of B / 2 bytes moves the same B bytes (B / 2 read + B / 2
@@ -385,6 +385,13 @@ def section_tiled() -> None:
             measure({**base, "variant": "torch fp16 F.linear", "quant": "none"},
                     lambda x=x, w=w: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
             out = torch.empty(m, n, dtype=torch.float16, device=DEV)
+            fp16 = Linear(w, None)
+            for tiled in (False, True):
+                plan = stream_plan(m, n, k, 16, 0, sms, tiled=tiled)
+                measure({**base, "variant": f"ours fp16 gemv{' tiled' if tiled else ''}",
+                         "quant": "none", "plan": describe(plan)},
+                        fp16.bind(x, out, config=plan).launch, out, exact, None,
+                        io + weight_bytes("none", n, k))  # fmt: skip
             for quant, (_, bits) in LAYERS.items():
                 layer = make_layer(quant, w)
                 quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
@@ -410,6 +417,11 @@ def compile_worker(index: int, count: int) -> None:
     if "tiled" in OPTS.only:
         for k, n in SHAPES:
             x, w = problem(1, k, n, torch.float16, 1)
+            for tiled in (False, True):
+                if zlib.crc32(repr(("fp16", k, n, tiled)).encode()) % count == index:
+                    for m in (1, 16):  # the GEMV's BLOCK_M follows M
+                        Linear(w, None).bind(x[:1].expand(m, k).contiguous(),
+                                             config=stream_plan(m, n, k, 16, 0, sms, tiled=tiled))  # fmt: skip
             for quant, (_, bits) in LAYERS.items():
                 layer = make_layer(quant, w)
                 for label, plan in tiled_plans(1, n, k, bits, sms):

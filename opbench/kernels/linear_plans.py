@@ -219,7 +219,7 @@ def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    fast_unpack: bool = True,
+    fast_unpack: bool = True, tiled: bool = False,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
@@ -229,8 +229,9 @@ def stream_plan(
     one group); SPLIT_K, with a single M tile only, the largest power of two up to
     MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
     STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
-    enough loads in flight to stream W.
-    Under the interpreter, small tiles that still take the split-K path."""
+    enough loads in flight to stream W. `tiled`: W read from a tile-by-tile copy (W_TILED,
+    recorded only when set). Under the interpreter, small tiles that still take the split-K
+    path."""
     if not use_dot and m != 1:
         raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
     if block_n is None:
@@ -250,10 +251,11 @@ def stream_plan(
     while (m_tiles == 1 and tiles * split_k * 2 <= target and split_k < MAX_STREAM_SPLIT
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
+    extra = {"W_TILED": True} if tiled else {}
     return Config.of(
         KIND="stream", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
         USE_DOT=use_dot, FAST_UNPACK=fast_unpack and w_bits != 16, num_warps=num_warps,
-        num_stages=num_stages,
+        num_stages=num_stages, **extra,
     )  # fmt: skip
 
 
@@ -272,7 +274,9 @@ def stream_candidates(
         variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
                     {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
     if m == 1:
-        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
+        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32},
+                     {"use_dot": False, "tiled": True}]  # fmt: skip
+    variants += [{"tiled": True}]  # W tile by tile (2026-11-25 night, an experiment)
     if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
         variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
     plans: list[Config] = []

@@ -230,9 +230,10 @@ def _weight_only_kernel(
 
 
 def tiled_weight(layer: Any, block_n: int, w_step: int) -> torch.Tensor:
-    """The layer's stored W (rows N, W_STEP-byte pieces along K) as [N tiles, K steps,
-    block_n, w_step] bytes, contiguous, zero-padded to whole tiles: the layout W_TILED reads.
-    Made once per (block_n, w_step) and kept on the layer (`layer.tiled`)."""
+    """The layer's stored W (N rows, `w_step` elements per step along K: bytes for int8 and
+    packed int4, fp16 for a 16-bit W) as [N tiles, K steps, block_n, w_step], contiguous,
+    zero-padded to whole tiles: the layout W_TILED reads (both streaming kernels). Made once
+    per (block_n, w_step) and kept on the layer (`layer.tiled`), beside the row-major W."""
     cache = layer.__dict__.setdefault("tiled", {})
     key = (block_n, w_step)
     if key not in cache:
