@@ -38,6 +38,15 @@ def scratch(shape: Sequence[int], dtype: torch.dtype, device: torch.device | str
     return arena.take(tuple(shape), dtype, torch.device(device))
 
 
+def placed(device: torch.device | str) -> torch.device:
+    """The device with its index: "cuda" (the current one) and "cuda:0" are the same GPU, but
+    torch.device("cuda") != torch.device("cuda:0"), and a tensor's device always has the index."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 class ScratchArena:
     """One block of scratch shared by the groups bound inside `group()`.
 
@@ -45,7 +54,7 @@ class ScratchArena:
     asked for more than the block holds (it got private buffers)."""
 
     def __init__(self, device: torch.device | str) -> None:
-        self.device = torch.device(device)
+        self.device = placed(device)
         self.block: torch.Tensor | None = None
         self.need = 0
         self.used = 0
@@ -72,8 +81,9 @@ class ScratchArena:
         nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
         start = -(-self.used // ALIGN) * ALIGN
         self.used = start + nbytes
-        if device != self.device or self.block is None or self.used > self.block.numel():
-            self.missed = self.missed or device == self.device
+        here = placed(device) == self.device
+        if not here or self.block is None or self.used > self.block.numel():
+            self.missed = self.missed or here
             return torch.empty(shape, dtype=dtype, device=device)
         return self.block[start : start + nbytes].view(dtype).view(shape)
 

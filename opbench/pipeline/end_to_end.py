@@ -18,6 +18,7 @@ buffer per value: those two from the plan, on any device.
 
 from __future__ import annotations
 
+import gc
 import os
 from contextlib import contextmanager
 from dataclasses import replace
@@ -214,6 +215,9 @@ def _peak_memory(device: str):
         return
     import torch
 
+    # Garbage of earlier work still allocated (launches in reference cycles) would be freed
+    # inside the block by the forward's own collection: counted before, it made peaks negative.
+    gc.collect()
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
 

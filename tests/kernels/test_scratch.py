@@ -43,3 +43,21 @@ def test_split_k_partials_share_one_block_between_layers() -> None:
     want_mid = x.double() @ w1.double().T
     torch.testing.assert_close(mid.double(), want_mid, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(out.double(), mid.double() @ w2.double().T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_gpu_named_without_its_index_is_the_gpu_its_tensors_are_on(monkeypatch) -> None:
+    """The pipeline names the device "cuda"; a tensor's device is "cuda:0". Compared as they
+    are, no buffer ever came from the block on a GPU (ResNet-50 b32 held 171 MiB of private
+    NHWC copies beside an unused block on an H100). A CPU tensor stands in for the block."""
+    from opbench.kernels import scratch as scratch_module
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert scratch_module.placed("cuda") == torch.device("cuda", 0)
+    assert scratch_module.placed(torch.device("cuda", 1)) == torch.device("cuda", 1)
+    assert scratch_module.placed("cpu") == torch.device("cpu")
+    arena = ScratchArena("cuda")
+    arena.block = torch.empty(4096, dtype=torch.uint8)
+    with arena.group():
+        taken = arena.take((8, 4), torch.float16, torch.device("cuda", 0))
+    assert taken.data_ptr() == arena.block.data_ptr() and not arena.missed
+    assert taken.shape == (8, 4) and taken.dtype == torch.float16
