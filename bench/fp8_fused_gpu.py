@@ -36,6 +36,8 @@ import os
 import time
 from collections.abc import Callable
 
+from quant_bench_common import log_and_record
+
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--tiny", action="store_true")
 ARGS.add_argument("--out", default=os.environ.get("OUT", "bench_out"))
@@ -58,9 +60,8 @@ from opbench.ops.quant import FP8_MAX, dequantize_rows, fp8_rows  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"
 START = time.perf_counter()
-os.makedirs(OPTS.out, exist_ok=True)
 RESULTS = os.path.join(OPTS.out, "fp8_fused_results.jsonl")
-LOG = open(os.path.join(OPTS.out, "fp8_fused_log.txt"), "a")
+log, record = log_and_record(RESULTS, os.path.join(OPTS.out, "fp8_fused_log.txt"), START)
 EPS = 1e-6
 FP8_PEAK = 1979.0  # TFLOP/s, H100 SXM datasheet dense fp8
 # unfused: the two differ where rounding the first layer's output to bf16 moves a value across an
@@ -78,18 +79,6 @@ else:
     PLANS = [gemm_plan("tma", 128, 256, 128, 8, 4, persistent=True),
              gemm_plan("tma", 128, 128, 128, 4, 5, persistent=True),
              gemm_plan("tma", 128, 256, 128, 8, 3, persistent=True)]  # fmt: skip
-
-
-def log(msg: str) -> None:
-    line = f"[{time.perf_counter() - START:7.1f}s] {msg}"
-    print(line, flush=True)
-    LOG.write(line + "\n")
-    LOG.flush()
-
-
-def record(row: dict) -> None:
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 FLUSH: torch.Tensor | None = None

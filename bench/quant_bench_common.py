@@ -1,10 +1,12 @@
 """Plumbing shared by bench/quant_gpu.py and bench/quant_decode_gpu.py: the command line, the
-bytes a layer's weights take as stored, the compile-worker pool and the section loop. No torch
-import here: the scripts set TRITON_INTERPRET (--tiny) before they import torch."""
+bytes a layer's weights take as stored, the compile-worker pool and the section loop; and by
+those two and bench/fp8_fused_gpu.py: the log and the results file. No torch import here: the
+scripts set TRITON_INTERPRET (--tiny) before they import torch."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -26,6 +28,29 @@ def parse_options(budget: float, only: str, workers: int) -> argparse.Namespace:
     if opts.tiny:
         os.environ["TRITON_INTERPRET"] = "1"
     return opts
+
+
+def log_and_record(
+    results: str, log_file: str | None, start: float
+) -> tuple[Callable[[str], None], Callable[[dict], None]]:
+    """A script's `log` (a line to stdout, stamped with the seconds since `start`, and, given
+    `log_file`, to that file too) and `record` (one JSON row appended to `results`). Creates
+    the results' folder. Each line and row is written at once: a run cut short keeps them."""
+    os.makedirs(os.path.dirname(results) or ".", exist_ok=True)
+    sink = open(log_file, "a") if log_file else None
+
+    def log(msg: str) -> None:
+        line = f"[{time.perf_counter() - start:7.1f}s] {msg}"
+        print(line, flush=True)
+        if sink is not None:
+            sink.write(line + "\n")
+            sink.flush()
+
+    def record(row: dict) -> None:
+        with open(results, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    return log, record
 
 
 def weight_bytes(quant: str, n: int, k: int, group: int) -> float:

@@ -14,9 +14,8 @@ Sections:
            4096, 11008, for several launch shapes, beside a copy of the same traffic; then the
            fp8 whole call (quantize + GEMM), the GEMM alone, `_scaled_mm` and torch bf16.
   block    one decode step's five linears as one CUDA graph: torch fp16, old and new rules.
-  tiled    (2026-11-25 night) the rules (fp16 GEMV, int8, int4) beside the same plans reading
-           W from a tile-by-tile copy (W_TILED), 4 shapes x M 1, 16, with torch and the copy
-           peer: a short A/B (`--only tiled`, ~20-40 s of GPU time with compiles).
+The section `tiled` (W read from a tile-by-tile copy, W_TILED) was measured on an H100
+(no gain, docs/perf/gemm.md) and removed with the flag; commit 016ba13 has it.
 
 Byte peers ("% of copy"): for a variant that moves B bytes (weights as stored with scales,
 + x + y), a device-to-device copy of B / 2 bytes moves the same B bytes (B / 2 read + B / 2
@@ -37,7 +36,13 @@ import zlib
 from collections.abc import Callable
 from functools import partial
 
-from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
+from quant_bench_common import (
+    log_and_record,
+    parse_options,
+    precompile,
+    run_sections,
+    weight_bytes,
+)
 
 OPTS = parse_options(budget=170.0, only="decode,quant,block", workers=14)
 
@@ -61,8 +66,8 @@ from opbench.ops.quant import fp8_rows, quantized_weight  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"
 START = time.perf_counter()
-os.makedirs(OPTS.out, exist_ok=True)
 RESULTS = os.path.join(OPTS.out, "decode_results.jsonl")
+log, record = log_and_record(RESULTS, None, START)
 if OPTS.tiny:
     SHAPES, DECODE_M, PREFILL_M, GROUP = [(96, 48), (64, 80)], [1, 4, 16], [40], 32
     QUANT_K = [96]
@@ -75,15 +80,6 @@ else:
 LAYERS = {"int8-weight": (Int8WeightLinear, 8), "int4-weight": (Int4WeightLinear, 4)}
 weight_bytes = partial(weight_bytes, group=GROUP)
 TOL = {"none": 5e-3, "int8-weight": 2e-2, "int4-weight": 0.25, "fp8": 8e-2}
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - START:6.1f}s] {msg}", flush=True)
-
-
-def record(row: dict) -> None:
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def over_budget() -> bool:
@@ -143,7 +139,6 @@ def describe(plan: Config) -> str:
         + ("" if kw.get("USE_DOT", True) else " cuda-core")
         + (" asm" if kw.get("ASM_UNPACK") else "")
         + (" w-left" if kw.get("W_LEFT") else "")
-        + (" tiled" if kw.get("W_TILED") else "")
     )
 
 
@@ -362,48 +357,6 @@ def section_block() -> None:
                     None, None, traffic, reps=30)  # fmt: skip
 
 
-def tiled_plans(m: int, n: int, k: int, bits: int, sms: int) -> list[tuple[str, Config]]:
-    """(label, plan) of the tiled A/B: the rule, 128 columns on 8 warps, each plain and tiled."""
-    out = []
-    for label, kw in (("rule", {}), ("128x8w", {"block_n": 128, "num_warps": 8})):
-        for tiled in (False, True):
-            plan = stream_q_plan(m, n, k, bits, GROUP, sms, tiled=tiled, **kw)
-            out.append((f"{label}{' tiled' if tiled else ''}", plan))
-    return out
-
-
-def section_tiled() -> None:
-    sms = sm_count(torch.device(DEV))
-    for k, n in SHAPES:
-        for m in (1, 16):
-            if over_budget():
-                log("tiled: budget spent")
-                return
-            x, w = problem(m, k, n, torch.float16, m * 7919 + k * 31 + n + 1)
-            exact = x.double() @ w.double().T
-            io = 2.0 * (m * k + m * n)
-            base = {"section": "tiled", "M": m, "K": k, "N": n}
-            measure({**base, "variant": "torch fp16 F.linear", "quant": "none"},
-                    lambda x=x, w=w: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
-            out = torch.empty(m, n, dtype=torch.float16, device=DEV)
-            fp16 = Linear(w, None)
-            for tiled in (False, True):
-                plan = stream_plan(m, n, k, 16, 0, sms, tiled=tiled)
-                measure({**base, "variant": f"ours fp16 gemv{' tiled' if tiled else ''}",
-                         "quant": "none", "plan": describe(plan)},
-                        fp16.bind(x, out, config=plan).launch, out, exact, None,
-                        io + weight_bytes("none", n, k))  # fmt: skip
-            for quant, (_, bits) in LAYERS.items():
-                layer = make_layer(quant, w)
-                quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
-                for label, plan in tiled_plans(m, n, k, bits, sms):
-                    row = {**base, "variant": f"{quant} {label}", "quant": quant,
-                           "plan": describe(plan)}  # fmt: skip
-                    measure(row, layer.bind(x, out, config=plan).launch, out, exact, quantized,
-                            io + weight_bytes(quant, n, k))  # fmt: skip
-            del x, w, exact
-
-
 def compile_worker(index: int, count: int) -> None:
     sms = sm_count(torch.device(DEV))
     if "quant" in OPTS.only:
@@ -415,19 +368,6 @@ def compile_worker(index: int, count: int) -> None:
                         q = torch.empty(8, k, dtype=qdtype, device=DEV)
                         s = torch.empty(8, dtype=torch.float32, device=DEV)
                         quantize_call(x, q, s, config, one)
-    if "tiled" in OPTS.only:
-        for k, n in SHAPES:
-            x, w = problem(1, k, n, torch.float16, 1)
-            for tiled in (False, True):
-                if zlib.crc32(repr(("fp16", k, n, tiled)).encode()) % count == index:
-                    for m in (1, 16):  # the GEMV's BLOCK_M follows M
-                        Linear(w, None).bind(x[:1].expand(m, k).contiguous(),
-                                             config=stream_plan(m, n, k, 16, 0, sms, tiled=tiled))  # fmt: skip
-            for quant, (_, bits) in LAYERS.items():
-                layer = make_layer(quant, w)
-                for label, plan in tiled_plans(1, n, k, bits, sms):
-                    if zlib.crc32(repr((quant, k, n, label)).encode()) % count == index:
-                        layer.bind(x, config=plan)
     if "decode" not in OPTS.only and "block" not in OPTS.only:
         return
     for k, n in SHAPES:
@@ -494,8 +434,7 @@ def main() -> None:
         log(f"copy 1 GiB: {2 * big / us / 1e6:.3f} TB/s")
         del src, dst
     precompile(__file__, OPTS, log)
-    sections = {"decode": section_decode, "quant": section_quant, "block": section_block,
-                "tiled": section_tiled}  # fmt: skip
+    sections = {"decode": section_decode, "quant": section_quant, "block": section_block}
     run_sections(OPTS, sections, over_budget, log)
     summary()
 

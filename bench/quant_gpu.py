@@ -35,7 +35,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
-from quant_bench_common import parse_options, precompile, run_sections, weight_bytes
+from quant_bench_common import (
+    log_and_record,
+    parse_options,
+    precompile,
+    run_sections,
+    weight_bytes,
+)
 
 OPTS = parse_options(budget=330.0, only="copy,decode,block,prefill", workers=12)
 
@@ -58,9 +64,8 @@ from opbench.ops.quant import fp8_rows, int8_rows, quantized_weight  # noqa: E40
 
 DEV = "cpu" if OPTS.tiny else "cuda"
 START = time.perf_counter()
-os.makedirs(OPTS.out, exist_ok=True)
 RESULTS = os.path.join(OPTS.out, "quant_results.jsonl")
-LOG = open(os.path.join(OPTS.out, "quant_log.txt"), "a")
+log, record = log_and_record(RESULTS, os.path.join(OPTS.out, "quant_log.txt"), START)
 
 if OPTS.tiny:
     SHAPES = [(96, 48), (64, 80)]  # (K, N)
@@ -76,18 +81,6 @@ GROUP = 32 if OPTS.tiny else 128
 weight_bytes = partial(weight_bytes, group=GROUP)
 # Datasheet dense peaks of an H100 SXM (TFLOP/s): the compute ceilings quoted as "% of peak".
 PEAK = {"bf16": 989.0, "fp16": 989.0, "fp8": 1979.0, "int8": 1979.0}
-
-
-def log(msg: str) -> None:
-    line = f"[{time.perf_counter() - START:7.1f}s] {msg}"
-    print(line, flush=True)
-    LOG.write(line + "\n")
-    LOG.flush()
-
-
-def record(row: dict) -> None:
-    with open(RESULTS, "a") as f:
-        f.write(json.dumps(row) + "\n")
 
 
 def over_budget() -> bool:

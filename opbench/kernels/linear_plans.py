@@ -219,7 +219,7 @@ def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    fast_unpack: bool = True, tiled: bool = False,
+    fast_unpack: bool = True,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
@@ -229,9 +229,8 @@ def stream_plan(
     one group); SPLIT_K, with a single M tile only, the largest power of two up to
     MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
     STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
-    enough loads in flight to stream W. `tiled`: W read from a tile-by-tile copy (W_TILED,
-    recorded only when set). Under the interpreter, small tiles that still take the split-K
-    path."""
+    enough loads in flight to stream W.
+    Under the interpreter, small tiles that still take the split-K path."""
     if not use_dot and m != 1:
         raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
     if block_n is None:
@@ -251,11 +250,10 @@ def stream_plan(
     while (m_tiles == 1 and tiles * split_k * 2 <= target and split_k < MAX_STREAM_SPLIT
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
-    extra = {"W_TILED": True} if tiled else {}
     return Config.of(
         KIND="stream", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
         USE_DOT=use_dot, FAST_UNPACK=fast_unpack and w_bits != 16, num_warps=num_warps,
-        num_stages=num_stages, **extra,
+        num_stages=num_stages,
     )  # fmt: skip
 
 
@@ -274,9 +272,7 @@ def stream_candidates(
         variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
                     {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
     if m == 1:
-        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32},
-                     {"use_dot": False, "tiled": True}]  # fmt: skip
-    variants += [{"tiled": True}]  # W tile by tile (2026-11-25 night, an experiment)
+        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
     if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
         variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
     plans: list[Config] = []
@@ -310,7 +306,7 @@ def stream_q_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     w_left: bool = False, block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    asm: bool = True, tiled: bool = False,
+    asm: bool = True,
 ) -> Config:  # fmt: skip
     """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4);
     the defaults are the rule. One 16-row M tile; `block_n` columns (default
@@ -318,10 +314,8 @@ def stream_q_plan(
     never straddles two, and at least 32 codes); SPLIT_K as in `stream_plan`: the largest
     power of two up to MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM
     (default STREAM_Q_PROGRAMS) and every split at least MIN_STEPS_PER_SPLIT steps long;
-    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops);
-    `tiled`: W read from a tile-by-tile copy (W_TILED, `linear_stream_q.tiled_weight`;
-    recorded only when set, so earlier plans read back unchanged). Under the interpreter,
-    small tiles."""
+    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops).
+    Under the interpreter, small tiles."""
     if m > STREAM_Q_MAX_M:
         raise ValueError(f"stream_q plans take at most {STREAM_Q_MAX_M} rows, not {m}")
     block_n = STREAM_Q_BLOCK_N[w_bits] if block_n is None else block_n
@@ -339,10 +333,9 @@ def stream_q_plan(
     while (tiles * split_k * 2 <= programs_per_sm * sm_count and split_k < MAX_STREAM_SPLIT
            and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
         split_k *= 2
-    extra = {"W_TILED": True} if tiled else {}
     return Config.of(
         KIND="stream_q", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
-        W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages, **extra,
+        W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
 
 
@@ -351,8 +344,7 @@ def stream_q_candidates(
 ) -> list[Config]:
     """The rule's plan first, then variants around it (benchmarks time them side by side,
     tests run each): tile width, warps, bytes per step, programs per SM, W as the left
-    operand, Triton ops instead of the packed unpack, W tile by tile. None for int4 groups
-    under 32 codes."""
+    operand, Triton ops instead of the packed unpack. None for int4 groups under 32 codes."""
     if w_bits == 4 and group_size < STREAM_Q_MIN_GROUP:
         return []
     variants = [
@@ -360,7 +352,6 @@ def stream_q_candidates(
         {"num_warps": 8}, {"programs_per_sm": 2}, {"programs_per_sm": 4},
         {"programs_per_sm": 8}, {"row_bytes": 128, "num_stages": 6}, {"w_left": True},
         {"asm": False}, {"asm": False, "w_left": True},
-        {"tiled": True}, {"tiled": True, "block_n": 128, "num_warps": 8},
     ]  # fmt: skip
     plans: list[Config] = []
     for variant in variants:

@@ -94,7 +94,7 @@ def _linear_stream_kernel(
     K,
     # strides, in elements
     stride_xm,
-    stride_wn,  # W row stride (bytes of a packed row for int4); W_TILED: elements per N tile
+    stride_wn,  # W row stride (bytes of a packed row for int4)
     stride_sg,  # int4: group-scale row stride (N)
     stride_om,
     stride_on,
@@ -108,7 +108,6 @@ def _linear_stream_kernel(
     USE_DOT: tl.constexpr,  # tensor-core steps; False: CUDA-core GEMV (BLOCK_M == 1)
     FAST_UNPACK: tl.constexpr,  # codes -> floats by _codes_as_float (int4; int8 with fp16)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask in the K loop
-    W_TILED: tl.constexpr,  # W read from its tile-by-tile copy (linear_stream_q.tiled_weight)
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter + bf16 only (see device.dot_operand)
@@ -130,12 +129,7 @@ def _linear_stream_kernel(
     x_ptrs = x_ptr + rows_x[:, None] * stride_xm + offs_k[None, :]
     W_STEP: tl.constexpr = BLOCK_K // 2 if W_BITS == 4 else BLOCK_K  # W elements per step
     offs_wk = first_block * W_STEP + tl.arange(0, W_STEP)
-    if W_TILED:  # each step's [BLOCK_N, W_STEP] tile is one contiguous, zero-padded block
-        W_TILE: tl.constexpr = BLOCK_N * W_STEP
-        w_ptrs = (w_ptr + tile_n.to(tl.int64) * stride_wn + first_block * W_TILE
-                  + tl.arange(0, BLOCK_N)[:, None] * W_STEP + tl.arange(0, W_STEP)[None, :])  # fmt: skip
-    else:
-        w_ptrs = w_ptr + rows_w[:, None] * stride_wn + offs_wk[None, :]
+    w_ptrs = w_ptr + rows_w[:, None] * stride_wn + offs_wk[None, :]
 
     if USE_DOT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -148,10 +142,7 @@ def _linear_stream_kernel(
         else:  # int4 never comes here: K is a multiple of GROUP_SIZE, a multiple of BLOCK_K
             k_mask = offs_k[None, :] < K - (k_block - first_block) * BLOCK_K
             x = tl.load(x_ptrs, mask=k_mask, other=0.0)
-            if W_TILED:
-                w = tl.load(w_ptrs)
-            else:
-                w = tl.load(w_ptrs, mask=k_mask, other=0.0)
+            w = tl.load(w_ptrs, mask=k_mask, other=0.0)
         if FAST_UNPACK and W_BITS != 16:
             w = _codes_as_float(w, W_BITS, BLOCK_N, BLOCK_K, x.dtype)
             w = w.to(tl.float32) if UPCAST else w
@@ -175,7 +166,7 @@ def _linear_stream_kernel(
                 product = product * scale[:, None]
             acc += product
         x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_N * W_STEP if W_TILED else W_STEP
+        w_ptrs += W_STEP
 
     if USE_DOT:
         total = acc
@@ -215,19 +206,12 @@ def stream_calls(
         partial = scratch((split * M * N,), torch.float32, x2.device)  # per launch
     scales = layer.col_scale if w_bits == 8 else layer.group_scale if w_bits == 4 else unused
     bias = layer.bias if layer.bias is not None else unused
-    weight, stride_wn = layer.weight, layer.weight.stride(0)
-    tiled = bool(plan.kwargs.get("W_TILED", False))
-    if tiled:  # an experiment (docs/perf/gemm.md, 2026-11-25 night): one block per step
-        from opbench.kernels.linear_stream_q import tiled_weight
-
-        weight = tiled_weight(layer, bn, bk // 2 if w_bits == 4 else bk)
-        stride_wn = weight.stride(0)  # elements per N tile
-    args = (x2, weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
-            x2.stride(0), stride_wn, N, *out2.stride())  # fmt: skip
+    args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
+            x2.stride(0), layer.weight.stride(0), N, *out2.stride())  # fmt: skip
     # The mantissa trick for fp16 activations only: its bf16 form (0x4300) runs nowhere this
     # project can check it (Triton's interpreter has no bf16 constants), so bf16 converts.
     fast = plan.kwargs.get("FAST_UNPACK", False) and x2.dtype == torch.float16
-    named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0, W_TILED=tiled,
+    named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0,
                  HAS_BIAS=layer.bias is not None, ACTIVATION=layer.activation,
                  UPCAST=INTERPRET and x2.dtype == torch.bfloat16)  # fmt: skip
     # After the plan's meta (config_call lets meta win): FAST_UNPACK only where it applies.

@@ -17,22 +17,14 @@ What differs from `_linear_stream_kernel`, and why (docs/perf/gemm.md, 2026-11-2
 A CUDA-core variant (fp32 multiply-adds, a [BLOCK_M, BLOCK_N, BLOCK_K] product summed over k
 each step) was measured 1.7-30x slower than every tensor-core plan on an H100 and removed
 (commit 8a3ccf9 has it; docs/perf/gemm.md).
+W stored tile by tile (W_TILED: each step one contiguous block, here and in the first
+kernel) was within 0-5% of the row-major reads on an H100 (median 1.00x) and removed
+(commit 016ba13 has it; docs/perf/gemm.md).
 
 A grid of (N tiles, SPLIT_K) programs (one M tile: M <= BLOCK_M); each streams a
 [BLOCK_N, K / SPLIT_K] slab of W and ends through `linear_kernels.finish_tile` (the split-K
 reduction by the last program to arrive, the int8 channel scale, bias and activation).
 Bytes: NK (int8) or NK / 2 + 2NK / G (int4), read once; x (2MK) and y (2MN) are small.
-
-W_TILED (an experiment of 2026-11-25 night; docs/perf/gemm.md): W read from
-a copy stored tile by tile (`tiled_weight`), so that each step of a program reads one
-contiguous block of BLOCK_N * W_STEP bytes instead of BLOCK_N row pieces of W_STEP bytes
-(64 bytes for int4, 4096 or 2048 bytes apart). The same-run data showed the kernels moving
-about as many codes per second for int4 as for int8 (half the bytes per second), and fewer
-shared-memory reads and instructions per code (a K-sliced layout, commit df9e892) made them
-slower, not faster; scattered 64-byte pieces are the DRAM-side candidate left. Measured on
-an H100 the same night (16 points, M 1/16, 4 LLaMA-7B shapes): the rules' times with and
-without W_TILED are within 0-5% (median 1.00x int8, 1.03x int4, 1.01x fp16 GEMV), so the
-piece size is not the bound either; no rule picks it.
 """
 
 from __future__ import annotations
@@ -135,7 +127,7 @@ def _weight_only_kernel(
     K,
     # strides, in elements
     stride_xm,
-    stride_wn,  # W row stride in bytes; W_TILED: bytes per N tile (a [BLOCK_N, K] slab)
+    stride_wn,  # W row stride in bytes
     stride_sg,  # int4: group-scale row stride (N)
     stride_om,
     stride_on,
@@ -150,7 +142,6 @@ def _weight_only_kernel(
     FAST: tl.constexpr,  # fp16 codes by the mantissa trick (fp16 x)
     ASM: tl.constexpr,  # fp16 codes by the packed PTX unpack (fp16 x, GPU only)
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask in the K loop (always so for int4)
-    W_TILED: tl.constexpr,  # W stored tile by tile (see tiled_weight): each step one block
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter + bf16 only (see device.dot_operand)
@@ -168,12 +159,7 @@ def _weight_only_kernel(
     rows_w = tl.where(offs_n < N, offs_n, 0).to(tl.int64)  # columns past N re-read row 0
     W_STEP: tl.constexpr = BLOCK_K // 2 if W_BITS == 4 else BLOCK_K  # bytes per row and step
     offs_wk = first_block * W_STEP + tl.arange(0, W_STEP)
-    if W_TILED:  # the step's [BLOCK_N, W_STEP] tile is one contiguous block of memory
-        W_TILE: tl.constexpr = BLOCK_N * W_STEP
-        w_ptrs = (w_ptr + tile_n.to(tl.int64) * stride_wn + first_block * W_TILE
-                  + tl.arange(0, BLOCK_N)[:, None] * W_STEP + tl.arange(0, W_STEP)[None, :])  # fmt: skip
-    else:
-        w_ptrs = w_ptr + rows_w[:, None] * stride_wn + offs_wk[None, :]
+    w_ptrs = w_ptr + rows_w[:, None] * stride_wn + offs_wk[None, :]
     offs_k = first_block * BLOCK_K + tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_k[None, :]
 
@@ -187,10 +173,7 @@ def _weight_only_kernel(
             x = tl.load(x_ptrs, mask=row_ok, other=0.0)
         else:  # int8 only: int4's K is a multiple of GROUP_SIZE, itself one of BLOCK_K
             k_left = K - (k_block - first_block) * BLOCK_K
-            if W_TILED:  # zero-padded to whole tiles: never masked
-                w = tl.load(w_ptrs)
-            else:
-                w = tl.load(w_ptrs, mask=offs_wk[None, :] < k_left, other=0)
+            w = tl.load(w_ptrs, mask=offs_wk[None, :] < k_left, other=0)
             x = tl.load(x_ptrs, mask=row_ok & (offs_k[None, :] < k_left), other=0.0)
         x = dot_operand(x, UPCAST)
         if W_BITS == 4:
@@ -220,7 +203,7 @@ def _weight_only_kernel(
                 acc = tl.dot(codes, tl.trans(x), acc)
             else:
                 acc = tl.dot(x, tl.trans(codes), acc)
-        w_ptrs += BLOCK_N * W_STEP if W_TILED else W_STEP
+        w_ptrs += W_STEP
         x_ptrs += BLOCK_K
 
     total = tl.trans(acc) if W_LEFT else acc  # [BLOCK_M, BLOCK_N]
@@ -230,24 +213,6 @@ def _weight_only_kernel(
         w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_n, SPLIT_K, W_BITS == 8,
         HAS_BIAS, ACTIVATION, False,
     )  # fmt: skip
-
-
-def tiled_weight(layer: Any, block_n: int, w_step: int) -> torch.Tensor:
-    """The layer's stored W (N rows, `w_step` elements per step along K: bytes for int8 and
-    packed int4, fp16 for a 16-bit W) as [N tiles, K steps, block_n, w_step], contiguous,
-    zero-padded to whole tiles: the layout W_TILED reads (both streaming kernels). Made once
-    per (block_n, w_step) and kept on the layer (`layer.tiled`), beside the row-major W."""
-    cache = layer.__dict__.setdefault("tiled", {})
-    key = (block_n, w_step)
-    if key not in cache:
-        w = layer.weight
-        n, row = w.shape
-        padded = torch.zeros(cdiv(n, block_n) * block_n, cdiv(row, w_step) * w_step,
-                             dtype=w.dtype, device=w.device)  # fmt: skip
-        padded[:n, :row] = w
-        tiles = padded.view(-1, block_n, padded.shape[1] // w_step, w_step)
-        cache[key] = tiles.permute(0, 2, 1, 3).contiguous()
-    return cache[key]
 
 
 def weight_only_calls(
@@ -277,16 +242,11 @@ def weight_only_calls(
         partial = scratch((split * M * N,), torch.float32, x2.device)  # per launch
     scales = layer.col_scale if w_bits == 8 else layer.group_scale
     bias = layer.bias if layer.bias is not None else unused
-    weight, stride_wn = layer.weight, layer.weight.stride(0)
-    tiled = bool(plan.kwargs.get("W_TILED", False))
-    if tiled:
-        weight = tiled_weight(layer, bn, bk // 2 if w_bits == 4 else bk)
-        stride_wn = weight.stride(0)  # bytes per N tile
-    args = (x2, weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
-            x2.stride(0), stride_wn, N, *out2.stride())  # fmt: skip
+    args = (x2, layer.weight, scales, out2, bias, partial, layer.arrivals, M, N, K,
+            x2.stride(0), layer.weight.stride(0), N, *out2.stride())  # fmt: skip
     upcast = INTERPRET and x2.dtype == torch.bfloat16
     named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0,
-                 FAST=x2.dtype == torch.float16, W_TILED=tiled, HAS_BIAS=layer.bias is not None,
+                 FAST=x2.dtype == torch.float16, HAS_BIAS=layer.bias is not None,
                  ACTIVATION=layer.activation, UPCAST=upcast)  # fmt: skip
     # The packed PTX unpack: asked for by the plan, run for fp16 on a GPU; elsewhere the same
     # codes by Triton ops (the interpreter cannot run inline PTX).

@@ -25,13 +25,13 @@ import sys, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from opbench.kernels.linear_stream_q import _weight_only_kernel as fn
-bits, out_dir, tiled = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "True"
+bits, out_dir = int(sys.argv[1]), sys.argv[2]
 pointers = {"x_ptr": "*fp16", "w_ptr": "*u8" if bits == 4 else "*i8",
             "w_scale_ptr": "*fp16" if bits == 4 else "*fp32", "out_ptr": "*fp16",
             "bias_ptr": "*fp32", "partial_ptr": "*fp32", "arrivals_ptr": "*i32"}
 const = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128 if bits == 4 else 256, SPLIT_K=2, W_BITS=bits,
-             GROUP_SIZE=128, W_LEFT=False, FAST=True, ASM=True, EVEN_K=True, W_TILED=tiled,
-             HAS_BIAS=False, ACTIVATION=0, UPCAST=False)
+             GROUP_SIZE=128, W_LEFT=False, FAST=True, ASM=True, EVEN_K=True, HAS_BIAS=False,
+             ACTIVATION=0, UPCAST=False)
 ints = ["M", "N", "K", "stride_xm", "stride_wn", "stride_sg", "stride_om", "stride_on"]
 signature = {**pointers, **dict.fromkeys(ints, "i32")}
 signature.update(dict.fromkeys(const, "constexpr"))
@@ -46,15 +46,14 @@ open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
 """
 
 
-def compile_sm90(bits: int, out: Path, tiled: bool = False) -> str:
-    run_uninterpreted(COMPILE_SM90, bits, out, tiled)
+def compile_sm90(bits: int, out: Path) -> str:
+    run_uninterpreted(COMPILE_SM90, bits, out)
     return (out / "k.ptx").read_text()
 
 
-@pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.parametrize("bits", [8, 4])
-def test_packed_unpack_compiles_for_sm90(bits: int, tiled: bool, tmp_path: Path) -> None:
-    ptx = compile_sm90(bits, tmp_path, tiled)
+def test_packed_unpack_compiles_for_sm90(bits: int, tmp_path: Path) -> None:
+    ptx = compile_sm90(bits, tmp_path)
     # W and x stream through 16-byte asynchronous copies (cp.async) into shared memory.
     assert re.search(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10", ptx)
     assert "sub.f16x2" in ptx and "prmt.b32" in ptx

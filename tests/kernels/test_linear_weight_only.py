@@ -183,26 +183,6 @@ def test_second_kernel_every_plan_and_forced_splits(case) -> None:
         check(fn, plan, x, w, b, quant, activation, group)
 
 
-@pytest.mark.parametrize("case", Q_CASES[:2] + Q_CASES[3:5], ids=lambda c: f"{c[0]}-m{c[1]}")
-def test_second_kernel_tiled_weight(case) -> None:
-    """W_TILED: W read from the tile-by-tile copy (zero-padded past N and, int8, past K),
-    with forced K splits (3: a shorter last split), both operand orders."""
-    quant, m, n, k, dtype, group, activation, bias = case
-    x, w, b = make_inputs(m, n, k, dtype, seed=7 * m + n + k, bias=bias)
-    fn = build(quant, w, b, activation, group)
-    bits = {"int8-weight": 8, "int4-weight": 4}[quant]
-    tiled = [p for p in stream_q_candidates(m, n, k, bits, group, 4) if p.kwargs.get("W_TILED")]
-    assert tiled
-    for w_left in (False, True):
-        tiled += [tiled[0].with_meta(SPLIT_K=split, W_LEFT=w_left) for split in (2, 3)]
-    for plan in tiled:
-        check(fn, plan, x, w, b, quant, activation, group)
-    step = 32 if bits == 8 else 16  # bytes of a row per step under the interpreter
-    copy = fn.tiled[(16, step)]
-    assert copy.shape == (-(-n // 16), -(-fn.weight.shape[1] // step), 16, step)
-    assert copy.is_contiguous()
-
-
 def test_which_kernel_the_rule_runs() -> None:
     """fp16 x, M <= 16, int8 or int4 groups >= 32: the second kernel; else the first."""
     for quant, group, dtype, m, kind in [
