@@ -18,7 +18,7 @@ A CUDA-core variant (fp32 multiply-adds, a [BLOCK_M, BLOCK_N, BLOCK_K] product s
 each step) was measured 1.7-30x slower than every tensor-core plan on an H100 and removed
 (commit 8a3ccf9 has it; docs/perf/gemm.md).
 W stored tile by tile (W_TILED: each step one contiguous block, here and in the first
-kernel) was within 0-5% of the row-major reads on an H100 (median 1.00x) and removed
+kernel) left the rules' times within 0-5% on an H100 (median 1.00-1.03x) and was removed
 (commit 016ba13 has it; docs/perf/gemm.md).
 
 A grid of (N tiles, SPLIT_K) programs (one M tile: M <= BLOCK_M); each streams a
