@@ -87,8 +87,8 @@ def ws_configs(d: int) -> list[dict]:
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws import MAXNREG
     from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
+    from opbench.kernels.attention_ws_step import MAXNREG
 
     return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
              "num_stages": 1, "maxnreg": MAXNREG, "FP8": True}

@@ -33,22 +33,21 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
 from opbench.kernels.attention_fp8 import fp8_launch
-from opbench.kernels.attention_hopper import _descriptor, _softmax_block
+from opbench.kernels.attention_hopper import _cta_barrier, _descriptor, _softmax_block
 from opbench.kernels.attention_int8 import KEY_BLOCK
-from opbench.kernels.attention_ws import (
+from opbench.kernels.attention_ws import ws_usable
+from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
     CTA_M,
     MAXNREG,
     PRODUCER_REGS,
     WG_M,
-    _cta_barrier,
     _p_operand,
     _pass_turn,
     _take_turn,
     _ws_barriers,
     _ws_producer,
     _ws_step,
-    ws_usable,
 )
 from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall, chosen_call

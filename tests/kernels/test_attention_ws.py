@@ -13,7 +13,8 @@ import torch
 import triton
 
 from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_ws import MAXNREG, WS_TILES, ws_call, ws_usable
+from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
+from opbench.kernels.attention_ws_step import MAXNREG
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
@@ -31,7 +32,8 @@ import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor, WG_M, MAXNREG
+from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor
+from opbench.kernels.attention_ws_step import WG_M, MAXNREG
 from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
 head_dim, causal, block_n, stages, pingpong, p_regs, fp8 = map(int, sys.argv[1:8])
 out_dir = sys.argv[8]

@@ -1,0 +1,195 @@
+"""The pieces of the warp-specialized Hopper attention kernels (attention_ws.py for fp16/bf16,
+attention_ws_fp8.py for e4m3) that both share: the CTA's shape and register split, the
+producer warp that streams Q, K and V by TMA into the rings, the ping-pong turns of the two
+consumer warpgroups, P as the PV MMA's A operand (from registers or staged in shared memory),
+one key step of a consumer, and the mbarriers. The kernels and their launchers live in those
+two files; the schedule is described in attention_ws.py's docstring.
+
+Compiled only for compute capability 9.x (Gluon has no interpreter path).
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from opbench.kernels.attention_hopper import _cta_barrier, _softmax_block, _tma_load
+
+WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (one m64 wgmma row block)
+CTA_M = gl.constexpr(128)
+# Registers per thread: the second consumer and the producer (1 warp, in a warpgroup of its
+# own); the default partition (first consumer) gets what maxnreg leaves. 12 warps in all
+# (4 + 4 + the producer's group): 65536 / 384 = 170 -> maxnreg 168, and 168 * 384 =
+# 64512 = 240 * 128 * 2 + 24 * 128.
+CONSUMER_REGS = gl.constexpr(240)
+PRODUCER_REGS = gl.constexpr(24)
+MAXNREG = 168
+
+
+@gluon.jit
+def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
+                 v_ready, v_empty, q_row, q_col, k_row, k_col, v_row, v_col, num_blocks,
+                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
+    """One warp: both Q tiles (rows q_row, q_row + WG_M) and K_0, then per block i: K_{i+1}
+    and V_i, each into slot i % STAGES of its ring once both consumers released that slot's
+    previous block (a fresh mbarrier passes a wait on parity 1). K runs one block ahead of V
+    because the consumers need K_{i+1} and V_i in the same step (and release K sooner).
+    Key block i is at (k_row + i BLOCK_N, k_col); its values at (v_row + i BLOCK_N, v_col),
+    or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N)."""
+    for w in gl.static_range(2):
+        mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
+        _tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
+    _load_kv(k_desc, k_smem, k_ready, k_empty, 0, k_row, k_col, STAGES)
+    for i in range(num_blocks):
+        if i + 1 < num_blocks:
+            row = k_row + (i + 1) * BLOCK_N
+            _load_kv(k_desc, k_smem, k_ready, k_empty, i + 1, row, k_col, STAGES)
+        if V_T:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row, v_col + i * BLOCK_N, STAGES)
+        else:
+            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row + i * BLOCK_N, v_col, STAGES)
+
+
+@gluon.jit
+def _load_kv(desc, smem, ready, empty, i, row, col, STAGES: gl.constexpr):
+    """Block i's tile at (row, col) into slot i % STAGES once that slot is free."""
+    slot = i % STAGES
+    mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+    mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
+    _tma_load(desc, [row, col], ready.index(slot), smem.index(slot))
+
+
+@gluon.jit
+def _take_turn(turns, wg, t, PINGPONG: gl.constexpr):
+    """Wait until consumer `wg` may issue its t-th MMA pair: consumer 0 goes first (its first
+    wait is on a fresh barrier's parity 1), consumer 1 after consumer 0's t-th hand-over."""
+    if PINGPONG:
+        mbarrier.wait(turns.index(wg), (t & 1) ^ (1 - wg))
+
+
+@gluon.jit
+def _pass_turn(turns, wg, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turns.index(1 - wg), count=1)
+
+
+@gluon.jit
+def _stage_p(p, p_buffer):
+    """P_j into shared memory as the PV MMA's A operand (two buffers per consumer, so P_{j+1}
+    is written while P_j V_j runs); the barrier spans this consumer's warps only."""
+    p_buffer.store(p.to(p_buffer.dtype))
+    fence_async_shared()
+    _cta_barrier()
+    return p_buffer
+
+
+@gluon.jit
+def _p_operand(p, p_smem, index, dtype: gl.constexpr, o_layout: gl.constexpr,
+               P_REGS: gl.constexpr):  # fmt: skip
+    """P as the PV MMA's A operand: with P_REGS a register tensor in the wgmma A-operand
+    layout of the PV MMA (k_width = 32 bits / element bits), else staged in shared memory
+    buffer `index` (`_stage_p`)."""
+    if P_REGS:
+        p_layout: gl.constexpr = gl.DotOperandLayout(
+            operand_index=0, parent=o_layout, k_width=32 // dtype.primitive_bitwidth
+        )
+        return gl.convert_layout(p.to(dtype), p_layout)
+    else:
+        return _stage_p(p, p_smem.index(index))
+
+
+@gluon.jit
+def _finish_step(p, acc_tok, p_op, p_smem, index, dtype: gl.constexpr, o_layout: gl.constexpr,
+                 P_REGS: gl.constexpr):  # fmt: skip
+    """End of a key step, after block j + 1's softmax: wait for P_j V_j and make P_{j+1}.
+    From shared memory, P_{j+1} goes to the other buffer before the wait (a P write after the
+    PV wait made ptxas hoist the wait above the softmax). From registers, P_{j+1} is made
+    after the wait, as FlashAttention-3 does: the running MMA reads P_j's registers, which
+    stay live until the wait (a dependency of it); the softmax itself wrote only fp32
+    registers, so it still runs under P_j V_j."""
+    if P_REGS:
+        if dtype.primitive_bitwidth == 8:
+            # Triton 3.6 rejects 8-bit dependencies of the wait (WGMMAWaitGroupOp); ptxas
+            # still keeps registers that an MMA in flight reads (its own hazard tracking),
+            # and the GPU checks compare every fp8 tile with float64.
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+        else:
+            acc, p_op = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok, p_op))
+        p_op = _p_operand(p, p_smem, index, dtype, o_layout, P_REGS)
+    else:
+        p_op = _p_operand(p, p_smem, index, dtype, o_layout, P_REGS)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    return acc, p_op
+
+
+@gluon.jit
+def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
+             k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+             qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr, s_layout: gl.constexpr,
+             o_layout: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+             PINGPONG: gl.constexpr, P_REGS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+    """One key step of a consumer. Entering: P_j (p_op) and alpha_j from block j's softmax, O
+    complete through block j - 1. Issues S_{j+1} = Q K_{j+1}^T and O = alpha_j O + P_j V_j,
+    runs block j + 1's softmax while P_j V_j is in flight, and returns O through block j and
+    P_{j+1}, alpha_{j+1}, m, l. FP8 (attention_ws_fp8): e4m3 operands, the scores scaled by
+    q_scale times block j + 1's K scale (k_scale_ptr, one per 128 keys), values stored
+    transposed, P as 448 p; otherwise the scores are scaled by qk_scale."""
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    nxt = (j + 1) % STAGES
+    cur = j % STAGES
+    if FP8:
+        scale = q_scale * gl.load(k_scale_ptr + (j + 1) // (128 // BLOCK_N))
+    else:
+        scale = qk_scale
+    mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+    mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
+    _take_turn(turns, wg, j + 1, PINGPONG)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+    if FP8:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
+    else:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(cur), acc, is_async=True)
+    _pass_turn(turns, wg, PINGPONG)
+    # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
+    # Release K_{j+1} and V_{j-1} (P_{j-1} V_{j-1} was waited for last step): an arrival
+    # right after the PV wait below made ptxas hoist that wait above the softmax.
+    mbarrier.arrive(k_empty.index(nxt), count=1)
+    mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len, scale,
+                                        CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+    if FP8:
+        p = p * 448.0
+    acc, p_op = _finish_step(p, acc_tok, p_op, p_smem, 2 * wg + (j + 1) % 2, dtype, o_layout,
+                             P_REGS)  # fmt: skip
+    return acc, p_op, alpha, m_i, l_i
+
+
+@gluon.jit
+def _ws_barriers(STAGES: gl.constexpr):
+    """The warp-specialized kernels' mbarriers, initialized: each consumer's Q tile loaded, the
+    consumers' turns, and the K and V rings' ready and empty slots (both consumers release)."""
+    bar_layout: gl.constexpr = mbarrier.MBarrierLayout()
+    q_bars = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], bar_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar_layout)
+    for w in gl.static_range(2):
+        mbarrier.init(q_bars.index(w), count=1)
+        mbarrier.init(turns.index(w), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
+        mbarrier.init(v_empty.index(i), count=2)
+    return q_bars, turns, k_ready, k_empty, v_ready, v_empty
