@@ -25,6 +25,9 @@ def parse_options(budget: float, only: str, workers: int) -> argparse.Namespace:
     args.add_argument("--workers", type=int, default=workers)
     args.add_argument("--compile-worker", default="", help=argparse.SUPPRESS)  # "i/n"
     opts = args.parse_args()
+    unknown = sorted(set(opts.only.split(",")) - set(only.split(",")))
+    if unknown:  # one line and exit 2, not a traceback in the middle of a GPU call's log
+        args.error(f"--only: unknown section(s) {', '.join(unknown)}; the sections are {only}")
     if opts.tiny:
         os.environ["TRITON_INTERPRET"] = "1"
     return opts
