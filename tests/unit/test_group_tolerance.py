@@ -100,8 +100,8 @@ def test_a_group_that_drops_its_residual_still_fails(monkeypatch) -> None:
     def without_residual(layers, weights):
         if [la.op for la in layers] != ["linear", "add"]:
             return build_fused(layers, weights)
-        from opbench.backends.triton_table import BUILDERS
         from opbench.backends.base import cast_weights
+        from opbench.backends.triton_table import BUILDERS
 
         alone = BUILDERS["linear"](layers[0], cast_weights(weights[0], layers[0].dtype))
         kernel, note = build_fused(layers, weights)
