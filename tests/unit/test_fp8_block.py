@@ -149,3 +149,34 @@ def test_a_wrong_extra_output_fails(monkeypatch) -> None:
     assert row.members == ("attn_norm", "q", "k", "v")
     assert row.status == Status.OK and not row.correct, row.correctness
     assert any(f.startswith("output 'k': rel_l2") for f in row.correctness.failures), row
+
+
+def test_linears_group_only_in_quantizations_the_builders_take() -> None:
+    """fp8 gate and up read from the block's input (no norm): not one SwiGLU GEMM (its kernel
+    has no fp8 form) but silu in the fp8 gate's epilogue, or, with an fp8 down projection,
+    the product quantized for it; a weight-only linear's add runs apart rather than as a
+    group no builder makes."""
+    text = """\
+name: q
+defaults: {dtype: float16, backends: [triton], timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}
+models:
+  - name: m
+    input: [37, 48]
+    fuse: true
+    layers:
+      - {name: gate, op: linear, out_features: 80, bias: false, quant: fp8}
+      - {name: up, op: linear, out_features: 80, bias: false, quant: fp8, inputs: [input]}
+      - {name: gate_act, op: silu, inputs: [gate]}
+      - {name: swiglu, op: mul, inputs: [gate_act, up]}
+      - {name: down, op: linear, out_features: 48, bias: false, quant: int8-weight}
+      - {name: res, op: add, inputs: [down, input]}
+"""
+    model = load_suite_text(text, "q.yaml").models[0]
+    assert groups_by_name(model) == {"gate+gate_act": "linear_act"}
+    run = run_suite(load_suite_text(text, "q.yaml"), RunOptions(quick=True, end_to_end=False))
+    row = run.find("m", "gate", "triton")
+    assert row.members == ("gate", "gate_act") and row.status == Status.OK, row.message
+    assert row.correct and row.correctness.tolerance_of == "gate", row.correctness
+    fp8_down = text.replace("quant: int8-weight", "quant: fp8")
+    model = load_suite_text(fp8_down, "q.yaml").models[0]
+    assert groups_by_name(model) == {"gate_act+swiglu+down+res": "glu_fp8"}
