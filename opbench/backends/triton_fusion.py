@@ -7,13 +7,20 @@ these pieces become one kernel each (kernels named in brackets):
 - **conv**: conv2d → [batchnorm2d] → [add(skip)] → [relu | gelu | silu | relu6]: a residual
   block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
   then the activation (conv.py; depthwise.py without the add).
-- **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear: the norm writes the e4m3 codes
+- **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear(s): the norm writes the e4m3 codes
   and per-row scales of its fp32 output (norm.py FP8_OUT) and the GEMM reads them
-  (linear_fp8.bind_on_codes): no fp16 output, no separate quantize pass.
+  (linear_fp8.bind_gemm_on): no fp16 output, no separate quantize pass. Every reader of the
+  norm must be an fp8 linear; with several (LLaMA's attn_norm → q, k, v, ffn_norm → gate,
+  up) the codes are written once and each GEMM reads them, each linear an output of the
+  group (the last its result, the others `extra`).
 - **glu_fp8**: [silu] → mul → `quant: fp8` linear (SwiGLU's silu(gate) * up feeding the down
   projection): the row quantizer computes the product in fp32 and writes its codes
   (quantize.py GATE), the GEMM reads them. These two are tried first: they take only layers
-  whose output an fp8 linear alone reads, which no other pattern fuses on the fp8 path.
+  whose output fp8 linears alone read, which no other pattern fuses on the fp8 path. Either,
+  with one linear, takes the residual add that alone reads it into the GEMM's epilogue (the
+  down projection + ffn_res). A norm → several linears takes no add: each linear's add would
+  be its own epilogue, but a group ending in several adds is not worth its bookkeeping while
+  LLaMA's q, k, v and gate, up are read by attention and silu, not by adds.
 - **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
   mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
   (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
@@ -23,7 +30,8 @@ these pieces become one kernel each (kernels named in brackets):
   runs in the GEMM's epilogue (the SwiGLU gate at prefill sizes: silu(gate) in one GEMM, then
   the mul).
 - **linear + add**: a projection whose only reader is a residual add: the epilogue adds the
-  other operand (linear_kernels.py, epilogue.store_output).
+  other operand (linear_kernels.py, epilogue.store_output); 16-bit, int8 or fp8 (the
+  attention out-projection + attn_res), as linear + activation (EPILOGUE_QUANTS).
 - **add + norm**: an add whose output a layernorm/rmsnorm reads: both written in one pass
   (norm.py). The sum may have other readers (the pre-norm residual stream): it is a second
   output of the group. Tried last: when the add's operand comes from a projection, adding in

@@ -18,6 +18,7 @@ from opbench.pipeline import RunOptions, run_suite
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text
 from opbench.spec.model import QUANT_TOLERANCE
+from tests.unit.test_fp8_groups import groups_by_name
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0")
 
@@ -50,14 +51,6 @@ GROUPS = {
     "ffn_norm+gate+up": "norm_fp8",
     "gate_act+swiglu+down+ffn_res": "glu_fp8",
 }
-
-
-def groups_by_name(model) -> dict[str, str]:
-    return {
-        "+".join(model.layers[i].name for i in f.layers): f.kind
-        for f in plan_fusions(model)
-        if len(f.layers) > 1
-    }
 
 
 def test_the_planner_shares_each_norms_codes_and_adds_each_residual() -> None:

@@ -6,11 +6,14 @@ kernel), a plain fp16 group keeps fp16's, and a group that drops its residual st
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from opbench.backends import triton as triton_backend
 from opbench.backends.triton_fused import build_fused
 from opbench.pipeline import RunOptions, WorkItem, run_suite
+from opbench.results.io import run_from_dict, run_to_dict
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text
 from opbench.spec.model import DEFAULT_TOLERANCE, INT8_TOLERANCE
@@ -91,6 +94,12 @@ def test_a_plain_group_keeps_its_dtypes_limit(res_run) -> None:
     assert (c.tolerance, c.tolerance_of) == (DEFAULT_TOLERANCE["float16"], "back2")
     single = res_run.find("res", "fc", "torch")
     assert single.correctness.tolerance_of is None
+
+
+def test_the_member_is_kept_in_run_json(res_run) -> None:
+    again = run_from_dict(json.loads(json.dumps(run_to_dict(res_run))))
+    assert again.find("res", "fc", "triton").correctness.tolerance_of == "fc"
+    assert again.find("res", "fc", "torch").correctness.tolerance_of is None
 
 
 def test_a_group_that_drops_its_residual_still_fails(monkeypatch) -> None:
