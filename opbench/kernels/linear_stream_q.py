@@ -23,13 +23,16 @@ A grid of (N tiles, SPLIT_K) programs (one M tile: M <= BLOCK_M); each streams a
 reduction by the last program to arrive, the int8 channel scale, bias and activation).
 Bytes: NK (int8) or NK / 2 + 2NK / G (int4), read once; x (2MK) and y (2MN) are small.
 
-W_TILED (an experiment of 2026-11-25 night, not measured yet; docs/perf/gemm.md): W read from
+W_TILED (an experiment of 2026-11-25 night; docs/perf/gemm.md): W read from
 a copy stored tile by tile (`tiled_weight`), so that each step of a program reads one
 contiguous block of BLOCK_N * W_STEP bytes instead of BLOCK_N row pieces of W_STEP bytes
 (64 bytes for int4, 4096 or 2048 bytes apart). The same-run data showed the kernels moving
 about as many codes per second for int4 as for int8 (half the bytes per second), and fewer
 shared-memory reads and instructions per code (a K-sliced layout, commit df9e892) made them
-slower, not faster; scattered 64-byte pieces are the DRAM-side candidate left.
+slower, not faster; scattered 64-byte pieces are the DRAM-side candidate left. Measured on
+an H100 the same night (16 points, M 1/16, 4 LLaMA-7B shapes): the rules' times with and
+without W_TILED are within 0-5% (median 1.00x int8, 1.03x int4, 1.01x fp16 GEMV), so the
+piece size is not the bound either; no rule picks it.
 """
 
 from __future__ import annotations
