@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opbench.backends.base import Weights, cast_weights
-from opbench.backends.triton_fusion import group_kind
+from opbench.backends.triton_fusion import EPILOGUE_QUANTS, group_kind
 from opbench.backends.triton_table import LayerKernel, activation_name, check_quant
 from opbench.kernels import Unsupported
 from opbench.spec.model import LayerSpec
@@ -117,32 +117,32 @@ def _swiglu(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKer
     return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
 
 
-def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """linear → add: the add's other operand read in the GEMM's epilogue."""
+def _epilogue_linear(linear: LayerSpec, weights: Weights, activation: str):
+    """The linear kernel of the layer's quant (16-bit, int8 or fp8: EPILOGUE_QUANTS) with
+    `activation` in its epilogue."""
     from opbench.kernels.linear import Linear
+    from opbench.kernels.linear_fp8 import Fp8Linear
     from opbench.kernels.linear_int8 import Int8Linear
 
+    quant = linear.params["quant"]
+    check_quant("linear", quant, EPILOGUE_QUANTS)
+    w = cast_weights(weights, linear.dtype)
+    cls = {"int8": Int8Linear, "fp8": Fp8Linear}.get(quant, Linear)
+    return cls(w["weight"], w.get("bias"), activation=activation)
+
+
+def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """linear → add: the add's other operand read in the GEMM's epilogue."""
     linear, add = layers
-    p = linear.params
-    check_quant("linear", p["quant"])
-    w = cast_weights(weights[0], linear.dtype)
-    cls = Int8Linear if p["quant"] == "int8" else Linear
-    kernel = cls(w["weight"], w.get("bias"), activation=p["activation"])
+    kernel = _epilogue_linear(linear, weights[0], linear.params["activation"])
     source, skip = linear.inputs[0], _skip_of(add, linear.name)
     return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out, residual=v[skip]))
 
 
 def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
     """linear → relu/gelu/silu: the activation in the GEMM's epilogue."""
-    from opbench.kernels.linear import Linear
-    from opbench.kernels.linear_int8 import Int8Linear
-
     linear, act = layers
-    p = linear.params
-    check_quant("linear", p["quant"])
-    w = cast_weights(weights[0], linear.dtype)
-    cls = Int8Linear if p["quant"] == "int8" else Linear
-    kernel = cls(w["weight"], w.get("bias"), activation=act.op)
+    kernel = _epilogue_linear(linear, weights[0], act.op)
     source = linear.inputs[0]
     return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
 
@@ -181,36 +181,63 @@ def _fp8_linear(linear: LayerSpec, weights: Weights):
     return Fp8Linear(w["weight"], w.get("bias"), activation=linear.params["activation"])
 
 
+def _residual_of(layers: Sequence[LayerSpec]) -> tuple[Sequence[LayerSpec], str | None]:
+    """(the layers before a trailing residual add, the add's other operand) or (layers, None)."""
+    if layers[-1].op != "add":
+        return layers, None
+    *head, add = layers
+    return head, _skip_of(add, head[-1].name)
+
+
 def _norm_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """layernorm/rmsnorm → fp8 linear: the norm writes e4m3 codes and row scales of its fp32
-    output, the GEMM reads them (no 16-bit output, no quantize pass)."""
+    """layernorm/rmsnorm → fp8 linear(s) [→ add]: the norm writes e4m3 codes and row scales of
+    its fp32 output once, each linear's GEMM reads them (no 16-bit output, no quantize pass);
+    a trailing add (one linear only) in that GEMM's epilogue. With several linears the last
+    is the group's output and the others its `extra` outputs, in walk order."""
+    from opbench.kernels.launch import BoundKernels
     from opbench.kernels.norm import bind_norm
 
-    norm, linear = layers
+    head, skip = _residual_of(layers)
+    norm, *linears = head
     w = cast_weights(weights[0], norm.dtype)
-    fp8 = _fp8_linear(linear, weights[1])
+    fp8s = [_fp8_linear(la, wl) for la, wl in zip(linears, weights[1 : len(head)], strict=True)]
     rms, eps, source = norm.op == "rmsnorm", norm.params["eps"], norm.inputs[0]
 
-    def bind(v, out, _):
+    def bind(v, out, extra):
         x = v[source]
-        return fp8.bind_on_codes(
-            tuple(x.shape[:-1]), x.dtype, x.device,
-            lambda q, s: bind_norm(x, w.get("weight"), w.get("bias"), eps, q.view(x.shape),
-                                   rms=rms, scale_out=s),
-            out=out,
+        rows = tuple(x.shape[:-1])
+        xq, sx = fp8s[0].code_buffers(rows, x.device)
+        codes = bind_norm(x, w.get("weight"), w.get("bias"), eps, xq.view(x.shape), rms=rms,
+                          scale_out=sx)  # fmt: skip
+        buffers = [*(extra or [None] * (len(fp8s) - 1)), out]
+        gemms = [
+            fp8.bind_gemm_on(xq, sx, rows, x.dtype, buf, residual=v[skip] if skip else None)
+            for fp8, buf in zip(fp8s, buffers, strict=True)
+        ]
+        outs = [g.out for g in gemms]
+        if not any(g.calls for g in gemms):  # no rows: nothing to launch
+            return BoundKernels.of([], outs[-1], extra=outs[:-1])
+        return BoundKernels.of(
+            [*codes.calls, *(c for g in gemms for c in g.calls)], outs[-1],
+            [*codes.choices, *(c for g in gemms for c in g.choices)],
+            keep=[xq, sx, *codes.keep, *(k for g in gemms for k in g.keep)], extra=outs[:-1],
         )  # fmt: skip
 
-    return _by_name(layers, bind)
+    kernel = _by_name(layers, bind)
+    kernel.extra_names = tuple(la.name for la in linears[:-1])
+    return kernel
 
 
 def _glu_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """[silu] → mul → fp8 linear: the row quantizer computes silu(gate) * up (or a * b) in
-    fp32 and writes its codes and row scales, the GEMM reads them."""
+    """[silu] → mul → fp8 linear [→ add]: the row quantizer computes silu(gate) * up (or
+    a * b) in fp32 and writes its codes and row scales, the GEMM reads them (and adds the
+    residual in its epilogue: LLaMA's down projection + ffn_res)."""
     from opbench.kernels.launch import BoundKernels
     from opbench.kernels.quantize import quantize_rows_call
 
-    *front, mul, linear = layers
-    fp8 = _fp8_linear(linear, weights[-1])
+    head, skip = _residual_of(layers)
+    *front, mul, linear = head
+    fp8 = _fp8_linear(linear, weights[len(head) - 1])
     gate, up = mul.inputs
     mode = "mul"
     if front:  # silu(gate) * up, the silu's input read instead of its output
@@ -227,7 +254,9 @@ def _glu_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKe
                                               gate_mode=mode)  # fmt: skip
             return BoundKernels.of([call], q, [choice])
 
-        return fp8.bind_on_codes(tuple(x.shape[:-1]), x.dtype, x.device, produce, out=out)
+        residual = v[skip] if skip else None
+        return fp8.bind_on_codes(tuple(x.shape[:-1]), x.dtype, x.device, produce, out=out,
+                                 residual=residual)  # fmt: skip
 
     return _by_name(layers, bind)
 

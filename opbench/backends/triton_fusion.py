@@ -7,13 +7,20 @@ these pieces become one kernel each (kernels named in brackets):
 - **conv**: conv2d → [batchnorm2d] → [add(skip)] → [relu | gelu | silu | relu6]: a residual
   block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
   then the activation (conv.py; depthwise.py without the add).
-- **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear: the norm writes the e4m3 codes
+- **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear(s): the norm writes the e4m3 codes
   and per-row scales of its fp32 output (norm.py FP8_OUT) and the GEMM reads them
-  (linear_fp8.bind_on_codes): no fp16 output, no separate quantize pass.
+  (linear_fp8.bind_gemm_on): no fp16 output, no separate quantize pass. Every reader of the
+  norm must be an fp8 linear; with several (LLaMA's attn_norm → q, k, v, ffn_norm → gate,
+  up) the codes are written once and each GEMM reads them, each linear an output of the
+  group (the last its result, the others `extra`).
 - **glu_fp8**: [silu] → mul → `quant: fp8` linear (SwiGLU's silu(gate) * up feeding the down
   projection): the row quantizer computes the product in fp32 and writes its codes
   (quantize.py GATE), the GEMM reads them. These two are tried first: they take only layers
-  whose output an fp8 linear alone reads, which no other pattern fuses on the fp8 path.
+  whose output fp8 linears alone read, which no other pattern fuses on the fp8 path. Either,
+  with one linear, takes the residual add that alone reads it into the GEMM's epilogue (the
+  down projection + ffn_res). A norm → several linears takes no add: each linear's add would
+  be its own epilogue, but a group ending in several adds is not worth its bookkeeping while
+  LLaMA's q, k, v and gate, up are read by attention and silu, not by adds.
 - **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
   mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
   (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
@@ -23,7 +30,8 @@ these pieces become one kernel each (kernels named in brackets):
   runs in the GEMM's epilogue (the SwiGLU gate at prefill sizes: silu(gate) in one GEMM, then
   the mul).
 - **linear + add**: a projection whose only reader is a residual add: the epilogue adds the
-  other operand (linear_kernels.py, epilogue.store_output).
+  other operand (linear_kernels.py, epilogue.store_output); 16-bit, int8 or fp8 (the
+  attention out-projection + attn_res), as linear + activation (EPILOGUE_QUANTS).
 - **add + norm**: an add whose output a layernorm/rmsnorm reads: both written in one pass
   (norm.py). The sum may have other readers (the pre-norm residual stream): it is a second
   output of the group. Tried last: when the add's operand comes from a projection, adding in
@@ -51,6 +59,11 @@ LINEAR_ACTIVATIONS = ("relu", "gelu", "silu")
 # bytes bound the GEMM (kernels/linear_plans.SMALL_M; see the module docstring).
 SWIGLU_MAX_ROWS = 64
 NORMS = ("layernorm", "rmsnorm")
+# The linears' quantizations the fused builders take (triton_fused.py): a residual or an
+# activation in the epilogue of the 16-bit, int8 and fp8 GEMMs; SwiGLU's one GEMM in 16 bits
+# or int8. Other linears run alone rather than as a group no builder can make.
+EPILOGUE_QUANTS = ("none", "int8", "fp8")
+SWIGLU_QUANTS = ("none", "int8")
 
 
 @dataclass(frozen=True)
@@ -96,24 +109,54 @@ class _Planner:
         return others[0] if len(others) == 1 else None
 
     # ---- patterns --------------------------------------------------------------------------
+    def fp8_linear(self, i: int) -> bool:
+        return self.op(i) == "linear" and self.layers[i].quant == "fp8"
+
     def fp8_input(self, i: int) -> tuple[int, ...] | None:
-        """norm → fp8 linear, or [silu] → mul → fp8 linear: the group ending at linear i."""
-        layer = self.layers[i]
-        if layer.op != "linear" or layer.quant != "fp8":
+        """The group that makes an fp8 linear's codes where its input is made: at a norm, the
+        norm and every reader (all fp8 linears); at an fp8 linear, [silu] → mul → it. Either
+        with one linear may end in the residual add that alone reads it."""
+        if self.op(i) in NORMS:
+            return self.norm_fp8(i)
+        if not self.fp8_linear(i):
             return None
         (maker,) = self.graph.producers[i]
         if maker is None or self.sole_reader(maker) != i or not self.same_kind(maker, i):
             return None
-        if self.op(maker) in NORMS:
-            return (maker, i)
         if not self.full_add(maker, "mul"):
             return None
         for value in self.layers[maker].inputs:
             silu = self.graph.producer(value)
             if silu is not None and self.op(silu) == "silu" and \
                     self.sole_reader(silu) == maker and self.same_kind(silu, i):  # fmt: skip
-                return (silu, maker, i)
-        return (maker, i)
+                return self.with_residual((silu, maker, i))
+        return self.with_residual((maker, i))
+
+    def norm_fp8(self, norm: int) -> tuple[int, ...] | None:
+        """A norm whose readers are all fp8 linears of its dtype (LLaMA's ffn_norm → gate, up;
+        attn_norm → q, k, v): it writes the codes once and each GEMM reads them. The linears'
+        outputs are the group's outputs."""
+        readers = self.graph.consumers[norm]
+        if not readers or norm in self.graph.outputs:
+            return None
+        for r in readers:
+            if r in self.taken or not self.fp8_linear(r) or not self.same_kind(norm, r):
+                return None
+        if len(readers) == 1:
+            return self.with_residual((norm, readers[0]))
+        return (norm, *sorted(readers))
+
+    def with_residual(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        """`group` and the add that alone reads its last layer (a linear), when the add's
+        other operand comes from outside the group: the GEMM's epilogue adds it."""
+        linear = group[-1]
+        add = self.sole_reader(linear)
+        if add is None or not self.full_add(add) or not self.same_kind(linear, add):
+            return group
+        other = self.other_operand(add, linear)
+        if other is None or self.graph.producer(other) in group:
+            return group
+        return (*group, add)
 
     def conv(self, i: int) -> tuple[int, ...] | None:
         layer = self.layers[i]
@@ -174,12 +217,13 @@ class _Planner:
         activation on up."""
         g, u = self.layers[gate], self.layers[up]
         return (u.op == "linear" and u.params["activation"] == "none" and g.inputs == u.inputs
+                and g.params["quant"] in SWIGLU_QUANTS
                 and g.params["out_features"] == u.params["out_features"]
                 and g.params["quant"] == u.params["quant"]
                 and g.params["bias"] == u.params["bias"])  # fmt: skip
 
     def linear_add(self, i: int) -> tuple[int, ...] | None:
-        if self.op(i) != "linear":
+        if self.op(i) != "linear" or self.layers[i].quant not in EPILOGUE_QUANTS:
             return None
         add = self.sole_reader(i)
         if add is None or not self.full_add(add) or not self.same_kind(i, add):
@@ -188,7 +232,8 @@ class _Planner:
 
     def linear_act(self, i: int) -> tuple[int, ...] | None:
         layer = self.layers[i]
-        if layer.op != "linear" or layer.params["activation"] != "none":
+        if layer.op != "linear" or layer.params["activation"] != "none" or \
+                layer.quant not in EPILOGUE_QUANTS:  # fmt: skip
             return None
         act = self.sole_reader(i)
         if act is None or self.op(act) not in LINEAR_ACTIVATIONS or not self.same_kind(i, act):
@@ -248,11 +293,9 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     ops = [layer.op for layer in layers]
     if len(ops) == 1:
         return "single"
-    if ops[-1] == "linear" and layers[-1].quant == "fp8":
-        if ops[0] in NORMS and len(ops) == 2:
-            return "norm_fp8"
-        if ops[-2] == "mul":
-            return "glu_fp8"
+    fp8 = _fp8_kind(layers)
+    if fp8 is not None:
+        return fp8
     if ops[0] == "conv2d":
         return "conv"
     if "mul" in ops:
@@ -262,3 +305,20 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     if ops[0] == "add" and ops[-1] in NORMS:
         return "add_norm"
     raise ValueError(f"no fused kernel for the group {' → '.join(ops)}")
+
+
+def _fp8_kind(layers: Sequence[LayerSpec]) -> str | None:
+    """norm_fp8 (a norm and its fp8 linears, one of them with a trailing add) or glu_fp8
+    ([silu] → mul → fp8 linear [→ add]), else None."""
+    if len(layers) > 2 and layers[-1].op == "add":
+        layers = layers[:-1]  # the residual add of the one linear's epilogue
+        if [la.op for la in layers].count("linear") != 1:
+            return None
+    *head, last = layers
+    if last.op != "linear" or last.quant != "fp8" or not head:
+        return None
+    if head[0].op in NORMS and all(la.op == "linear" and la.quant == "fp8" for la in head[1:]):
+        return "norm_fp8"
+    if head[-1].op == "mul" and len(head) <= 2:
+        return "glu_fp8"
+    return None

@@ -35,7 +35,7 @@ import torch
 from opbench.kernels import Unsupported
 from opbench.kernels.host import next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, sequence
-from opbench.kernels.linear import Linear, gemm_calls
+from opbench.kernels.linear import Linear, gemm_calls, residual_view
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_rows_call
 from opbench.kernels.scratch import scratch
@@ -101,41 +101,76 @@ class Fp8Linear(Linear):
         produce: Callable[[torch.Tensor, torch.Tensor], BoundKernels],
         out: torch.Tensor | None = None,
         config: Config | None = None,
+        residual: torch.Tensor | None = None,
     ) -> BoundKernels:
         """The GEMM on e4m3 codes and row scales that another kernel writes, with no quantize
         pass of its own: a norm or SwiGLU's product quantized where it is made
         (backends/triton_fused.py). `produce(xq, sx)` binds that kernel to write xq [M, K]
-        and sx [M] (per-launch scratch); the result launches it, then the GEMM, into out
-        (rows_shape + [N], `dtype`: what the unfused layer would write). The producer's
-        extra outputs stay the result's."""
+        and sx [M] (per-launch scratch, `code_buffers`); the result launches it, then the
+        GEMM (`bind_gemm_on`), into out. The producer's extra outputs stay the result's."""
+        xq, row_scale = self.code_buffers(rows_shape, device)
+        producer = produce(xq, row_scale)
+        gemm = self.bind_gemm_on(xq, row_scale, rows_shape, dtype, out, config, residual)
+        if not gemm.calls:  # no rows: nothing to launch, the producer's neither
+            return BoundKernels.of([], gemm.out, extra=producer.extra)
+        return BoundKernels.of(
+            [*producer.calls, *gemm.calls], gemm.out, [*producer.choices, *gemm.choices],
+            keep=[*gemm.keep, *producer.keep], extra=producer.extra,
+        )  # fmt: skip
+
+    def code_buffers(
+        self, rows_shape: tuple[int, ...], device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-launch scratch for the e4m3 codes [M, K] and fp32 row scales [M] of an input
+        with `rows_shape` rows: written by a producer, read by the GEMMs of the same launch
+        (one norm's codes may feed several linears of the same K)."""
+        m = math.prod(rows_shape)
+        return (scratch((m, self.in_features), torch.float8_e4m3fn, device),
+                scratch((m,), torch.float32, device))  # fmt: skip
+
+    def bind_gemm_on(
+        self,
+        xq: torch.Tensor,
+        row_scale: torch.Tensor,
+        rows_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        out: torch.Tensor | None = None,
+        config: Config | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> BoundKernels:
+        """The GEMM alone on codes xq [M, K] and scales row_scale [M] that an earlier launch
+        of the same call writes: out (rows_shape + [N], `dtype`: what the unfused layer would
+        write) = the layer on them, + `residual` (out's shape and dtype) in the epilogue."""
         m, k, n = math.prod(rows_shape), self.in_features, self.output_features
+        if tuple(xq.shape) != (m, k) or tuple(row_scale.shape) != (m,):
+            raise ValueError(f"codes must be [{m}, {k}] with [{m}] scales, got "
+                             f"{list(xq.shape)} and {list(row_scale.shape)}")  # fmt: skip
         out_shape = (*rows_shape, n)
         if out is None:
-            out = torch.empty(out_shape, dtype=dtype, device=device)
+            out = torch.empty(out_shape, dtype=dtype, device=xq.device)
         elif tuple(out.shape) != out_shape or out.dtype != dtype or not out.is_contiguous():
             raise ValueError(f"out must be {out_shape} {dtype} contiguous, got "
                              f"{tuple(out.shape)} {out.dtype}")  # fmt: skip
-        xq = scratch((m, k), torch.float8_e4m3fn, device)
-        row_scale = scratch((m,), torch.float32, device)
-        producer = produce(xq, row_scale)
-        if m == 0:
-            return BoundKernels.of([], out, extra=producer.extra)
         out2 = out.view(m, n)
+        res2 = residual_view(residual, out, out2)
+        if m == 0:
+            return BoundKernels.of([], out)
         key = "|".join(["e4m3-codes", f"M{next_power_of_2(m)}", f"N{self.out_features}",
-                        f"K{k}", "tma" if self._tma_ok(xq) else "notma"])  # fmt: skip
+                        f"K{k}", "tma" if self._tma_ok(xq) else "notma",
+                        *(["residual"] if res2 is not None else [])])  # fmt: skip
         if config is not None:
-            choice = Choice(self.kernel_name, key, device_tag(device), config, "forced")
+            choice = Choice(self.kernel_name, key, device_tag(xq.device), config, "forced")
         else:
 
             def make(cfg: Config):
-                return sequence(gemm_calls(cfg, xq, self, out2, row_scale=row_scale)[0], out2)
+                calls = gemm_calls(cfg, xq, self, out2, row_scale=row_scale, residual=res2)[0]
+                return sequence(calls, out2)
 
-            choice = choose(self.kernel_name, key, self.candidates(xq), device, make)
-        gemm, keep = gemm_calls(choice.config, xq, self, out2, row_scale=row_scale)
-        return BoundKernels.of(
-            [*producer.calls, *gemm], out, [*producer.choices, choice],
-            keep=[xq, row_scale, out2, *producer.keep, *keep], extra=producer.extra,
-        )  # fmt: skip
+            candidates = self.candidates(xq, residual=res2 is not None)
+            choice = choose(self.kernel_name, key, candidates, xq.device, make)
+        gemm, keep = gemm_calls(choice.config, xq, self, out2, row_scale=row_scale,
+                                residual=res2)  # fmt: skip
+        return BoundKernels.of(gemm, out, [choice], keep=[xq, row_scale, out2, *keep])
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:
         # The GEMM reads xq, allocated contiguous here: only K's alignment matters.

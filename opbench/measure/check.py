@@ -31,9 +31,11 @@ def compare_outputs(
     tolerance: float,
     reference: str,
     loose_tolerance: bool = False,
+    tolerance_of: str | None = None,
 ) -> Correctness:
     """`out` against `ref` (same shape): relative L2, max-abs, NaN/Inf and unwritten counts,
-    and one reason per failed limit in `failures`."""
+    and one reason per failed limit in `failures`. `tolerance_of`: the fused group's member
+    whose tolerance this is (recorded and named in the failures)."""
     import torch
 
     if tuple(out.shape) != tuple(ref.shape):
@@ -65,6 +67,7 @@ def compare_outputs(
         max_abs_limit=MAX_ABS_SCALE * tolerance * ref_max,
         unwritten=unwritten(out),
         loose_tolerance=loose_tolerance,
+        tolerance_of=tolerance_of,
     )
     return replace(result, failures=reasons(result, out.numel()))
 

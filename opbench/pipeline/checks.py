@@ -27,6 +27,7 @@ from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.options import WorkItem
 from opbench.results.model import Correctness
+from opbench.spec.model import LayerSpec
 
 if TYPE_CHECKING:
     import torch
@@ -83,13 +84,23 @@ class Checks:
         self.item, self.data, self.built, self.device = item, data, built, device
         self.validate = validate
         last = item.output_layer
-        self.tolerance = last.effective_tolerance
-        self.loose = last.loose_tolerance
         self.nbytes = numel(last.output_shape) * torch_dtype(last.dtype).itemsize
         self.first: torch.Tensor | None = None  # a copy of the first call's output
         self.first_finite = False
         self.xs: tuple[torch.Tensor, ...] = ()  # the timed binding's inputs
         self.correctness: Correctness | None = None
+
+    def _compare(
+        self, out: torch.Tensor, ref: torch.Tensor, output: LayerSpec, kind: str,
+        kept: bool = False,
+    ) -> Correctness:  # fmt: skip
+        """`out` (one of the item's outputs) against `ref` at its limit: for a fused group the
+        loosest own tolerance of the members its value comes through (WorkItem.tolerance),
+        named in the record; a single layer's own. `kept`: the record the result keeps, which
+        carries the loose mark."""
+        limit = self.item.tolerance(output)
+        whose = limit.layer if len(self.item.indices) > 1 else None
+        return compare_outputs(out, ref, limit.value, kind, kept and limit.loose, whose)
 
     def _launch(self, bound: Bound) -> torch.Tensor:
         return checked_launch(bound, self.device, self.nbytes, self.validate)
@@ -104,7 +115,7 @@ class Checks:
             if out is None:
                 raise WrongOutput(f"the group gives no buffer for its output {layer.name!r}")
             ref = refs[graph.index(layer.name)]
-            found = compare_outputs(out, ref, layer.effective_tolerance, kind)
+            found = self._compare(out, ref, layer, kind)
             failures += [f"output {layer.name!r}: {f}" for f in found.failures]
         return tuple(failures)
 
@@ -115,7 +126,7 @@ class Checks:
         refs, kind = self.data.references(self.item.indices)
         ref = refs[self.item.model.graph.index(self.item.output_layer.name)]
         out = self._launch(bound)
-        self.correctness = compare_outputs(out, ref, self.tolerance, kind, self.loose)
+        self.correctness = self._compare(out, ref, self.item.output_layer, kind, kept=True)
         self._add("", self._extra_failures(bound, refs, kind))
         self.first_finite = self.correctness.nonfinite == 0
         # A copy: a backend may write every call into the same buffer.
@@ -140,7 +151,7 @@ class Checks:
             if timed_plan is not None and isinstance(plan, dict):
                 plan.clear()
                 plan.update(timed_plan)
-        found = compare_outputs(out, ref, self.tolerance, kind)
+        found = self._compare(out, ref, self.item.output_layer, kind)
         scrub(out, spare=xs)
         self._add(SECOND_INPUT, found.failures + extra)
 
@@ -152,7 +163,7 @@ class Checks:
             against, kind = self.first, "first call"
         else:
             against, kind = self.data.reference(self.item.indices)
-        found = compare_outputs(out, against, self.tolerance, kind)
+        found = self._compare(out, against, self.item.output_layer, kind)
         scrub(out, spare=self.xs)
         extra = ()
         if self.item.extra_outputs:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from opbench.spec.model import LayerSpec, ModelSpec
+from opbench.spec.model import GroupTolerance, LayerSpec, ModelSpec, group_tolerance
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,14 @@ class WorkItem:
         return tuple(
             self.model.layers[i] for i in self.model.graph.group_outputs(self.indices)[:-1]
         )
+
+    def tolerance(self, output: LayerSpec) -> GroupTolerance:
+        """The limit `output` (one of the group's outputs) is checked at: the loosest own
+        tolerance among the members its value comes through (spec/model.group_tolerance)."""
+        graph = self.model.graph
+        at = graph.index(output.name)
+        through = (graph.ancestors(at) | {at}) & set(self.indices)
+        return group_tolerance([self.model.layers[i] for i in sorted(through)], output)
 
 
 @dataclass

@@ -94,6 +94,7 @@ def _correctness(corr: dict[str, Any] | None) -> Correctness | None:
         unwritten=int(corr.get("unwritten", 0)),
         failures=tuple(corr.get("failures") or ()),
         loose_tolerance=bool(corr.get("loose_tolerance", False)),
+        tolerance_of=corr.get("tolerance_of"),
     )
 
 

@@ -47,6 +47,8 @@ class Correctness:
     failures: one reason per failed check ("rel_l2 3.1e-02 > 5.0e-03", "second input: ...",
         "last timed call differs from the first: ..."); empty when every check passed.
     loose_tolerance: the layer's tolerance was set above its dtype's default: reports mark it.
+    tolerance_of: for a fused group, the member layer whose tolerance applied (the loosest
+        among those its output comes through: docs/suite-format.md); None for one layer.
     """
 
     rel_l2: float
@@ -58,6 +60,7 @@ class Correctness:
     unwritten: int = 0
     failures: tuple[str, ...] = ()
     loose_tolerance: bool = False
+    tolerance_of: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -83,10 +86,11 @@ def broken_limits(c: Correctness, numel: int | None = None) -> tuple[str, ...]:
         found.append(f"{c.unwritten}{of} elements never written")
     if c.nonfinite > c.unwritten:
         found.append(f"{c.nonfinite - c.unwritten} NaN/Inf")
+    whose = f" ({c.tolerance_of}'s tolerance)" if c.tolerance_of else ""
     if not c.nonfinite and not (c.rel_l2 == c.rel_l2 and c.rel_l2 <= c.tolerance):
-        found.append(f"rel_l2 {c.rel_l2:.1e} > {c.tolerance:.1e}")
+        found.append(f"rel_l2 {c.rel_l2:.1e} > {c.tolerance:.1e}{whose}")
     if c.max_abs_limit is not None and not c.max_abs <= c.max_abs_limit:
-        found.append(f"max_abs {c.max_abs:.1e} > {c.max_abs_limit:.1e}")
+        found.append(f"max_abs {c.max_abs:.1e} > {c.max_abs_limit:.1e}{whose}")
     return tuple(found)
 
 

@@ -6,7 +6,7 @@ Pure Python: no torch, no triton.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -154,6 +154,33 @@ def loose_tolerance_problem(layer: LayerSpec) -> str | None:
         f"{layer.default_tolerance:g}); set `allow_loose_tolerance: true` on layer "
         f"{layer.name!r} if it really cannot do better"
     )
+
+
+@dataclass(frozen=True)
+class GroupTolerance:
+    """The limit one output of a fused group is checked at (pipeline/checks.py).
+
+    value: the relative L2 limit; layer: the member whose tolerance it is; loose: that
+    member's tolerance was set above its own default (reports mark it)."""
+
+    value: float
+    layer: str
+    loose: bool
+
+
+def group_tolerance(members: Sequence[LayerSpec], output: LayerSpec) -> GroupTolerance:
+    """The tolerance of `output`, computed through `members` (the group's layers its value
+    comes through, itself included): the loosest member's own effective tolerance. A fused
+    kernel commits each member's error (an int8 GEMM's rounding under the residual add that
+    ends the group), and the error of a chain is bounded by its members' errors, as the
+    whole-model check takes the loosest layer (pipeline/end_to_end.py); never looser than one
+    member's own documented or suite-set limit. On a tie the output's own (then the latest
+    member's) is named, so a group of one dtype reads as its output layer's."""
+    best = output
+    for layer in reversed(members):
+        if layer.effective_tolerance > best.effective_tolerance:
+            best = layer
+    return GroupTolerance(best.effective_tolerance, best.name, best.loose_tolerance)
 
 
 @dataclass(frozen=True)
