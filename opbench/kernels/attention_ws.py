@@ -63,6 +63,8 @@ from opbench.kernels.attention_ws_step import (
     MAXNREG,
     PRODUCER_REGS,
     WG_M,
+    _consumer_start,
+    _last_pv,
     _p_operand,
     _pass_turn,
     _take_turn,
@@ -88,19 +90,9 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16]
     )
-    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-
-    m0 = start_m + wg * WG_M
-    if CAUSAL:
-        mask_from = (m0 // BLOCK_N) * BLOCK_N
-    else:
-        mask_from = mask_end
-    offs_m = m0 + gl.arange(0, WG_M, layout=row_s)
-    zero_s = gl.zeros([WG_M, BLOCK_N], gl.float32, layout=s_layout)
-    acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, layout=o_layout)
-    m_i = gl.full([WG_M], float("-inf"), gl.float32, layout=row_s)
-    l_i = gl.zeros([WG_M], gl.float32, layout=row_s)
+    m0, mask_from, offs_m, zero_s, acc, m_i, l_i = _consumer_start(
+        start_m, wg, mask_end, s_layout, o_layout, CAUSAL, BLOCK_N, HEAD_DIM)  # fmt: skip
     q_tile = q_smem.index(wg)
 
     mbarrier.wait(q_bars.index(wg), 0)
@@ -121,13 +113,8 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
             v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, qk_scale,
             qk_scale, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, False)  # fmt: skip
 
-    last = num_blocks - 1
-    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
-    acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
-    acc_tok = warpgroup_mma(p16, v_smem.index(last % STAGES), acc, is_async=True)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
-    mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+    acc = _last_pv(acc, p16, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
+                   False)  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, row_o)[:, None]
     rows = m0 + gl.arange(0, WG_M, layout=row_o)

@@ -193,3 +193,41 @@ def _ws_barriers(STAGES: gl.constexpr):
         mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
         mbarrier.init(v_empty.index(i), count=2)
     return q_bars, turns, k_ready, k_empty, v_ready, v_empty
+
+
+@gluon.jit
+def _consumer_start(start_m, wg: gl.constexpr, mask_end, s_layout: gl.constexpr,
+                    o_layout: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                    HEAD_DIM: gl.constexpr):  # fmt: skip
+    """A consumer's first query row m0, the first key block its causal mask touches (mask_end
+    without CAUSAL), its query rows' offsets, and the zeroed S operand, O, row max and sum."""
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    m0 = start_m + wg * WG_M
+    if CAUSAL:
+        mask_from = (m0 // BLOCK_N) * BLOCK_N
+    else:
+        mask_from = mask_end
+    offs_m = m0 + gl.arange(0, WG_M, layout=row_s)
+    zero_s = gl.zeros([WG_M, BLOCK_N], gl.float32, layout=s_layout)
+    acc = gl.zeros([WG_M, HEAD_DIM], gl.float32, layout=o_layout)
+    m_i = gl.full([WG_M], float("-inf"), gl.float32, layout=row_s)
+    l_i = gl.zeros([WG_M], gl.float32, layout=row_s)
+    return m0, mask_from, offs_m, zero_s, acc, m_i, l_i
+
+
+@gluon.jit
+def _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, last, o_layout: gl.constexpr,
+             STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
+    """O through the last key block: V_{last-1}'s slot released, alpha applied, P V_last
+    (V_T: values stored transposed, as attention_ws_fp8 keeps them), its slot released."""
+    mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+    mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
+    if V_T:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES).permute((1, 0)), acc,
+                                is_async=True)  # fmt: skip
+    else:
+        acc_tok = warpgroup_mma(p_op, v_smem.index(last % STAGES), acc, is_async=True)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
+    mbarrier.arrive(v_empty.index(last % STAGES), count=1)
+    return acc
