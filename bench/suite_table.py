@@ -2,6 +2,12 @@
 median of every backend side by side, triton's ratios to each peer, and its throughput against
 the ceilings.
 
+A fused triton group (`attn_norm+qkv`) is compared with the sum of each peer's times over the
+layers it covers. A quantized-linear peer (torch-fp8, torch-int8) has rows for the linears
+alone: where it lacks a member, torch's time stands in and the cell is marked `+t` (the group
+against PyTorch with that quantized GEMM, the rest eager); a peer with no row for any member
+gives no ratio.
+
 Usage: python3 bench/suite_table.py RUN.json [--copy-tbps 4.27] [--peak-tflops 790]
 """
 
@@ -15,12 +21,30 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from opbench.results.io import read_run  # noqa: E402
+from opbench.results.model import Status  # noqa: E402
 
 SUBJECT = "triton"
+QUANT_PEERS = ("torch-fp8", "torch-int8")  # they time the quantized linears and nothing else
 
 
 def geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def peer_ms(by_layer: dict, model: str, members, peer: str) -> tuple[float | None, bool]:
+    """`peer`'s time over `members` (the sum of its correct rows) and whether torch stood in
+    for a member it has no row for (quantized-linear peers only); None if any is missing."""
+    total, filled, own = 0.0, False, 0
+    for member in members:
+        row = by_layer.get((model, member), {}).get(peer)
+        if (row is None or row.status == Status.UNSUPPORTED) and peer in QUANT_PEERS:
+            row, filled = by_layer.get((model, member), {}).get("torch"), True
+        else:
+            own += row is not None
+        if row is None or not row.median_ms or not row.correct:
+            return None, filled
+        total += row.median_ms
+    return (total if own else None), filled
 
 
 def main() -> None:
@@ -32,28 +56,33 @@ def main() -> None:
     run = read_run(Path(args.run))
     peers = [b for b in run.backends if b != SUBJECT]
     rows: dict[tuple[str, str], dict] = {}
+    by_layer: dict[tuple[str, str], dict] = {}  # a peer's one-layer rows, for fused groups
     for r in run.layers:
         entry = rows.setdefault((r.model, "+".join(r.members)), {"shape": r.input_shape})
         entry[r.backend] = r
+        entry["members"] = r.members
+        if len(r.members) == 1:
+            by_layer.setdefault((r.model, r.members[0]), {})[r.backend] = r
     head = ["model", "layer(s)", "input", *(f"{b} ms" for b in peers), f"{SUBJECT} ms"]
     head += [f"× {b}" for b in peers] + ["TB/s", "% of copy", "TFLOP/s", "rel. L2"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
-    ratios: dict[str, list[float]] = {b: [] for b in peers}
+    ratios: dict[tuple[str, bool], list[float]] = {(b, f): [] for b in peers for f in (0, 1)}
     for (model, layer), entry in rows.items():
         subject = entry.get(SUBJECT)
         med = subject.median_ms if subject is not None and subject.correct else None
         cells = [model, layer, "×".join(map(str, entry["shape"]))]
+        peer_times = {b: peer_ms(by_layer, model, entry["members"], b) for b in peers}
         for b in peers:
-            peer = entry.get(b)
-            cells.append(f"{peer.median_ms:.4f}" if peer is not None and peer.median_ms else "—")
+            ms, filled = peer_times[b]
+            cells.append(f"{ms:.4f}{' +t' if filled else ''}" if ms else "—")
         cells.append(f"{med:.4f}" if med else (subject.status if subject is not None else "—"))
         for b in peers:
-            peer = entry.get(b)
-            if med and peer is not None and peer.median_ms:
-                ratio = peer.median_ms / med
-                ratios[b].append(ratio)
-                cells.append(f"{ratio:.2f}×")
+            ms, filled = peer_times[b]
+            if med and ms:
+                ratio = ms / med
+                ratios[b, filled].append(ratio)
+                cells.append(f"{ratio:.2f}×{' +t' if filled else ''}")
             else:
                 cells.append("—")
         tbps = subject.bytes / (med * 1e-3) / 1e12 if med and subject.bytes else None
@@ -65,10 +94,11 @@ def main() -> None:
         cells.append(f"{corr.rel_l2:.1e}" if corr is not None else "—")
         print("| " + " | ".join(cells) + " |")
     print()
-    for b in peers:
-        g = geomean(ratios[b])
+    for (b, filled), values in ratios.items():
+        g = geomean(values)
         if g:
-            print(f"geomean {SUBJECT} speed-up over {b}: {g:.2f}× ({len(ratios[b])} layers)")
+            what = f"{b} (+t: torch for the layers it lacks)" if filled else b
+            print(f"geomean {SUBJECT} speed-up over {what}: {g:.2f}× ({len(values)} rows)")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,16 @@ compiled layers, which this script does not build.
     python3 bench/whole_models.py suites/cnn.yaml -m 'resnet50[batch=1]' \
         -b torch -b triton -b torch-compile-max-autotune --out results.json
 
+`--rest-on torch` runs, on a peer backend that takes only quantized linears (torch-fp8,
+torch-int8), every layer without `quant` on torch eager instead: the whole block as a PyTorch
+user runs it with `torch._scaled_mm` / `torch._int_mm` linears (the row's backend reads
+`torch-fp8+torch`, and its record names those layers in `rest_layers`). Only unquantized
+layers are handed over: a quantized linear the peer refuses stops the script, never runs
+unquantized under the peer's name.
+
+    python3 bench/whole_models.py suites/llama_quant.yaml -m llama7b_prefill_fp8 \
+        -b torch -b triton -b torch-fp8 --rest-on torch --out results.json
+
 Prints one table (median ms, × torch eager in the same mode, peak memory, correctness) and
 writes every row as JSON.
 """
@@ -28,6 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from opbench.backends.base import Unsupported  # noqa: E402
 from opbench.backends.registry import all_backends  # noqa: E402
 from opbench.pipeline.data import ModelData  # noqa: E402
 from opbench.pipeline.end_to_end import time_end_to_end  # noqa: E402
@@ -37,23 +48,31 @@ from opbench.spec.load import load_suite  # noqa: E402
 COMPILED = ("torch-compile", "torch-compile-max-autotune")
 
 
-def build_all(backend, model, data, device: str) -> tuple[dict, float, float]:
+def build_all(backend, model, data, device: str, rest=None) -> tuple[dict, float, float, list]:
     """Every group of the backend's plan built and bound once (tuning happens at the first
-    bind): the built dict, build seconds, and tuning seconds reported by the backend."""
+    bind): the built dict, build seconds, tuning seconds reported by the backend, and the
+    layers built on `rest` instead (unquantized layers `backend` refuses; none without it)."""
     import torch
 
-    built = {}
+    built, rest_layers = {}, []
     start = time.perf_counter()
     tuning = 0.0
     for group in backend.plan(model):
         layers = [model.layers[i] for i in group]
-        made = backend.build(layers, [data.weights(i) for i in group], device)
+        weights = [data.weights(i) for i in group]
+        try:
+            made = backend.build(layers, weights, device)
+        except Unsupported:
+            if rest is None or any(layer.quant != "none" for layer in layers):
+                raise
+            made = rest.build(layers, weights, device)
+            rest_layers += [layer.name for layer in layers]
         made.bind_input(*made.prepared(data.group_inputs(group))).launch()  # tune now
         tuning += made.tuning_s or 0.0
         built[tuple(group)] = made
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return built, time.perf_counter() - start, tuning
+    return built, time.perf_counter() - start, tuning, rest_layers
 
 
 def eager_layers(model, data, device: str) -> dict:
@@ -76,6 +95,9 @@ def main() -> int:
     parser.add_argument("--conv-autotune", choices=("all", "aten"), default="all",
                         help="aten: Inductor's max-autotune tries no Triton conv templates "
                         "(cuDNN convs; GEMMs still autotuned), to fit a session")  # fmt: skip
+    parser.add_argument("--rest-on", choices=("torch",), default=None,
+                        help="layers without `quant` that a backend refuses run on torch eager "
+                        "(a quantized-linear peer's whole block: torch-fp8+torch)")  # fmt: skip
     args = parser.parse_args()
     if args.conv_autotune == "aten":
         import torch._inductor.config as inductor_config
@@ -93,14 +115,27 @@ def main() -> int:
         for backend_name in args.backend:
             backend = backends[backend_name]
             start = time.perf_counter()
+            rest_layers: list = []
             if backend_name in COMPILED:
                 built, build_s, tune_s = eager_layers(model, data, device), 0.0, 0.0
             else:
-                built, build_s, tune_s = build_all(backend, model, data, device)
+                rest = backends[args.rest_on] if args.rest_on else None
+                try:
+                    built, build_s, tune_s, rest_layers = build_all(backend, model, data, device,
+                                                                    rest)  # fmt: skip
+                except Unsupported as exc:  # a row that says why, and the other backends run
+                    rows.append(dict(model=name, backend=backend_name, mode="eager",
+                                     status="unsupported", message=str(exc), median_ms=None,
+                                     correct=False, groups=0, tune_s=0.0))  # fmt: skip
+                    print(f"{name}: {backend_name}: unsupported: {exc}", flush=True)
+                    continue
             for row in time_end_to_end(model, backend_name, built, data, options, backend):
                 if backend_name in COMPILED and row.mode == "eager":
                     continue  # torch eager's layers stood in: not this backend's figure
                 record = asdict(row)
+                if rest_layers:  # not the backend alone: say so wherever the row is shown
+                    record.update(backend=f"{backend_name}+{args.rest_on}",
+                                  rest_layers=rest_layers)  # fmt: skip
                 stats = row.stats
                 record.update(groups=len(built), build_s=round(build_s, 2),
                               tune_s=round(tune_s, 2), correct=row.correct,

@@ -1,8 +1,9 @@
 """Write the shipped suites that are whole networks: ResNet-50 (cnn.yaml), MobileNetV2
-(mobilenet_v2.yaml), a BERT-base encoder layer (transformer.yaml) and a LLaMA-7B block at
-prefill (llama.yaml) and decode (decode.yaml) sizes.
+(mobilenet_v2.yaml), a BERT-base encoder layer (transformer.yaml), a LLaMA-7B block at
+prefill (llama.yaml) and decode (decode.yaml) sizes, and the prefill block in bfloat16 with
+fp8 and int8 W8A8 linears (llama_quant.yaml).
 
-    python3 suites/networks.py            # rewrites the five files next to this script
+    python3 suites/networks.py            # rewrites the six files next to this script
     python3 suites/networks.py --check    # exit 1 if a file differs from what it would write
 
 The networks are long and regular (ResNet-50 has 175 layers), so they are generated rather
@@ -259,14 +260,18 @@ def llama_mlp(source: str, quant: str | None = None, hidden: int = 4096,
     ]  # fmt: skip
 
 
-def llama_prefill_block(hidden: int = 4096, heads: int = 32, ffn: int = 11008) -> list[Layer]:
+def llama_prefill_block(hidden: int = 4096, heads: int = 32, ffn: int = 11008,
+                        quant: str | None = None) -> list[Layer]:  # fmt: skip
+    """`quant` on the four projections and the three MLP linears (W8A8: int8 or fp8); the
+    norms, attention, SwiGLU's product and the residual adds stay in the model's dtype."""
+    q = {"quant": quant} if quant else {}
     return [
         {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6},
-        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False},
+        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False, **q},
         {"name": "attn", "op": "attention", "heads": heads, "causal": True, "packed_qkv": True},
-        {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False},
+        {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False, **q},
         {"name": "attn_res", "op": "add", "inputs": ["o_proj", "input"]},
-        *llama_mlp("attn_res", hidden=hidden, ffn=ffn),
+        *llama_mlp("attn_res", quant, hidden=hidden, ffn=ffn),
     ]
 
 
@@ -282,6 +287,58 @@ each residual in the epilogue of the projection before it.
     return suite_text(header, "llama", "LLaMA-7B decoder block at prefill (2048 tokens) with residuals and SwiGLU, fp16",
                       {"dtype": "float16", "backends": ["torch", "torch-compile", "triton"]},
                       [model])  # fmt: skip
+
+
+#: PyTorch's own W8A8 GEMM for each quantization: the peer a user would pick for those linears.
+TORCH_QUANT_PEER = {"int8": "torch-int8", "fp8": "torch-fp8"}
+
+
+def with_quant_peer(layers: list[Layer], quant: str) -> list[Layer]:
+    """The quantized linears also on PyTorch's own quantized GEMM (`torch-int8` / `torch-fp8`),
+    which runs nothing else: the other layers keep the suite's backends."""
+    backends = ["torch", "torch-compile", TORCH_QUANT_PEER[quant], "triton"]
+    return [{**layer, "backends": backends} if layer.get("quant") == quant else layer
+            for layer in layers]  # fmt: skip
+
+
+def llama_quant_suite() -> str:
+    header = """
+The LLaMA-7B prefill block of llama.yaml (2048 tokens, hidden 4096, 32 heads, SwiGLU 11008,
+no biases, pre-norm with both residual adds) in bfloat16 with W8A8 linears (issue 31, targets
+1 and 2): fp8 (e4m3, scales per token and per output channel) in llama7b_prefill_fp8, fused;
+the same graph unfused in llama7b_prefill_fp8_linears; int8 in llama7b_prefill_int8, fused.
+Norms, attention, silu, the product and the adds stay bfloat16.
+Baseline: torch and torch.compile run the quantized linears unquantized, in bfloat16 (targets:
+triton fp8 >= 1.7x, int8 >= 1.8x). Peer: PyTorch's own quantized GEMM on those linears alone,
+torch-fp8 (torch._scaled_mm, row-wise scales; target fp8 >= 1.0x) or torch-int8 (_int_mm).
+The linear-for-linear comparison with the peer is llama7b_prefill_fp8_linears: each triton
+linear quantizes x and runs the GEMM, as torch-fp8 does. In the fused models, triton's norm
+writes the e4m3 codes and row scales once for the linears it feeds (attn_norm -> qkv;
+ffn_norm -> gate, up), the row quantizer of silu(gate)*up feeds `down`, and o_proj and down
+add their residual in the GEMM's epilogue (int8: silu in gate's epilogue, the same two adds);
+a fused group is reported as covering its layers, compared with the sum of theirs.
+Whole model: torch, torch.compile and triton run every layer and are timed end to end. The
+peers run only the quantized linears, so their whole-model row is `unsupported` ("not every
+layer was built on this backend"), never a partial sum; the block as a PyTorch user runs it
+with _scaled_mm linears comes from bench/whole_models.py -b torch-fp8 --rest-on torch.
+"""
+    return suite_text(header, "llama_quant", "LLaMA-7B prefill block (2048 tokens), bf16 with fp8 and int8 W8A8 linears, against torch bf16 and torch._scaled_mm / _int_mm",
+                      {"dtype": "bfloat16", "backends": ["torch", "torch-compile", "triton"]},
+                      llama_quant_models())  # fmt: skip
+
+
+def llama_quant_models(tokens: int = 2048, hidden: int = 4096, heads: int = 32,
+                       ffn: int = 11008) -> list[str]:  # fmt: skip
+    """llama_quant.yaml's three models; the tests build them small."""
+    fields = {"batch": 1, "input": [tokens, hidden], "fuse": True}
+    fp8 = with_quant_peer(llama_prefill_block(hidden, heads, ffn, "fp8"), "fp8")
+    return [
+        model_text("llama7b_prefill_fp8", fields, fp8),
+        model_text("llama7b_prefill_fp8_linears", {**fields, "fuse": False}, fp8,
+                   "fuse: false: each fp8 linear alone, its quantize pass included, as torch-fp8's"),
+        model_text("llama7b_prefill_int8", fields,
+                   with_quant_peer(llama_prefill_block(hidden, heads, ffn, "int8"), "int8")),
+    ]  # fmt: skip
 
 
 def llama_decode_block(quant: str | None, hidden: int = 4096, ffn: int = 11008) -> list[Layer]:
@@ -327,6 +384,7 @@ SUITES = {
     "transformer.yaml": transformer_suite,
     "llama.yaml": llama_suite,
     "decode.yaml": decode_suite,
+    "llama_quant.yaml": llama_quant_suite,
 }
 
 
