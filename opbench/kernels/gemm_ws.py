@@ -4,18 +4,40 @@ Why (issues #26, #31): Triton's own TMA GEMM (`linear_kernels._linear_tma_kernel
 loads from the warps that run the MMAs and waits for every wgmma before the next K step, and
 `tl.range(..., warp_specialize=True)` did not help on Hopper. Here the roles are split by hand:
 
-    producer (1 warp)      for each tile, each K step: wait "empty[s]", TMA A0, A1, W -> slot s,
-                           whose "ready[s]" completes when the bytes land
-    consumer 0, 1          for each tile, each K step: wait "ready[s]", issue the async wgmma
-    (one warpgroup each,   on slot s, wait until only that one is in flight (so the MMA of the
-     WG_M rows of the       previous step has retired) and arrive on that step's "empty" slot;
-     CTA's 2 WG_M)         then the epilogue of the tile (scales, bias, activation, residual)
+    producer (1 warp)      for each tile, each K step: wait "empty[s]", TMA the step's A
+                           tile(s) and W tile -> slot s, whose "ready[s]" completes when
+                           the bytes land
+    consumer 0, 1          for each of its tiles, each K step: wait "ready[s]", issue the
+    (one warpgroup each,   async wgmma on slot s, wait until only that one is in flight (so
+     WG_M rows each)       the previous step's MMA has retired) and arrive on that step's
+                           "empty" slot; then the tile's epilogue (scales, bias,
+                           activation, residual)
 
-A slot is free once both consumers arrived on its "empty" mbarrier (count 2). The ring runs
-across tiles: slot and phase come from one step counter that producer and consumers advance
+A slot is free once its consumers arrived on its "empty" mbarrier. The ring runs across
+tiles: slot and phase come from one step counter that producer and consumers advance
 identically, so the producer streams the next tile's operands while the consumers run the
 epilogue of this one. Tiles are dealt round-robin to min(tiles, SMs) programs, in groups of
 GROUP_M tile-rows (`linear_kernels._tile_coords`) so that A rows and W columns stay in L2.
+
+Two schedules (PINGPONG, a plan's SCHEDULE; the tuner picks per shape):
+
+- Cooperative: both consumers work on one 2 WG_M x BLOCK_N tile, each on its WG_M rows, in
+  step: a slot holds two A tiles and one W tile and needs both arrivals (count 2). Large tiles
+  (fewest operand bytes per MMA), but the tensor cores idle during every epilogue.
+- Ping-pong (FlashAttention-3's and CUTLASS's "pingpong"): each consumer owns a whole
+  WG_M x BLOCK_N tile, the even or the odd tiles of the program's walk; a slot holds one A
+  tile and one W tile for its one reader (count 1), and a consumer's step counter skips the
+  other's tiles. Two "turn" mbarriers order the consumers' K loops: a consumer issues its
+  tile's MMAs only once the other has issued all of its previous tile's, and hands the turn
+  over after its own last one, so one consumer's epilogue runs while the other keeps the
+  tensor cores busy.
+
+      consumer 0:  [K loop tile 0][epilogue 0]            [K loop tile 2][epilogue 2]
+      consumer 1:                 [K loop tile 1          ][epilogue 1]  [K loop tile 3] ...
+
+  Measured on an H100 (docs/perf/gemm.md, 2026-11-25 late): ahead of the cooperative tiles
+  at short K (BERT) and for most 8-bit shapes; behind by 2-13% on fp16 at K >= 3072,
+  where the cooperative 128 x 256 tile reads fewer operand bytes per MMA.
 
 Epilogue: `linear_kernels._epilogue_store`'s meaning, y = act(acc sx[m] sw[n] + b[n]) (+ res),
 fp32 math, output in out's dtype, by column halves of the tile (a split within each thread's
@@ -32,7 +54,8 @@ past M, N and K, so no loop needs a mask.
 
 Registers: 12 warps (two consumer warpgroups + the producer's), maxnreg MAXNREG at launch, then
 setmaxnreg: consumers 240 each, producer 24 (240 * 128 * 2 + 24 * 128 = 64512 = 168 * 384).
-A consumer's accumulator is WG_M x BLOCK_N / 128 fp32 registers per thread (128 at 64 x 256).
+A consumer's accumulator is WG_M x BLOCK_N / 128 fp32 registers per thread (128 at 64 x 256
+or 128 x 128, the largest: a ping-pong tile cannot be the cooperative 128 x 256).
 
 Compiled only for compute capability 9.x (Gluon has no interpreter): CPU tests compile it for
 sm_90 (tests/kernels/test_gemm_ws.py) and the GPU run checks it against float64.

@@ -141,7 +141,11 @@ def tile_candidates(elem_bytes: int, tma: bool) -> list[Config]:
 # and as many ring stages as fit.
 WS_TILES = [(64, 256, 3, 2), (64, 256, 4, 1), (128, 128, 3, 2), (128, 128, 4, 1),
             (64, 128, 5, 2), (64, 128, 6, 1)]  # fmt: skip
-WS_PINGPONG_TILES = [(64, 256, 4, 2), (128, 128, 5, 2), (128, 128, 6, 1)]
+# Ping-pong tiles as measured on an H100 (docs/perf/gemm.md, 2026-11-25 late): 128 x 128 won
+# most of the shapes the schedule won; 64 x 128 those with N 768 and fp8 at N 2304 (BERT:
+# 384 tiles at M 4096, N 768 spread over 132 SMs more evenly than 96-192 larger ones). A
+# 64 x 256 ping-pong tile (4 stages) won no shape in two runs and is not offered.
+WS_PINGPONG_TILES = [(128, 128, 5, 2), (128, 128, 6, 1), (64, 128, 8, 2)]
 # Shared memory of an sm_90 CTA (227 KB), less a margin for the mbarriers.
 SM90_SHARED_BYTES = 227 * 1024 - 1024
 
