@@ -186,6 +186,9 @@ def test_not_offered_off_hopper() -> None:
     assert all(p["KIND"] != "ws" for p in layer.candidates(x, every_kind=True))
     choice = layer.choose(x, out, None)
     assert choice.kernel == "linear" and choice.config["KIND"] != "ws"
+    # Where it applies (ws=True, as `choose` asks on sm_90), both schedules join the tiles.
+    offered = [p for p in layer.candidates(x, ws=True) if p["KIND"] == "ws"]
+    assert {p.kwargs.get("SCHEDULE", "coop") for p in offered} == {"coop", "pingpong"}
 
 
 ACTIVATIONS = {"none": lambda t: t, "silu": F.silu, "gelu": F.gelu, "relu": torch.relu}
