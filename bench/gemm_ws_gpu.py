@@ -1,16 +1,22 @@
 """The warp-specialized Gluon GEMM (opbench/kernels/gemm_ws.py) on the GPU, beside its peers.
 
-For each shape: every ws tile is checked on fresh random data (NaN-poisoned output, relative
-L2 against an fp32 reference of the same operands with TF32 off) and timed with
-triton.testing.do_bench (median, L2 flushed before each sample) beside cuBLAS (F.linear),
-torch._scaled_mm (fp8 row-wise, fast accumulation), torch._int_mm, and today's `Linear`
-choice without the ws kernel (shipped plan or tuned among the Triton tiles). GEMM only for
-the quantized paths: x is quantized once before timing (the pre-pass is the same for all).
+For each shape: every ws plan of both schedules (cooperative and ping-pong) is checked on
+fresh random data (NaN-poisoned output, relative L2 against an fp32 reference of the same
+operands with TF32 off; a row over its dtype's tolerance is marked BAD and never counts as
+a best) and timed with triton.testing.do_bench (median, L2 flushed before each sample)
+beside cuBLAS (torch.mm), torch._scaled_mm (fp8 row-wise, fast accumulation),
+torch._int_mm and, with --today, today's `Linear` choice without the ws kernel (shipped
+plan only). GEMM only for the quantized paths: x is quantized once before timing (the
+pre-pass is the same for all).
 
-    python bench/gemm_ws_gpu.py [--quick] [--out DIR]
+    python bench/gemm_ws_gpu.py [--groups llama2048,llama4096,bert] [--parts fp16,fp8,int8]
+                                [--budget-s 120] [--out DIR]
 
-Prints a table (TFLOP/s, % of the dense peak: 989 fp16/bf16, 1979 fp8/int8 on H100 SXM)
-and writes every row to DIR/gemm_ws.jsonl.
+Groups: llama2048 / llama4096 (LLaMA-7B projections at M 2048 / 4096: K x N 4096 x 12288,
+4096 x 4096, 4096 x 11008, 11008 x 4096), bert (BERT-base at M 4096: 768 x 2304, 768 x 768,
+768 x 3072, 3072 x 768), big (4096 x 22016 at M 2048/4096, 8192^3). Prints every row, then
+a summary (best coop, best ping-pong, the peer; TFLOP/s and % of the dense peak: 989
+fp16/bf16, 1979 fp8/int8 on H100 SXM), and writes every row to DIR/gemm_ws.jsonl.
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 from triton.testing import do_bench
 
 from opbench.kernels import tuning
@@ -35,16 +40,21 @@ from opbench.kernels.linear_plans import sm_count, ws_candidates
 from opbench.ops.quant import fp8_rows, int8_rows
 
 PEAK = {"fp16": 989.0, "bf16": 989.0, "fp8": 1979.0, "int8": 1979.0}
-LLAMA = [(12288, 4096), (4096, 4096), (11008, 4096), (22016, 4096), (4096, 11008)]
+# Relative L2 error a ws row may have against the fp32 reference of its own operands
+# (fp16 outputs round at ~2e-4; fp8's bf16/fp16 output and fp32 sums of e4m3 products ~3e-3).
+TOLERANCE = {"fp16": 2e-3, "bf16": 1e-2, "fp8": 1e-2, "int8": 2e-3}
+LLAMA = [(12288, 4096), (4096, 4096), (11008, 4096), (4096, 11008)]  # (N, K)
 BERT = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]
+GROUPS = {
+    "llama2048": [(2048, n, k) for n, k in LLAMA],
+    "llama4096": [(4096, n, k) for n, k in LLAMA],
+    "bert": [(4096, n, k) for n, k in BERT],
+    "big": [(2048, 22016, 4096), (4096, 22016, 4096), (8192, 8192, 8192)],
+}
 ROWS: list[dict] = []
 OUT_DIR = "."
-
-
-def shapes(quick: bool) -> list[tuple[int, int, int]]:
-    out = [(m, n, k) for m in (2048, 4096) for n, k in LLAMA]
-    out += [(4096, n, k) for n, k in BERT] + [(8192, 8192, 8192)]
-    return out[:3] + out[-2:] if quick else out
+TODAY = False
+COMPILED: set[str] = set()
 
 
 def bench_ms(fn) -> float:
@@ -60,22 +70,57 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 def emit(kind: str, shape, name: str, ms: float | None, err: float | None = None, note: str = ""):
     m, n, k = shape
     tflops = 2.0 * m * n * k / ms / 1e9 if ms else None
+    bad = name.startswith("ws") and (err is None or not err <= TOLERANCE[kind])
     row = {"card": CARD, "dtype": kind, "M": m, "N": n, "K": k, "variant": name, "ms": ms,
            "tflops": tflops, "pct_peak": 100 * tflops / PEAK[kind] if tflops else None,
-           "err": err, "note": note}  # fmt: skip
+           "err": err, "ok": not bad, "note": note}  # fmt: skip
     ROWS.append(row)
     with open(os.path.join(OUT_DIR, "gemm_ws.jsonl"), "a") as f:
         f.write(json.dumps(row) + "\n")
     t = f"{tflops:7.1f} {row['pct_peak']:5.1f}%" if tflops else "    -      - "
     e = f"{err:.1e}" if err is not None else "   -   "
-    print(f"{kind:5} {m:5} {n:5} {k:5}  {name:34} {ms or 0:8.4f} ms {t} err {e} {note}", flush=True)
+    flag = " BAD" if bad else ""
+    print(f"{kind:5} {m:5} {n:5} {k:5}  {name:34} {ms or 0:8.4f} ms {t} err {e}{flag} {note}",
+          flush=True)  # fmt: skip
 
 
 def plan_name(plan) -> str:
     kw = plan.kwargs
     if kw["KIND"] == "ws":
-        return f"ws {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} s{kw['STAGES']} c{kw['C_BUFS']}"
+        schedule = "pp" if kw.get("SCHEDULE") == "pingpong" else "coop"
+        return (f"ws {schedule} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} "
+                f"s{kw['STAGES']} c{kw['C_BUFS']}")  # fmt: skip
     return f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} w{plan.num_warps} s{plan.num_stages}"
+
+
+def run_ws(kind: str, shape, plans, a, w, ref, **epilogue) -> None:
+    """Every ws plan on (a, w): compiled in parallel the first time (every shape of a dtype
+    shares the compiled kernels), checked against ref, timed."""
+    m, n, _ = shape
+    out_dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+    programs = sm_count(a.device)
+
+    def make(plan):
+        out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+        call, keep = ws_call(plan, a, w, out, residual=None, activation=0, programs=programs,
+                             **epilogue)  # fmt: skip
+        return call.call
+
+    if kind not in COMPILED:
+        start = time.time()
+        tuning.precompile(plans, make)
+        COMPILED.add(kind)
+        print(f"compiled {len(plans)} {kind} ws plans in {time.time() - start:.1f} s", flush=True)
+    for plan in plans:
+        out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")
+        try:
+            call, keep = ws_call(plan, a, w, out, residual=None, activation=0,
+                                 programs=programs, **epilogue)  # fmt: skip
+            call.call()
+            torch.cuda.synchronize()
+            emit(kind, shape, plan_name(plan), bench_ms(call.call), rel_l2(out, ref))
+        except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
+            emit(kind, shape, plan_name(plan), None, None, f"{type(exc).__name__}: {exc}"[:120])
 
 
 class WouldTune(Exception):
@@ -109,30 +154,22 @@ def run_16bit(shape, dtype: torch.dtype) -> None:
     with torch.no_grad():
         torch.backends.cuda.matmul.allow_tf32 = False
         ref = x.float() @ w.float().T
-    emit(kind, shape, "cuBLAS F.linear", bench_ms(lambda: F.linear(x, w)),
-         rel_l2(F.linear(x, w), ref))  # fmt: skip
-    layer = Linear(w, None)
-    out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-    choice = current_choice(layer, x, out)
-    if choice is None:
-        emit(kind, shape, "Linear today", None, None, "no shipped plan: not tuned here")
-    else:
-        calls, _ = layer.calls(choice.config, x, out)
-        launch = sequence(calls, out)
-        launch()
-        emit(kind, shape, f"Linear today: {plan_name(choice.config)}", bench_ms(launch),
-             rel_l2(out, ref), choice.source)  # fmt: skip
-    for plan in ws_candidates(2):
+    wt = w.t()
+    emit(kind, shape, "cuBLAS torch.mm", bench_ms(lambda: torch.mm(x, wt)),
+         rel_l2(torch.mm(x, wt), ref))  # fmt: skip
+    if TODAY:
+        layer = Linear(w, None)
         out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-        try:
-            call, keep = ws_call(plan, x, w, out, bias=None, row_scale=None, col_scale=None,
-                                 residual=None, activation=0, programs=sm_count(x.device))  # fmt: skip
-            call.call()
-            torch.cuda.synchronize()
-            err = rel_l2(out, ref)
-            emit(kind, shape, plan_name(plan), bench_ms(call.call), err)
-        except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
-            emit(kind, shape, plan_name(plan), None, None, f"{type(exc).__name__}: {exc}"[:120])
+        choice = current_choice(layer, x, out)
+        if choice is None:
+            emit(kind, shape, "Linear today", None, None, "no shipped plan: not tuned here")
+        else:
+            calls, _ = layer.calls(choice.config, x, out)
+            launch = sequence(calls, out)
+            launch()
+            emit(kind, shape, f"Linear today: {plan_name(choice.config)}", bench_ms(launch),
+                 rel_l2(out, ref), choice.source)  # fmt: skip
+    run_ws(kind, shape, ws_candidates(2), x, w, ref, bias=None, row_scale=None, col_scale=None)
 
 
 def run_quantized(shape, quant: str) -> None:
@@ -157,56 +194,81 @@ def run_quantized(shape, quant: str) -> None:
         wt = wq.t()
         emit(quant, shape, "torch _int_mm (int32 out, no scale)",
              bench_ms(lambda: torch._int_mm(xq, wt)))  # fmt: skip
-    emit(quant, shape, "cuBLAS fp16 F.linear", bench_ms(lambda: F.linear(x, w)))
+    wt16 = w.t()
+    emit(quant, shape, "cuBLAS fp16 torch.mm", bench_ms(lambda: torch.mm(x, wt16)))
     layer = (Fp8Linear if quant == "fp8" else Int8Linear)(w, None)
-    out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-    choice = current_choice(layer, x, out)
     row_scale = sx.float().contiguous()
-    if choice is None:
-        emit(quant, shape, f"{quant}Linear today (gemm)", None, None, "no shipped plan")
-    else:
-        calls, _ = gemm_calls(choice.config, xq, layer, out, row_scale=row_scale)
-        launch = sequence(calls, out)
-        launch()
-        emit(quant, shape, f"{quant}Linear today (gemm): {plan_name(choice.config)}",
-             bench_ms(launch), rel_l2(out, ref), choice.source)  # fmt: skip
-    for plan in ws_candidates(1, quant == "int8"):
+    if TODAY:
         out = torch.full((m, n), float("nan"), dtype=torch.float16, device="cuda")
-        try:
-            call, keep = ws_call(plan, xq, layer.weight, out, bias=None, row_scale=row_scale,
-                                 col_scale=layer.col_scale, residual=None, activation=0,
-                                 programs=sm_count(x.device))  # fmt: skip
-            call.call()
-            torch.cuda.synchronize()
-            emit(quant, shape, plan_name(plan), bench_ms(call.call), rel_l2(out, ref))
-        except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
-            emit(quant, shape, plan_name(plan), None, None, f"{type(exc).__name__}: {exc}"[:120])
+        choice = current_choice(layer, x, out)
+        if choice is None:
+            emit(quant, shape, f"{quant}Linear today (gemm)", None, None, "no shipped plan")
+        else:
+            calls, _ = gemm_calls(choice.config, xq, layer, out, row_scale=row_scale)
+            launch = sequence(calls, out)
+            launch()
+            emit(quant, shape, f"{quant}Linear today (gemm): {plan_name(choice.config)}",
+                 bench_ms(launch), rel_l2(out, ref), choice.source)  # fmt: skip
+    run_ws(quant, shape, ws_candidates(1, quant == "int8"), xq, layer.weight, ref, bias=None,
+           row_scale=row_scale, col_scale=layer.col_scale)  # fmt: skip
+
+
+def summary() -> None:
+    """Per shape and dtype: the peer, the best correct coop and ping-pong rows, and ratios."""
+    peers = {"fp16": "cuBLAS torch.mm", "bf16": "cuBLAS torch.mm",
+             "fp8": "torch _scaled_mm row-wise fast", "int8": "torch _int_mm (int32 out, no scale)"}  # fmt: skip
+    print(f"\nsummary ({CARD}): TFLOP/s (ms); best ws / peer; pp / coop")
+    keys = dict.fromkeys((r["dtype"], r["M"], r["N"], r["K"]) for r in ROWS)
+    for kind, m, n, k in keys:
+        rows = [r for r in ROWS if (r["dtype"], r["M"], r["N"], r["K"]) == (kind, m, n, k)]
+        peer = next((r for r in rows if r["variant"] == peers[kind] and r["ms"]), None)
+
+        def best(prefix):
+            ok = [r for r in rows if r["variant"].startswith(prefix) and r["ms"] and r["ok"]]
+            return min(ok, key=lambda r: r["ms"]) if ok else None
+
+        coop, pp = best("ws coop"), best("ws pp")
+        cell = lambda r: f"{r['tflops']:6.0f} ({r['ms']:.4f})" if r else "      -         "  # noqa: E731
+        winner = min((r for r in (coop, pp) if r), key=lambda r: r["ms"], default=None)
+        vs_peer = f"{peer['ms'] / winner['ms']:.2f}x" if peer and winner else "-"
+        pp_coop = f"{coop['ms'] / pp['ms']:.2f}x" if coop and pp else "-"
+        pct = f"{winner['pct_peak']:.0f}%" if winner else "-"
+        name = winner["variant"] if winner else "-"
+        fp16 = next((r for r in rows if r["variant"] == "cuBLAS fp16 torch.mm" and r["ms"]), None)
+        vs_fp16 = f" x{fp16['ms'] / winner['ms']:.2f} fp16" if fp16 and winner else ""
+        print(f"{kind:5} {m:5} {n:5} {k:5} peer {cell(peer)} coop {cell(coop)} pp {cell(pp)} "
+              f"best/peer {vs_peer:6} pp/coop {pp_coop:6} {pct:4} {name}{vs_fp16}", flush=True)  # fmt: skip
+    bad = [r for r in ROWS if not r["ok"]]
+    print(f"rows {len(ROWS)}, BAD (over tolerance, NaN or failed) {len(bad)}", flush=True)
 
 
 def main() -> int:
-    global OUT_DIR, CARD
+    global OUT_DIR, CARD, TODAY
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--groups", default="llama2048,llama4096,bert")
     parser.add_argument("--out", default=".")
     parser.add_argument("--budget-s", type=float, default=150.0)
-    parser.add_argument("--parts", default="fp16,fp8,int8,bf16")
+    parser.add_argument("--parts", default="fp16,fp8,int8")
+    parser.add_argument("--today", action="store_true", help="also today's shipped plan")
     args = parser.parse_args()
-    OUT_DIR = args.out
+    OUT_DIR, TODAY = args.out, args.today
     CARD = torch.cuda.get_device_name()
     print(f"card {CARD}, torch {torch.__version__}, SMs {sm_count(torch.device('cuda'))}")
     start = time.time()
     parts = args.parts.split(",")
-    for shape in shapes(args.quick):
-        for part in parts:
-            if time.time() - start > args.budget_s:
-                print("budget spent: stopping", flush=True)
-                return 0
-            if part in ("fp16", "bf16"):
-                if part == "bf16" and shape[0] * shape[1] * shape[2] != 8192**3:
-                    continue
-                run_16bit(shape, torch.float16 if part == "fp16" else torch.bfloat16)
-            elif shape[0] >= 4096 and shape[1] >= 4096:
-                run_quantized(shape, part)
+    shapes = [shape for group in args.groups.split(",") for shape in GROUPS[group]]
+    try:
+        for shape in shapes:
+            for part in parts:
+                if time.time() - start > args.budget_s:
+                    print("budget spent: stopping", flush=True)
+                    return 0
+                if part in ("fp16", "bf16"):
+                    run_16bit(shape, torch.float16 if part == "fp16" else torch.bfloat16)
+                else:
+                    run_quantized(shape, part)
+    finally:
+        summary()
     return 0
 
 

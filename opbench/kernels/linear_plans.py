@@ -1,7 +1,8 @@
 """Which GEMM kernel and tiles a linear layer runs: its candidate plans and the decode table.
 
 A plan is a `tuning.Config` whose meta holds KIND ("tiled" | "tma" | "split_k" | "stream" |
-"ws", the warp-specialized Gluon GEMM of gemm_ws.py, with STAGES),
+"ws", the warp-specialized Gluon GEMM of gemm_ws.py, with STAGES, C_BUFS and, for its
+ping-pong schedule, SCHEDULE),
 the tile sizes BLOCK_M/N/K, GROUP_M (L2 grouping of tiled and tma), SPLIT_K (programs per
 output tile along K), PERSISTENT (tma: one program per SM walking tiles), WARP_SPECIALIZE
 (tma: Triton's producer/consumer warp partition), FUSED_QUANT (split_k + int8: x quantized
@@ -130,41 +131,59 @@ def tile_candidates(elem_bytes: int, tma: bool) -> list[Config]:
 
 # ---- the warp-specialized Gluon GEMM (gemm_ws.py, sm_90 only) ----
 
-# Its tiles, (WG_M, BLOCK_N, STAGES, C_BUFS): a CTA covers 2 WG_M rows (one consumer
-# warpgroup each) and BLOCK_N columns; K steps of 128 bytes (the full swizzle). A consumer's
-# accumulator is WG_M x BLOCK_N fp32, at most 64 x 256 (128 registers a thread); the shared
-# memory holds the consumers' output tiles (both column halves, C_BUFS 2, or one half at a
-# time, C_BUFS 1, which leaves room for one more stage) and as many ring stages as fit.
+# Its tiles, (WG_M, BLOCK_N, STAGES, C_BUFS), by schedule. Cooperative ("coop", the default):
+# a CTA tile covers 2 WG_M rows (one consumer warpgroup each) and BLOCK_N columns. Ping-pong
+# (SCHEDULE "pingpong"): each consumer owns a whole WG_M x BLOCK_N tile, so a ring slot holds
+# one A tile instead of two and a stage more fits. K steps of 128 bytes (the full swizzle). A
+# consumer's accumulator is WG_M x BLOCK_N fp32, at most 64 x 256 or 128 x 128 (128
+# registers a thread); the shared memory holds the consumers' output tiles (both column
+# halves, C_BUFS 2, or one half at a time, C_BUFS 1, which leaves room for one more stage)
+# and as many ring stages as fit.
 WS_TILES = [(64, 256, 3, 2), (64, 256, 4, 1), (128, 128, 3, 2), (128, 128, 4, 1),
             (64, 128, 5, 2), (64, 128, 6, 1)]  # fmt: skip
+# Ping-pong tiles as measured on an H100 (docs/perf/gemm.md, 2026-11-25 late): 128 x 128 won
+# most of the shapes the schedule won; 64 x 128 those with N 768 and fp8 at N 2304 (BERT:
+# 384 tiles at M 4096, N 768 spread over 132 SMs more evenly than 96-192 larger ones). A
+# 64 x 256 ping-pong tile (4 stages) won no shape in two runs and is not offered.
+WS_PINGPONG_TILES = [(128, 128, 5, 2), (128, 128, 6, 1), (64, 128, 8, 2)]
 # Shared memory of an sm_90 CTA (227 KB), less a margin for the mbarriers.
 SM90_SHARED_BYTES = 227 * 1024 - 1024
 
 
-def ws_shared_bytes(wg_m: int, block_n: int, stages: int, c_bufs: int, out_bytes: int) -> int:
-    """Shared memory of one gemm_ws tile: STAGES x (two A tiles + one W tile) of 128 bytes of
-    K each, plus each consumer's C_BUFS output half-tiles."""
-    return stages * (2 * wg_m + block_n) * 128 + c_bufs * wg_m * block_n * out_bytes
+def ws_shared_bytes(
+    wg_m: int, block_n: int, stages: int, c_bufs: int, out_bytes: int, pingpong: bool = False
+) -> int:
+    """Shared memory of one gemm_ws tile: STAGES x (the A tiles of a step, two in coop and
+    one in ping-pong, plus one W tile) of 128 bytes of K each, plus each consumer's C_BUFS
+    output half-tiles."""
+    a_tiles = 1 if pingpong else 2
+    return stages * (a_tiles * wg_m + block_n) * 128 + c_bufs * wg_m * block_n * out_bytes
 
 
 def ws_candidates(
     elem_bytes: int, int8: bool = False, residual: bool = False, out_bytes: int = 2
 ) -> list[Config]:
     """gemm_ws plans (KIND "ws") for operands of `elem_bytes` (2: fp16/bf16; 1: e4m3/int8)
-    and a `out_bytes` output: every WS_TILES tile that fits the shared memory. int8 takes
-    BLOCK_N <= 128: Triton 3.6 fails to lower a 64 x 256 int8 wgmma (ConvertNVGPUToLLVM).
-    With a residual, C_BUFS 2 only (the residual comes into both halves at once). The
-    fields the other kinds' code reads (SPLIT_K, PERSISTENT, FUSED_QUANT) are set too."""
+    and a `out_bytes` output: every WS_TILES and WS_PINGPONG_TILES tile that fits the shared
+    memory. BLOCK_M is the rows of one output tile: 2 WG_M (coop), WG_M (ping-pong, whose
+    plans alone carry SCHEDULE, so that coop plans stored before it read back unchanged).
+    int8 takes BLOCK_N <= 128: Triton 3.6 fails to lower a 64 x 256 int8 wgmma
+    (ConvertNVGPUToLLVM). With a residual, C_BUFS 2 only (the residual comes into both
+    halves at once). The fields the other kinds' code reads (SPLIT_K, PERSISTENT,
+    FUSED_QUANT) are set too."""
+    tiles = [(tile, False) for tile in WS_TILES] + [(tile, True) for tile in WS_PINGPONG_TILES]
     plans = []
-    for wg_m, bn, stages, c_bufs in WS_TILES:
-        if ws_shared_bytes(wg_m, bn, stages, c_bufs, out_bytes) > SM90_SHARED_BYTES:
+    for (wg_m, bn, stages, c_bufs), pingpong in tiles:
+        if ws_shared_bytes(wg_m, bn, stages, c_bufs, out_bytes, pingpong) > SM90_SHARED_BYTES:
             continue
         if (int8 and bn > 128) or (residual and c_bufs == 1):
             continue
+        schedule = {"SCHEDULE": "pingpong"} if pingpong else {}
         plans.append(Config.of(
-            KIND="ws", BLOCK_M=2 * wg_m, BLOCK_N=bn, BLOCK_K=128 // elem_bytes, GROUP_M=8,
-            STAGES=stages, C_BUFS=c_bufs, SPLIT_K=1, PERSISTENT=True, FUSED_QUANT=False,
-            num_warps=4, num_stages=1, maxnreg=WS_MAXNREG,
+            KIND="ws", BLOCK_M=wg_m if pingpong else 2 * wg_m, BLOCK_N=bn,
+            BLOCK_K=128 // elem_bytes, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs, SPLIT_K=1,
+            PERSISTENT=True, FUSED_QUANT=False, num_warps=4, num_stages=1, maxnreg=WS_MAXNREG,
+            **schedule,
         ))  # fmt: skip
     return plans
 

@@ -19,10 +19,12 @@ from opbench.kernels.linear import Linear
 from opbench.kernels.linear_plans import (
     SM90_SHARED_BYTES,
     WS_MAXNREG,
+    WS_PINGPONG_TILES,
     WS_TILES,
     ws_candidates,
     ws_shared_bytes,
 )
+from opbench.kernels.tuning import Config
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
 
 ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
@@ -38,8 +40,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 from opbench.kernels.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
 dtype = getattr(torch, sys.argv[1])
-wg_m, bn, stages, c_bufs, act, res, bias = map(int, sys.argv[2:9])
-out_dir = sys.argv[9]
+wg_m, bn, stages, c_bufs, act, res, bias, pingpong = map(int, sys.argv[2:10])
+out_dir = sys.argv[10]
 bk = 128 // dtype.itemsize
 M, N, K = 1000, 776, 1040
 a = torch.empty(M, K, dtype=dtype)
@@ -51,7 +53,7 @@ args = [_descriptor(a, [wg_m, bk]), _descriptor(w, [bn, bk]), c, c, vec, vec, ve
 fn = _gemm_ws_kernel
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
 const = dict(WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs,
-             IS_INT8=dtype == torch.int8, SCALED=dtype.itemsize == 1, HAS_BIAS=bool(bias),
+             PINGPONG=bool(pingpong), IS_INT8=dtype == torch.int8, SCALED=dtype.itemsize == 1, HAS_BIAS=bool(bias),
              ACTIVATION=act, HAS_RESIDUAL=bool(res))
 signature.update(dict.fromkeys(const, "constexpr"))
 compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
@@ -76,24 +78,40 @@ def sass_events(cubin: Path) -> list[str]:
     return events
 
 
+COMPILE_CASES = [  # (dtype, tile, activation, residual, bias): the cooperative schedule
+    ("float16", (64, 256, 3, 2), 3, True, True), ("bfloat16", (64, 256, 4, 1), 0, False, False),
+    ("float16", (128, 128, 3, 2), 4, True, True), ("float16", (64, 128, 6, 1), 2, False, True),
+    ("float8_e4m3fn", (64, 256, 3, 2), 6, True, True), ("int8", (128, 128, 4, 1), 3, False, True),
+    ("int8", (64, 128, 5, 2), 0, True, True),
+]  # fmt: skip
+# Every ping-pong tile with each operand dtype that takes it (int8: BLOCK_N <= 128), a
+# residual where it has two output buffers, and a bias and activation throughout.
+PINGPONG_CASES = [
+    (dtype, tile, 3, tile[3] == 2, True)
+    for tile in WS_PINGPONG_TILES
+    for dtype in ("float16", "bfloat16", "float8_e4m3fn", "int8")
+    if not (dtype == "int8" and tile[1] > 128)
+]
+
+
 @pytest.mark.parametrize(
-    "dtype,tile,activation,residual,bias",
-    [("float16", (64, 256, 3, 2), 3, True, True), ("bfloat16", (64, 256, 4, 1), 0, False, False),
-     ("float16", (128, 128, 3, 2), 4, True, True), ("float16", (64, 128, 6, 1), 2, False, True),
-     ("float8_e4m3fn", (64, 256, 3, 2), 6, True, True), ("int8", (128, 128, 4, 1), 3, False, True),
-     ("int8", (64, 128, 5, 2), 0, True, True)],
-)  # fmt: skip
-def test_compiles_for_sm90_warp_specialized(dtype, tile, activation, residual, bias, tmp_path):
+    "dtype,tile,activation,residual,bias,pingpong",
+    [(*case, False) for case in COMPILE_CASES] + [(*case, True) for case in PINGPONG_CASES],
+)
+def test_compiles_for_sm90_warp_specialized(
+    dtype, tile, activation, residual, bias, pingpong, tmp_path
+) -> None:
     """12 warps, setmaxnreg, shared memory as ws_shared_bytes counts it (within 227 KB), the
     wgmma of the operand dtype, TMA loads and stores, no serialized wgmma (C7514); the K loop
     keeps one wgmma in flight (a wait for all but one, W1, then the final wait for all, W0);
-    and no spills under the Triton release the kernel was measured with."""
-    argv = [*tile, activation, int(residual), int(bias)]
+    and no spills under the Triton release the kernel was measured with. Both schedules."""
+    argv = [*tile, activation, int(residual), int(bias), int(pingpong)]
     line = run_uninterpreted(COMPILE_SM90, dtype, *argv, tmp_path).strip().splitlines()[-1]
     warps, shared = map(int, line.split())
     item = getattr(torch, dtype).itemsize
     assert warps == 12, warps
-    assert ws_shared_bytes(*tile, 2) <= shared <= ws_shared_bytes(*tile, 2) + 1024, shared
+    counted = ws_shared_bytes(*tile, 2, pingpong)
+    assert counted <= shared <= counted + 1024, shared
     assert shared <= 227 * 1024
     info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
     assert "C7514" not in info, info
@@ -112,24 +130,49 @@ def test_compiles_for_sm90_warp_specialized(dtype, tile, activation, residual, b
 
 def test_tiles_fit_shared_memory_and_registers() -> None:
     """Every offered tile fits the 227 KB of an sm_90 CTA, the accumulator fits its consumer's
-    240 registers with room for the epilogue, and the launch's registers fit the SM."""
+    240 registers with room for the epilogue, and the launch's registers fit the SM; both
+    schedules are offered for every operand dtype."""
     assert WS_MAXNREG * 12 * 32 <= 65536
     for elem_bytes, int8 in ((2, False), (1, False), (1, True)):
         plans = ws_candidates(elem_bytes, int8)
         assert plans, (elem_bytes, int8)
+        schedules = {p.kwargs.get("SCHEDULE", "coop") for p in plans}
+        assert schedules == {"coop", "pingpong"}, (elem_bytes, int8, schedules)
         for plan in plans:
-            wg_m, bn = plan["BLOCK_M"] // 2, plan["BLOCK_N"]
+            pingpong = plan.kwargs.get("SCHEDULE") == "pingpong"
+            wg_m, bn = plan["BLOCK_M"] // (1 if pingpong else 2), plan["BLOCK_N"]
             assert plan["BLOCK_K"] * elem_bytes == 128
-            assert ws_shared_bytes(wg_m, bn, plan["STAGES"], plan["C_BUFS"], 2) <= SM90_SHARED_BYTES
+            used = ws_shared_bytes(wg_m, bn, plan["STAGES"], plan["C_BUFS"], 2, pingpong)
+            assert used <= SM90_SHARED_BYTES, plan
             assert wg_m * bn // 128 <= 128 and plan["STAGES"] >= 3
             assert plan.maxnreg == WS_MAXNREG and plan.num_warps == 4
             assert not (int8 and bn > 128)
     # A tile too deep for the shared memory is left out, not offered to fail at compile.
     assert ws_shared_bytes(64, 256, 4, 2, 2) > SM90_SHARED_BYTES
+    assert ws_shared_bytes(64, 128, 9, 2, 2, pingpong=True) > SM90_SHARED_BYTES
     assert all(ws_shared_bytes(*tile, 2) <= SM90_SHARED_BYTES for tile in WS_TILES)
+    assert all(ws_shared_bytes(*tile, 2, True) <= SM90_SHARED_BYTES for tile in WS_PINGPONG_TILES)
+    # One A tile per slot instead of two: at 64 x 128 a ping-pong ring holds 8 stages, a
+    # cooperative one at most 6 (with both output halves buffered).
+    assert ws_shared_bytes(64, 128, 8, 2, 2, pingpong=True) <= SM90_SHARED_BYTES
+    assert ws_shared_bytes(64, 128, 7, 2, 2) > SM90_SHARED_BYTES
     # A residual comes into both output halves at once: only two-buffer tiles take one.
     assert all(p["C_BUFS"] == 2 for p in ws_candidates(2, residual=True))
     assert any(p["C_BUFS"] == 1 for p in ws_candidates(2))
+    # Cooperative plans carry no SCHEDULE: those stored before the ping-pong one read back
+    # as the same plans (this one is in the shipped H100 tables).
+    plans = ws_candidates(2)
+    coop = plans[: len(WS_TILES)]
+    assert all("SCHEDULE" not in p.kwargs for p in coop)
+    assert all(p["SCHEDULE"] == "pingpong" for p in plans[len(WS_TILES) :])
+    stored = Config.of(KIND="ws", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, STAGES=4,
+                       C_BUFS=1, SPLIT_K=1, PERSISTENT=True, FUSED_QUANT=False, num_warps=4,
+                       num_stages=1, maxnreg=WS_MAXNREG)  # fmt: skip
+    assert stored in coop
+    # A ping-pong plan's BLOCK_M is its one consumer's rows.
+    assert {(p["BLOCK_M"], p["BLOCK_N"]) for p in plans[len(WS_TILES) :]} == {
+        (wg_m, bn) for wg_m, bn, _, _ in WS_PINGPONG_TILES
+    }
 
 
 def test_not_offered_off_hopper() -> None:
@@ -143,6 +186,9 @@ def test_not_offered_off_hopper() -> None:
     assert all(p["KIND"] != "ws" for p in layer.candidates(x, every_kind=True))
     choice = layer.choose(x, out, None)
     assert choice.kernel == "linear" and choice.config["KIND"] != "ws"
+    # Where it applies (ws=True, as `choose` asks on sm_90), both schedules join the tiles.
+    offered = [p for p in layer.candidates(x, ws=True) if p["KIND"] == "ws"]
+    assert {p.kwargs.get("SCHEDULE", "coop") for p in offered} == {"coop", "pingpong"}
 
 
 ACTIVATIONS = {"none": lambda t: t, "silu": F.silu, "gelu": F.gelu, "relu": torch.relu}
@@ -212,3 +258,43 @@ def test_gpu_quantized_matches_the_portable_kernel(quant) -> None:
         assert same <= 2e-3, (plan, same)
         err = ((out.double().cpu() - exact).norm() / exact.norm()).item()
         assert err <= 3e-2, (plan, err)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.parametrize("kind", ["fp16", "bf16", "fp8", "int8"])
+def test_gpu_pingpong_schedule_matches_float64(kind) -> None:
+    """The ping-pong schedule (each consumer its own tile, the two taking turns on the tensor
+    cores) through the layers, with bias, silu and a residual, NaN-poisoned outputs: odd M
+    (a partial last tile-row), N off every tile width, K of 9-17 steps (the ring wraps
+    within and across tiles and consumers), and 4.4 tiles per program at 64 x 256 (so some
+    programs' second consumer has one tile fewer than the first, and with 128 x 128 some
+    programs have a single tile). 16-bit: against float64 of the same operands; fp8 and
+    int8: against the same layer's portable tiled plan (same quantized x and W) and, within
+    the quantization's error, float64 of the unquantized layer."""
+    from opbench.kernels.linear_fp8 import Fp8Linear
+    from opbench.kernels.linear_int8 import Int8Linear
+
+    m, n, k = 4095, 2056, 1040
+    dtype = torch.bfloat16 if kind == "bf16" else torch.float16
+    x, w, b, r = (t.cuda() for t in _inputs(m, n, k, dtype, seed=31))
+    exact = F.silu(x.double() @ w.double().T + b.double()) + r.double()
+    cls = {"fp8": Fp8Linear, "int8": Int8Linear}.get(kind, Linear)
+    layer = cls(w, b, "silu")
+    plans = layer.candidates(x, every_kind=True, residual=True, ws=True)
+    pingpong = [p for p in plans if p.kwargs.get("SCHEDULE") == "pingpong"]
+    assert pingpong, "no ping-pong plan offered"
+    base = None
+    if kind in ("fp8", "int8"):
+        base = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        layer.launch(next(p for p in plans if p["KIND"] == "tiled"), x, base, r)
+    for plan in pingpong:
+        out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+        layer.launch(plan, x, out, r)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), plan
+        err = ((out.double() - exact).norm() / exact.norm()).item()
+        limit = {"fp16": 2e-3, "bf16": 1e-2}.get(kind, 3e-2)
+        assert err <= limit, (plan, err)
+        if base is not None:
+            same = ((out.double() - base.double()).norm() / base.double().norm()).item()
+            assert same <= 2e-3, (plan, same)
