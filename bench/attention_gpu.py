@@ -66,7 +66,7 @@ from attention_gpu_common import (  # noqa: E402
 from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
 from opbench.kernels.attention_decode import CacheAttention  # noqa: E402
 from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
-from opbench.kernels.attention_int8 import Int8Attention  # noqa: E402
+from opbench.kernels.attention_int8_layer import Int8Attention  # noqa: E402
 from opbench.kernels.attention_layer import Attention  # noqa: E402
 
 COMPILE_TIMEOUT_S = 150

@@ -1,6 +1,6 @@
-"""Shared pieces of bench/attention_gpu.py and bench/attention_ws_gpu.py (settings, inputs,
-references, SDPA calls, cases, the env section, the compile pool's job, the timed paths on
-poisoned outputs); attention_gpu.py says what is measured and how."""
+"""Shared pieces of bench/attention_gpu.py, attention_ws_gpu.py and attention_ws_int8_gpu.py
+(settings, inputs, references, SDPA calls, cases, the env section, the compile pool's job, the
+timed paths on poisoned outputs); attention_gpu.py says what is measured and how."""
 
 from __future__ import annotations
 
@@ -261,6 +261,8 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
                 from opbench.kernels.attention_ws_fp8 import ws_fp8_calls as call
 
                 config = {key: val for key, val in config.items() if key != "FP8"}
+            if kind == "ws_int8":
+                from opbench.kernels.attention_ws_int8 import ws_int8_calls as call
             call(q, k, v, out, causal=case["causal"], config=config)
         sync()
         return kind, time.perf_counter() - start, None

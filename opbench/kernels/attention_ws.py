@@ -61,6 +61,7 @@ from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
     CTA_M,
     MAXNREG,
+    NO_QUANT,
     PRODUCER_REGS,
     WG_M,
     _consumer_start,
@@ -111,7 +112,8 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
         acc, p16, alpha, m_i, l_i = _ws_step(
             j, acc, p16, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready, k_empty,
             v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, qk_scale,
-            qk_scale, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, False)  # fmt: skip
+            qk_scale, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
+            NO_QUANT)  # fmt: skip
 
     acc = _last_pv(acc, p16, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
                    False)  # fmt: skip

@@ -23,7 +23,6 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     warpgroup_mma,
     warpgroup_mma_wait,
@@ -33,12 +32,13 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
 from opbench.kernels.attention_fp8 import fp8_launch
-from opbench.kernels.attention_hopper import _cta_barrier, _descriptor, _softmax_block
+from opbench.kernels.attention_hopper import _descriptor, _softmax_block
 from opbench.kernels.attention_int8 import KEY_BLOCK
 from opbench.kernels.attention_ws import ws_usable
 from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
     CTA_M,
+    FP8_QUANT,
     MAXNREG,
     PRODUCER_REGS,
     WG_M,
@@ -46,6 +46,7 @@ from opbench.kernels.attention_ws_step import (
     _last_pv,
     _p_operand,
     _pass_turn,
+    _quantize_q,
     _take_turn,
     _ws_barriers,
     _ws_producer,
@@ -56,22 +57,6 @@ from opbench.kernels.launch import KernelCall, chosen_call
 from opbench.kernels.tuning import Choice, Config
 
 FP8 = gl.float8e4nv
-
-
-@gluon.jit
-def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr):
-    """q_tile (fp16/bf16, shared) * qk_scale -> q8_tile (e4m3, shared); returns its scale."""
-    layout: gl.constexpr = gl.BlockedLayout(
-        [1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0]
-    )
-    rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
-    q = q_tile.load(layout).to(gl.float32) * qk_scale
-    q = gl.where(rows[:, None] < seq_len, q, 0.0)
-    q_amax = gl.maximum(gl.max(gl.max(gl.abs(q), 1), 0), 1e-12)
-    q8_tile.store((q * (448.0 / q_amax)).to(FP8))
-    fence_async_shared()
-    _cta_barrier()
-    return q_amax / 448.0
 
 
 @gluon.jit
@@ -96,7 +81,7 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
     q8 = q8_smem.index(wg)
 
     mbarrier.wait(q_bars.index(wg), 0)
-    q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM)
+    q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM, False)
     k_scale = gl.load(k_scale_ptr)
     mbarrier.wait(k_ready.index(0), 0)
     _take_turn(turns, wg, 0, PINGPONG)
@@ -113,7 +98,8 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
         acc, p8, alpha, m_i, l_i = _ws_step(
             j, acc, p8, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready, k_empty,
             v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
-            k_scale_ptr, FP8, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, True)  # fmt: skip
+            k_scale_ptr, FP8, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
+            FP8_QUANT)  # fmt: skip
 
     acc = _last_pv(acc, p8, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
                    True)  # fmt: skip

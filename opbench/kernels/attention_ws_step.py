@@ -1,9 +1,10 @@
 """The pieces of the warp-specialized Hopper attention kernels (attention_ws.py for fp16/bf16,
-attention_ws_fp8.py for e4m3) that both share: the CTA's shape and register split, the
-producer warp that streams Q, K and V by TMA into the rings, the ping-pong turns of the two
-consumer warpgroups, P as the PV MMA's A operand (from registers or staged in shared memory),
-one key step of a consumer, and the mbarriers. The kernels and their launchers live in those
-two files; the schedule is described in attention_ws.py's docstring.
+attention_ws_fp8.py for e4m3, attention_ws_int8.py for int8 Q K^T) that they share: the CTA's
+shape and register split, the producer warp that streams Q, K and V by TMA into the rings,
+the ping-pong turns of the two consumer warpgroups, a consumer's Q tile quantized in shared
+memory, P as the PV MMA's A operand (from registers or staged in shared memory), one key step
+of a consumer, and the mbarriers. The kernels and their launchers live in those three files;
+the schedule is described in attention_ws.py's docstring.
 
 Compiled only for compute capability 9.x (Gluon has no interpreter path).
 """
@@ -20,6 +21,19 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from opbench.kernels.attention_hopper import _cta_barrier, _softmax_block, _tma_load
+
+# What the key step's operands are (its QUANT argument): fp16/bf16 throughout; e4m3 throughout
+# (attention_ws_fp8); int8 Q and K with int32 scores, P and V in the input's 16-bit dtype
+# (attention_ws_int8). The quantized two scale the scores by q_scale times the key block's
+# scale (one per 128 keys).
+NO_QUANT = gl.constexpr(0)
+FP8_QUANT = gl.constexpr(1)
+INT8_QK = gl.constexpr(2)
+# 0x4B400000 read as fp32 is 1.5 * 2^23: an int32 |x| < 2^22 added to these bits reads as the
+# float 1.5 * 2^23 + x exactly (attention_int8's module docstring): an integer add and a float
+# add, on pipes faster than the conversion instruction's (I2F).
+MAGIC_BITS = gl.constexpr(0x4B400000)
+MAGIC_FLOAT = gl.constexpr(12582912.0)
 
 WG_M = gl.constexpr(64)  # query rows per consumer warpgroup (one m64 wgmma row block)
 CTA_M = gl.constexpr(128)
@@ -129,21 +143,56 @@ def _finish_step(p, acc_tok, p_op, p_smem, index, dtype: gl.constexpr, o_layout:
 
 
 @gluon.jit
+def _int32_scores(s):
+    """int32 scores (|s| <= 127^2 D < 2^22 for D <= 256) as fp32, exactly (MAGIC_BITS)."""
+    return (s + MAGIC_BITS).to(gl.float32, bitcast=True) - MAGIC_FLOAT
+
+
+@gluon.jit
+def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr,
+                INT8: gl.constexpr):  # fmt: skip
+    """q_tile (fp16/bf16, shared) * qk_scale -> q8_tile (shared; e4m3, or with INT8 int8 by
+    the int8 rule of kernels/device.py: 127 steps of the tile's max |q|, ties away from zero);
+    returns its scale. One scale per 64-row tile; rows past the sequence count as zero."""
+    layout: gl.constexpr = gl.BlockedLayout(
+        [1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0]
+    )
+    rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+    q = q_tile.load(layout).to(gl.float32) * qk_scale
+    q = gl.where(rows[:, None] < seq_len, q, 0.0)
+    q_amax = gl.maximum(gl.max(gl.max(gl.abs(q), 1), 0), 1e-12)
+    if INT8:
+        # |q| * 127 / amax <= 127 (no clamp needed); float -> int conversion truncates.
+        q = q * (127.0 / q_amax)
+        q8_tile.store(gl.where(q >= 0, q + 0.5, q - 0.5).to(gl.int8))
+    else:
+        q8_tile.store((q * (448.0 / q_amax)).to(q8_tile.dtype))
+    fence_async_shared()
+    _cta_barrier()
+    if INT8:
+        q_scale = q_amax / 127.0
+    else:
+        q_scale = q_amax / 448.0
+    return q_scale
+
+
+@gluon.jit
 def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
              k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
              qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr, s_layout: gl.constexpr,
              o_layout: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-             PINGPONG: gl.constexpr, P_REGS: gl.constexpr, FP8: gl.constexpr):  # fmt: skip
+             PINGPONG: gl.constexpr, P_REGS: gl.constexpr, QUANT: gl.constexpr):  # fmt: skip
     """One key step of a consumer. Entering: P_j (p_op) and alpha_j from block j's softmax, O
     complete through block j - 1. Issues S_{j+1} = Q K_{j+1}^T and O = alpha_j O + P_j V_j,
     runs block j + 1's softmax while P_j V_j is in flight, and returns O through block j and
-    P_{j+1}, alpha_{j+1}, m, l. FP8 (attention_ws_fp8): e4m3 operands, the scores scaled by
-    q_scale times block j + 1's K scale (k_scale_ptr, one per 128 keys), values stored
-    transposed, P as 448 p; otherwise the scores are scaled by qk_scale."""
+    P_{j+1}, alpha_{j+1}, m, l. QUANT (see NO_QUANT): with FP8_QUANT (attention_ws_fp8) e4m3
+    operands, values stored transposed, P as 448 p; with INT8_QK (attention_ws_int8) int8 Q
+    and K, int32 scores; both scale the scores by q_scale times block j + 1's K scale
+    (k_scale_ptr, one per 128 keys); otherwise by qk_scale."""
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     nxt = (j + 1) % STAGES
     cur = j % STAGES
-    if FP8:
+    if QUANT != NO_QUANT:
         scale = q_scale * gl.load(k_scale_ptr + (j + 1) // (128 // BLOCK_N))
     else:
         scale = qk_scale
@@ -153,7 +202,7 @@ def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_
     _take_turn(turns, wg, j + 1, PINGPONG)
     s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)  # fmt: skip
-    if FP8:
+    if QUANT == FP8_QUANT:
         acc_tok = warpgroup_mma(p_op, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
     else:
         acc_tok = warpgroup_mma(p_op, v_smem.index(cur), acc, is_async=True)
@@ -164,9 +213,11 @@ def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_
     # right after the PV wait below made ptxas hoist that wait above the softmax.
     mbarrier.arrive(k_empty.index(nxt), count=1)
     mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+    if QUANT == INT8_QK:
+        s = _int32_scores(s)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len, scale,
                                         CAUSAL, BLOCK_N, s_layout)  # fmt: skip
-    if FP8:
+    if QUANT == FP8_QUANT:
         p = p * 448.0
     acc, p_op = _finish_step(p, acc_tok, p_op, p_smem, 2 * wg + (j + 1) % 2, dtype, o_layout,
                              P_REGS)  # fmt: skip
