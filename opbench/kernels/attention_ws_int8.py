@@ -9,8 +9,8 @@ softmax) and quantized per KEY_BLOCK keys by `key_quantize_calls`; Q quantized h
 each consumer, with one scale per 64-row tile (the consumer's rows; rows past the sequence
 count as zero), the softmax scale log2(e)/sqrt(D) folded in first, by the same int8 rule:
 the fp16 tile the producer brought is read from shared memory and written back as int8 for
-the MMA. The int32 scores become fp32 by an integer add (attention_ws_step._int32_scores) and
-are scaled by q_scale times the key block's scale in the softmax.
+the MMA. The int32 scores become fp32 by an integer add and are scaled by q_scale times the
+key block's scale in the softmax (attention_ws_step._softmax_block_int32).
 
 Why P V stays 16-bit (docs/perf/attention.md, 2026-11-25 late): e4m3 P and V (as
 attention_ws_fp8 runs them) add about 3.8e-2 of relative L2 error on random data on top of
@@ -39,7 +39,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
-from opbench.kernels.attention_hopper import _descriptor, _softmax_block
+from opbench.kernels.attention_hopper import _descriptor
 from opbench.kernels.attention_int8 import KEY_BLOCK, int8_launch
 from opbench.kernels.attention_ws import ws_usable
 from opbench.kernels.attention_ws_step import (
@@ -50,11 +50,11 @@ from opbench.kernels.attention_ws_step import (
     PRODUCER_REGS,
     WG_M,
     _consumer_start,
-    _int32_scores,
     _last_pv,
     _p_operand,
     _pass_turn,
     _quantize_q,
+    _softmax_block_int32,
     _take_turn,
     _ws_barriers,
     _ws_producer,
@@ -98,9 +98,9 @@ def _ws_int8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem,
     _pass_turn(turns, wg, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(0), count=1)
-    p, alpha, m_i, l_i = _softmax_block(_int32_scores(s), m_i, l_i, 0, mask_from, offs_m,
-                                        seq_len, q_scale * k_scale, CAUSAL, BLOCK_N,
-                                        s_layout)  # fmt: skip
+    p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
+                                              q_scale * k_scale, CAUSAL, BLOCK_N,
+                                              s_layout)  # fmt: skip
     p16 = _p_operand(p, p_smem, 2 * wg, dtype, o_layout, P_REGS)
 
     for j in range(0, num_blocks - 1):

@@ -30,8 +30,8 @@ NO_QUANT = gl.constexpr(0)
 FP8_QUANT = gl.constexpr(1)
 INT8_QK = gl.constexpr(2)
 # 0x4B400000 read as fp32 is 1.5 * 2^23: an int32 |x| < 2^22 added to these bits reads as the
-# float 1.5 * 2^23 + x exactly (attention_int8's module docstring): an integer add and a float
-# add, on pipes faster than the conversion instruction's (I2F).
+# float 1.5 * 2^23 + x exactly (attention_int8's module docstring): an integer add, on a pipe
+# faster than the conversion instruction's (I2F); `_softmax_block_int32` takes the shift off.
 MAGIC_BITS = gl.constexpr(0x4B400000)
 MAGIC_FLOAT = gl.constexpr(12582912.0)
 
@@ -143,9 +143,20 @@ def _finish_step(p, acc_tok, p_op, p_smem, index, dtype: gl.constexpr, o_layout:
 
 
 @gluon.jit
-def _int32_scores(s):
-    """int32 scores (|s| <= 127^2 D < 2^22 for D <= 256) as fp32, exactly (MAGIC_BITS)."""
-    return (s + MAGIC_BITS).to(gl.float32, bitcast=True) - MAGIC_FLOAT
+def _softmax_block_int32(s, m_i, l_i, index, mask_from, offs_m, seq_len, scale,
+                         CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
+                         s_layout: gl.constexpr):  # fmt: skip
+    """`_softmax_block` on int32 scores s (|s| <= 127^2 D < 2^22 for D <= 256) scaled by
+    `scale`: s + MAGIC_BITS read as fp32 is MAGIC_FLOAT + s exactly, so the scaled scores
+    carry one shift off = MAGIC_FLOAT scale for the whole block. The running max enters in
+    that shifted frame (m + off) and leaves it (m_new - off): two adds per row, where taking
+    the shift off each score would cost a float add per score. (The shift's rounding moves
+    m by ~1e-7 of off, the same for p and alpha within the block.)"""
+    off = MAGIC_FLOAT * scale
+    p, alpha, m_new, l_i = _softmax_block((s + MAGIC_BITS).to(gl.float32, bitcast=True),
+                                          m_i + off, l_i, index, mask_from, offs_m, seq_len,
+                                          scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+    return p, alpha, m_new - off, l_i
 
 
 @gluon.jit
@@ -214,9 +225,12 @@ def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_
     mbarrier.arrive(k_empty.index(nxt), count=1)
     mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
     if QUANT == INT8_QK:
-        s = _int32_scores(s)
-    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len, scale,
-                                        CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+        p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, j + 1, mask_from, offs_m,
+                                                  seq_len, scale, CAUSAL, BLOCK_N,
+                                                  s_layout)  # fmt: skip
+    else:
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
+                                            scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
     if QUANT == FP8_QUANT:
         p = p * 448.0
     acc, p_op = _finish_step(p, acc_tok, p_op, p_smem, 2 * wg + (j + 1) % 2, dtype, o_layout,
