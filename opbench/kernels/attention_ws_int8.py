@@ -12,11 +12,12 @@ the fp16 tile the producer brought is read from shared memory and written back a
 the MMA. The int32 scores become fp32 by an integer add and are scaled by q_scale times the
 key block's scale in the softmax (attention_ws_step._softmax_block_int32).
 
-Why P V stays 16-bit (docs/perf/attention.md, 2026-11-25 late): e4m3 P and V (as
-attention_ws_fp8 runs them) add about 3.8e-2 of relative L2 error on random data on top of
-int8 Q K^T's 1.1-1.4e-2, past the 3e-2 that `quant: int8` promises; int8 P against a fixed
-scale loses the small probabilities (about 3e-2 alone). So this kernel's ceiling is 4/3 of
-the fp16 kernel's MMA time (Q K^T at twice the rate, P V at the same), not 2x.
+Why P V stays 16-bit (docs/perf/attention.md, 2026-11-25 late; a float64 simulation on
+random data with biased keys): int8 Q K^T with fp16 P V errs 1.1-1.3e-2 (relative L2); with
+e4m3 P and V (as attention_ws_fp8 runs them) 3.5-3.9e-2, past the 3e-2 that `quant: int8`
+promises; with int8 P (127 p, a fixed scale that loses the small probabilities) and V per
+channel 1.9-3.0e-2, no margin. So this kernel's MMA floor is 3/4 of the fp16 kernel's (Q K^T
+at twice the rate, P V at the same), not 1/2.
 
 TMA reads k8 as the matrix [B H S_pad, D] (key block i of head bh at row bh S_pad + i BLOCK_N)
 and q and v as attention_ws.py does ([B S, H D]; V rows past a batch's end meet P = 0).
