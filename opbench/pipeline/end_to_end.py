@@ -95,6 +95,8 @@ def _timed(row: EndToEnd, options: RunOptions, timing, data: ModelData, make_for
             forward = make_forward()
             peak["settle"](forward.call)
         row = replace(row, peak_bytes=peak.get("bytes"), **_planned(forward))
+        if "bytes" in peak and peak["bytes"] is None:
+            row = replace(row, message=UNKNOWN_PEAK)
         row = replace(row, correctness=_check(forward, data))
         with options.timing_guard():
             measurement = time_callable(forward.call, timing, options.device, hold=False)
@@ -102,6 +104,12 @@ def _timed(row: EndToEnd, options: RunOptions, timing, data: ModelData, make_for
         recover(options.device)
         return replace(row, status=Status.ERROR, message=error_message(exc))
     return replace(row, samples_ms=measurement.rounds, timer=measurement.timer)
+
+
+UNKNOWN_PEAK = (
+    "peak memory not measured: the device held less at the forward's peak than before its"
+    " set-up (memory of earlier work was freed inside it)"
+)
 
 
 def _graph_mode(row, model, built, data, options, implementation, timing) -> EndToEnd:
@@ -123,9 +131,9 @@ def _graph_mode(row, model, built, data, options, implementation, timing) -> End
     result = _timed(
         row, options, timing, data, lambda: compiled_forward(model, implementation, data, device)
     )
-    return replace(
-        result, message=result.message or f"torch.compile(mode={graph_mode!r}) of the forward"
-    )
+    compiled = f"torch.compile(mode={graph_mode!r}) of the forward"
+    message = f"{compiled}; {result.message}" if result.message else compiled
+    return replace(result, message=message)
 
 
 def _captured(forward: Forward, device: str) -> Forward:
@@ -232,4 +240,13 @@ def _peak_memory(device: str):
     yield found
     torch.cuda.synchronize(device)
     found.pop("settle")
-    found["bytes"] = int(torch.cuda.max_memory_allocated(device) - before)
+    found["bytes"] = forward_peak(before, torch.cuda.max_memory_allocated(device))
+
+
+def forward_peak(before: int, peak: int) -> int | None:
+    """The forward's peak beyond what was allocated before its set-up, or None where the
+    block ended with its peak below that start: something allocated earlier was freed inside
+    it (torch.compile's reduce-overhead mode releases the pool of the forward it compiled
+    before), so the difference measures that release, not the forward. Unknown, not negative."""
+    extra = int(peak - before)
+    return extra if extra >= 0 else None

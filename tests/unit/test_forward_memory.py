@@ -252,3 +252,14 @@ def test_the_private_scratch_of_replaced_binds_is_freed_when_the_forward_is_set_
         if was_enabled:
             gc.enable()
     assert forward.call()[0].shape == (3, 7, 1)
+
+
+def test_a_peak_below_the_start_is_unknown_not_negative():
+    """torch.compile's reduce-overhead forward frees the pool of the forward compiled before it
+    inside the measured block (measured on an H100: -49 MiB). Such a difference is no peak."""
+    from opbench.pipeline.end_to_end import forward_peak
+
+    mib = 2**20
+    assert forward_peak(before=100 * mib, peak=145 * mib) == 45 * mib
+    assert forward_peak(before=100 * mib, peak=100 * mib) == 0
+    assert forward_peak(before=100 * mib, peak=51 * mib) is None
