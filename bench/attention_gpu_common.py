@@ -270,6 +270,43 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
         return kind, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:200]
 
 
+def compile_pool(jobs: list[tuple], workers: int, timeout_s: float) -> None:
+    """Every job (`compile_job`) in a pool of spawned processes, for at most timeout_s (what is
+    left compiles when bound); one "compile" row with the count, the wall time and errors."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
+
+    start = time.perf_counter()
+    errors: list[str] = []
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(compile_job, job) for job in jobs]
+    try:
+        for future in as_completed(futures, timeout=timeout_s):
+            kind, _, err = future.result()
+            if err:
+                errors.append(f"{kind}: {err}")
+    except TimeoutError:
+        errors.append(f"stopped after {timeout_s} s: the rest compiles when bound")
+    pool.shutdown(wait=False, cancel_futures=True)
+    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
+            "errors": errors[:20]})  # fmt: skip
+
+
+def child_rows(script: str, timeout_s: float) -> list[dict]:
+    """`script --check-child` in a child process with a time limit (a kernel that deadlocks on
+    its mbarriers is killed with it, and recorded); the "check" rows it wrote."""
+    import subprocess
+
+    before = len(ROWS.read_text().splitlines()) if ROWS.exists() else 0
+    try:
+        subprocess.run([sys.executable, script, "--check-child"], timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        record({"section": "check", "error": f"child killed after {timeout_s} s (hang?)"})
+    lines = ROWS.read_text().splitlines()[before:] if ROWS.exists() else []
+    rows = [json.loads(line) for line in lines]
+    return [r for r in rows if r.get("section") == "check" and "variant" in r]
+
+
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
     """Every (kind, case, config) the run binds."""
     from opbench.kernels.attention_decode_plans import tuning_candidates

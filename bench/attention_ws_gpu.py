@@ -27,7 +27,6 @@ L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import traceback
@@ -43,7 +42,8 @@ from attention_gpu_common import (  # noqa: E402
     PEAK,
     attention_ref,
     call_fn,
-    compile_job,
+    child_rows,
+    compile_pool,
     env_section,
     heads_view,
     layer_fn,
@@ -80,19 +80,17 @@ CHECK_TIMEOUT_S = 90
 
 
 def ws_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws import MAXNREG, WS_TILES
+    from opbench.kernels.attention_ws import WS_TILES
+    from opbench.kernels.attention_ws_step import ws_config
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
-             "num_stages": 1, "maxnreg": MAXNREG} for bn, st, pp, pr in WS_TILES[d]]  # fmt: skip
+    return [ws_config(tile) for tile in WS_TILES[d]]
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
     from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
-    from opbench.kernels.attention_ws_step import MAXNREG
+    from opbench.kernels.attention_ws_step import ws_config
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
-             "num_stages": 1, "maxnreg": MAXNREG, "FP8": True}
-            for bn, st, pp, pr in WS_FP8_TILES[d]]  # fmt: skip
+    return [{**ws_config(tile), "FP8": True} for tile in WS_FP8_TILES[d]]
 
 
 def cfg_name(cfg: dict) -> str:
@@ -133,9 +131,6 @@ def ws_fn(q, k, v, causal, config):
 
 
 def compile_section() -> None:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
-
     from opbench.kernels.attention_hopper import HOPPER_TILES
     from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
@@ -152,20 +147,7 @@ def compile_section() -> None:
         jobs += [("portable", case, tile_config(t)) for t in FP16_TILES[d]]
         jobs += [("hopper", case, {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w,
                                    "num_stages": 1}) for bm, bn, w in HOPPER_TILES[d]]  # fmt: skip
-    start = time.perf_counter()
-    errors: list[str] = []
-    pool = ProcessPoolExecutor(max_workers=14, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(compile_job, job) for job in jobs]
-    try:
-        for future in as_completed(futures, timeout=70):
-            kind, _, err = future.result()
-            if err:
-                errors.append(f"{kind}: {err}")
-    except TimeoutError:
-        errors.append("stopped after 70 s: the rest compiles when bound")
-    pool.shutdown(wait=False, cancel_futures=True)
-    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
-            "errors": errors[:20]})  # fmt: skip
+    compile_pool(jobs, 14, 70)
 
 
 def check_child() -> None:
@@ -202,13 +184,7 @@ def check_child() -> None:
 def check_section() -> set[str]:
     """The check in a child with a time limit; returns the config names that passed everywhere."""
     start = time.perf_counter()
-    before = len(rows())
-    try:
-        subprocess.run([sys.executable, __file__, "--check-child"], timeout=CHECK_TIMEOUT_S,
-                       check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        record({"section": "check", "error": f"child killed after {CHECK_TIMEOUT_S} s (hang?)"})
-    checked = [r for r in rows()[before:] if r.get("section") == "check" and "variant" in r]
+    checked = child_rows(__file__, CHECK_TIMEOUT_S)
     names = {r["variant"] for r in checked}
     passed = {n for n in names if all(r.get("pass") for r in checked if r["variant"] == n)}
     passed &= {n for n in names if n.startswith("ws")}

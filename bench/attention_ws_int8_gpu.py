@@ -24,7 +24,6 @@ TFLOP/s = 4 B H S^2 D / t (half when causal); % of 1979 (int8/fp8 dense peak) or
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 import traceback
@@ -38,7 +37,8 @@ from attention_gpu_common import (  # noqa: E402
     LIMIT,
     PEAK,
     attention_ref,
-    compile_job,
+    child_rows,
+    compile_pool,
     env_section,
     heads_view,
     layer_fn,
@@ -73,10 +73,9 @@ CHECK_TIMEOUT_S = 60
 
 def ws_int8_configs(d: int) -> list[dict]:
     from opbench.kernels.attention_ws_int8 import WS_INT8_TILES
-    from opbench.kernels.attention_ws_step import MAXNREG
+    from opbench.kernels.attention_ws_step import ws_config
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
-             "num_stages": 1, "maxnreg": MAXNREG} for bn, st, pp, pr in WS_INT8_TILES[d]]  # fmt: skip
+    return [ws_config(tile) for tile in WS_INT8_TILES[d]]
 
 
 def int8_name(cfg: dict) -> str:
@@ -96,9 +95,6 @@ def ws_int8_fn(q, k, v, causal, config):
 
 
 def compile_section() -> None:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
-
     from opbench.kernels.attention_plans import INT8_TILES, tile_config
 
     jobs = []
@@ -116,20 +112,7 @@ def compile_section() -> None:
                repr(cfg))  # fmt: skip
         distinct.setdefault(key, (kind, case, cfg))
     jobs = list(distinct.values())
-    start = time.perf_counter()
-    errors: list[str] = []
-    pool = ProcessPoolExecutor(max_workers=15, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(compile_job, job) for job in jobs]
-    try:
-        for future in as_completed(futures, timeout=60):
-            kind, _, err = future.result()
-            if err:
-                errors.append(f"{kind}: {err}")
-    except TimeoutError:
-        errors.append("stopped after 60 s: the rest compiles when bound")
-    pool.shutdown(wait=False, cancel_futures=True)
-    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
-            "errors": errors[:20]})  # fmt: skip
+    compile_pool(jobs, 15, 60)
 
 
 def check_child() -> None:
@@ -169,13 +152,7 @@ def check_section() -> set[str]:
     """The check in a child with a time limit; returns the int8 ws tiles that passed on every
     case of their head dim."""
     start = time.perf_counter()
-    before = len(rows())
-    try:
-        subprocess.run([sys.executable, __file__, "--check-child"], timeout=CHECK_TIMEOUT_S,
-                       check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        record({"section": "check", "error": f"child killed after {CHECK_TIMEOUT_S} s (hang?)"})
-    checked = [r for r in rows()[before:] if r.get("section") == "check" and "variant" in r]
+    checked = child_rows(__file__, CHECK_TIMEOUT_S)
     passed = set()
     for d in (64, 128):
         needed = sum(1 for c in CHECK_CASES if c["D"] == d)

@@ -57,7 +57,7 @@ from opbench.kernels.attention_plans import (
 )
 from opbench.kernels.device import round_to_int8
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import KernelCall, chosen_call, config_call
+from opbench.kernels.launch import KernelCall, config_call, quantized_choice
 from opbench.kernels.tuning import Choice, Config
 
 # Keys per quantization block (one scale each). The key tiles of the attention kernel
@@ -346,9 +346,9 @@ def attention_int8_calls(
     """Smooth and quantize K, then the int8 attention kernel, bound on [B, S, H, D] views.
     config: explicit attention-kernel meta-parameters instead of tuning."""
     quantize, keep, make, candidates = int8_launch(q, k, v, out, causal)
-    call, choice = chosen_call("attention_int8", views_key(q, out, causal), make, candidates,
-                               q.device, as_config(config))  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_int8", views_key(q, out, causal), quantize, make,
+                                     candidates, q.device, as_config(config))  # fmt: skip
+    return calls, choice, keep
 
 
 def attention_int8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):

@@ -33,8 +33,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -45,24 +43,23 @@ from opbench.kernels.attention_int8 import KEY_BLOCK, int8_launch
 from opbench.kernels.attention_ws import ws_usable
 from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
-    CTA_M,
     INT8_QK,
-    MAXNREG,
     PRODUCER_REGS,
     WG_M,
     _consumer_start,
-    _last_pv,
+    _cta_start,
+    _first_scores,
+    _key_loop,
     _p_operand,
-    _pass_turn,
     _quantize_q,
     _softmax_block_int32,
-    _take_turn,
+    _store_rows,
     _ws_barriers,
     _ws_producer,
-    _ws_step,
+    ws_candidates,
+    ws_kernel_call,
 )
-from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.launch import KernelCall, by_kernel, quantized_choice
 from opbench.kernels.tuning import Choice, Config
 
 
@@ -92,33 +89,19 @@ def _ws_int8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem,
     mbarrier.wait(q_bars.index(wg), 0)
     q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM, True)
     k_scale = gl.load(k_scale_ptr)
-    mbarrier.wait(k_ready.index(0), 0)
-    _take_turn(turns, wg, 0, PINGPONG)
-    s_tok = warpgroup_mma(q8, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)  # fmt: skip
-    _pass_turn(turns, wg, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    s = _first_scores(q8, k_smem, k_ready, k_empty, turns, zero_s, wg, PINGPONG)
     p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
                                               q_scale * k_scale, CAUSAL, BLOCK_N,
                                               s_layout)  # fmt: skip
     p16 = _p_operand(p, p_smem, 2 * wg, dtype, o_layout, P_REGS)
 
-    for j in range(0, num_blocks - 1):
-        acc, p16, alpha, m_i, l_i = _ws_step(
-            j, acc, p16, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready, k_empty,
-            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
-            k_scale_ptr, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
-            INT8_QK)  # fmt: skip
+    acc, l_i = _key_loop(acc, p16, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready,
+                         k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+                         num_blocks, qk_scale, q_scale, k_scale_ptr, dtype, s_layout, o_layout,
+                         CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, INT8_QK)  # fmt: skip
 
-    acc = _last_pv(acc, p16, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
-                   False)  # fmt: skip
-
-    out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    rows = m0 + gl.arange(0, WG_M, layout=row_o)
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
-    gl.store(o_ptrs, out.to(dtype), mask=rows[:, None] < seq_len)
+    _store_rows(acc / gl.convert_layout(l_i, row_o)[:, None], m0, out_ptr, out_base, stride_os,
+                seq_len, o_layout, HEAD_DIM)  # fmt: skip
 
 
 @gluon.jit
@@ -136,22 +119,10 @@ def _attention_ws_int8_kernel(
 ):  # fmt: skip
     """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
     dtype: gl.constexpr = q_desc.dtype
-    num_m_blocks = gl.cdiv(seq_len, CTA_M)
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
-    pid_bh = gl.program_id(1)
-    batch = pid_bh // heads
-    head = pid_bh % heads
-    start_m = pid_m * CTA_M
+    pid_bh, batch, head, start_m, num_blocks, mask_end, out_base = _cta_start(
+        seq_len, heads, stride_ob, stride_oh, CAUSAL, BLOCK_N)  # fmt: skip
     row0 = batch * seq_len
     col = head * HEAD_DIM
-    if CAUSAL:
-        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
-    else:
-        num_blocks = gl.cdiv(seq_len, BLOCK_N)
-    mask_end = (seq_len // BLOCK_N) * BLOCK_N
-    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
     k_scale_ptr += pid_bh * (padded_len // 128)
 
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_DIM], q_desc.layout)
@@ -221,15 +192,9 @@ def ws_int8_launch(
         args = (_descriptor(q, WG_M.value), int8_descriptor(k8, [bn, head_dim]),
                 _descriptor(v, bn), k_scale, out, seq, padded_len, heads, out.stride(0),
                 out.stride(1), out.stride(2), LOG2E / math.sqrt(head_dim))  # fmt: skip
-        named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
-                     PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
-        return KernelCall(_attention_ws_int8_kernel, (cdiv(seq, CTA_M.value), batch * heads),
-                          args, named, cfg.options())  # fmt: skip
+        return ws_kernel_call(_attention_ws_int8_kernel, q, args, causal, cfg)
 
-    candidates = [Config.of(KERNEL="ws_int8", BLOCK_N=bn, STAGES=st, PINGPONG=pp, P_REGS=pr,
-                            num_warps=4, num_stages=1, maxnreg=MAXNREG)
-                  for bn, st, pp, pr in WS_INT8_TILES[head_dim]]  # fmt: skip
-    return make, candidates
+    return make, ws_candidates("ws_int8", WS_INT8_TILES[head_dim])
 
 
 def ws_int8_calls(
@@ -248,13 +213,9 @@ def ws_int8_calls(
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     quantize, keep, _, _ = int8_launch(q, k, v, out, causal)
     make, candidates = ws_int8_launch(q, v, out, keep, causal)
-    forced = as_config(config)
-    if forced is None:
-        for call in quantize:  # the kernel reads what these write while its tiles are timed
-            call.call()
-    call, choice = chosen_call("attention_ws_int8", views_key(q, out, causal), make, candidates,
-                               q.device, forced)  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_ws_int8", views_key(q, out, causal), quantize,
+                                     make, candidates, q.device, as_config(config))  # fmt: skip
+    return calls, choice, keep
 
 
 def tuned_int8_sm90_calls(
@@ -265,13 +226,8 @@ def tuned_int8_sm90_calls(
     shipped plan tables yet: tuned at the first bind of each shape."""
     quantize, keep, make_tl, tl_candidates = int8_launch(q, k, v, out, causal)
     make_ws, ws_candidates = ws_int8_launch(q, v, out, keep, causal)
-
-    def make(cfg: Config) -> KernelCall:
-        return make_ws(cfg) if cfg["KERNEL"] == "ws_int8" else make_tl(cfg)
-
-    for call in quantize:  # the kernels read what these write
-        call.call()
     candidates = ws_candidates + [c.with_meta(KERNEL="int8") for c in tl_candidates]
-    call, choice = chosen_call("attention_int8_sm90", views_key(q, out, causal), make,
-                               candidates, q.device)  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_int8_sm90", views_key(q, out, causal), quantize,
+                                     by_kernel("ws_int8", make_ws, make_tl), candidates,
+                                     q.device)  # fmt: skip
+    return calls, choice, keep

@@ -11,6 +11,9 @@ Compiled only for compute capability 9.x (Gluon has no interpreter path).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -21,6 +24,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from opbench.kernels.attention_hopper import _cta_barrier, _softmax_block, _tma_load
+from opbench.kernels.host import cdiv
+from opbench.kernels.launch import KernelCall
+from opbench.kernels.tuning import Config
 
 # What the key step's operands are (its QUANT argument): fp16/bf16 throughout; e4m3 throughout
 # (attention_ws_fp8); int8 Q and K with int32 scores, P and V in the input's 16-bit dtype
@@ -239,6 +245,27 @@ def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_
 
 
 @gluon.jit
+def _key_loop(acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
+              k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+              num_blocks, qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr,
+              s_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
+              P_REGS: gl.constexpr, QUANT: gl.constexpr):  # fmt: skip
+    """A consumer's key loop after block 0's softmax (P_0 in p_op): `_ws_step` for blocks
+    1 ... num_blocks - 1, then P V of the last block (`_last_pv`; fp8 values stored
+    transposed). Returns O, not yet divided by the row sums, and the row sums l."""
+    for j in range(0, num_blocks - 1):
+        acc, p_op, alpha, m_i, l_i = _ws_step(
+            j, acc, p_op, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready, k_empty,
+            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
+            k_scale_ptr, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
+            QUANT)  # fmt: skip
+    acc = _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
+                   QUANT == FP8_QUANT)  # fmt: skip
+    return acc, l_i
+
+
+@gluon.jit
 def _ws_barriers(STAGES: gl.constexpr):
     """The warp-specialized kernels' mbarriers, initialized: each consumer's Q tile loaded, the
     consumers' turns, and the K and V rings' ready and empty slots (both consumers release)."""
@@ -258,6 +285,54 @@ def _ws_barriers(STAGES: gl.constexpr):
         mbarrier.init(k_empty.index(i), count=2)  # one arrival per consumer
         mbarrier.init(v_empty.index(i), count=2)
     return q_bars, turns, k_ready, k_empty, v_ready, v_empty
+
+
+@gluon.jit
+def _cta_start(seq_len, heads, stride_ob, stride_oh, CAUSAL: gl.constexpr,
+               BLOCK_N: gl.constexpr):  # fmt: skip
+    """The CTA's (batch, head) program pid_bh, its batch and head, its first query row, the
+    key blocks its consumers walk (with CAUSAL up to its last row; longest rows first), the
+    first key block past the last full one (mask_end), and the output's offset for its head."""
+    num_m_blocks = gl.cdiv(seq_len, CTA_M)
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
+    pid_bh = gl.program_id(1)
+    batch = pid_bh // heads
+    head = pid_bh % heads
+    start_m = pid_m * CTA_M
+    if CAUSAL:
+        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
+    else:
+        num_blocks = gl.cdiv(seq_len, BLOCK_N)
+    mask_end = (seq_len // BLOCK_N) * BLOCK_N
+    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
+    return pid_bh, batch, head, start_m, num_blocks, mask_end, out_base
+
+
+@gluon.jit
+def _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg: gl.constexpr,
+                  PINGPONG: gl.constexpr):  # fmt: skip
+    """S_0 = Q K_0^T, issued on this consumer's first turn and waited for; K_0's slot released."""
+    mbarrier.wait(k_ready.index(0), 0)
+    _take_turn(turns, wg, 0, PINGPONG)
+    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
+                          is_async=True)  # fmt: skip
+    _pass_turn(turns, wg, PINGPONG)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    return s
+
+
+@gluon.jit
+def _store_rows(out, m0, out_ptr, out_base, stride_os, seq_len, o_layout: gl.constexpr,
+                HEAD_DIM: gl.constexpr):  # fmt: skip
+    """The consumer's finished rows m0 ... m0 + WG_M (out, fp32, O's layout) into the output
+    in its dtype; rows past the sequence are not stored."""
+    rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
+    gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
 
 
 @gluon.jit
@@ -296,3 +371,28 @@ def _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, last, o_layout: gl.cons
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc_tok,))
     mbarrier.arrive(v_empty.index(last % STAGES), count=1)
     return acc
+
+
+# ---- host side: the three kernels' launch pieces ------------------------------------------
+def ws_config(tile: tuple[int, int, bool, bool]) -> dict:
+    """A (BLOCK_N, STAGES, PINGPONG, P_REGS) tile as the config that forces it (benchmarks,
+    GPU tests), with the launch's warps and registers."""
+    block_n, stages, pingpong, p_regs = tile
+    return dict(BLOCK_N=block_n, STAGES=stages, PINGPONG=pingpong, P_REGS=p_regs, num_warps=4,
+                num_stages=1, maxnreg=MAXNREG)  # fmt: skip
+
+
+def ws_candidates(kernel: str, tiles: Sequence[tuple[int, int, bool, bool]]) -> list[Config]:
+    """The tiles' configs, KERNEL naming the kernel (a tuned choice may hold several kernels'
+    candidates)."""
+    return [Config.of(KERNEL=kernel, **ws_config(tile)) for tile in tiles]
+
+
+def ws_kernel_call(kernel, q: torch.Tensor, args: tuple, causal: bool, cfg: Config) -> KernelCall:
+    """`kernel` over q's [B, S, H, D] shape: one CTA per 128 query rows of each (batch, head),
+    the tile's constexprs from cfg."""
+    batch, seq, heads, head_dim = q.shape
+    named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"],
+                 PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
+    return KernelCall(kernel, (cdiv(seq, CTA_M.value), batch * heads), args, named,
+                      cfg.options())  # fmt: skip

@@ -14,7 +14,7 @@ import triton
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
-from opbench.kernels.attention_ws_step import MAXNREG
+from opbench.kernels.attention_ws_step import MAXNREG, ws_config
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
@@ -187,12 +187,11 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong, p_regs in WS_TILES[head_dim]:
+    for tile in WS_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         out4 = out.unflatten(-1, (heads, head_dim))
         assert ws_usable(q, k, v, out4)
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
-                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = ws_config(tile)
         ws_call(q, k, v, out4, causal=causal, config=config)[0].call()
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), config
@@ -216,10 +215,9 @@ def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong, p_regs in WS_FP8_TILES[head_dim]:
+    for tile in WS_FP8_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
-                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = ws_config(tile)
         calls = ws_fp8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
                              config=config)[0]  # fmt: skip
         for call in calls:

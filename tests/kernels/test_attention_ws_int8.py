@@ -14,7 +14,7 @@ import torch
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_int8 import attention_int8_forward
-from opbench.kernels.attention_ws_step import MAXNREG
+from opbench.kernels.attention_ws_step import ws_config
 from tests.kernels.attention_reference import int8_model, reference
 from tests.kernels.sm90 import dump_sass, ptxas_report
 from tests.kernels.test_attention_ws import (
@@ -123,10 +123,9 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     exact = reference(x, heads, causal)
     model = int8_model(x, heads, causal, q_rows=64)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong, p_regs in ws_int8_tiles()[head_dim]:
+    for tile in ws_int8_tiles()[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
-                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = ws_config(tile)
         calls = ws_int8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
                               config=config)[0]  # fmt: skip
         for call in calls:
