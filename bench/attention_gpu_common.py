@@ -307,6 +307,33 @@ def child_rows(script: str, timeout_s: float) -> list[dict]:
     return [r for r in rows if r.get("section") == "check" and "variant" in r]
 
 
+def prefill_line(r: dict, limit: Callable[[str], float]) -> str:
+    """A timed prefill row as one summary line: each variant's TFLOP/s (% of its peak, ratio
+    to the best SDPA; BAD where its output missed limit(name) or left NaNs)."""
+    names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
+    cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}({r[n + '_pct_peak']:.0f}%"
+                    + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r else "")
+                    + (",BAD" if r.get(n + "_rel", 0) > limit(n) or r.get(n + "_nan") else "")
+                    + ")" for n in names)  # fmt: skip
+    return f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '} | {cols}"
+
+
+def ws_bench_main(check_child, compile_section, check_section, prefill_section, summary) -> None:
+    """The warp-specialized benches' order: in the check child only its check; else env and
+    compile (a failure there is printed, the run goes on), the check in a child, the timed
+    prefill cases of the configs that passed it, the summary."""
+    if "--check-child" in sys.argv:
+        check_child()
+        return
+    for step in (env_section, compile_section):
+        try:
+            step()
+        except Exception:
+            traceback.print_exc()
+    prefill_section(check_section())
+    summary()
+
+
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
     """Every (kind, case, config) the run binds."""
     from opbench.kernels.attention_decode_plans import tuning_candidates

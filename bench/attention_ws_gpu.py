@@ -44,17 +44,18 @@ from attention_gpu_common import (  # noqa: E402
     call_fn,
     child_rows,
     compile_pool,
-    env_section,
     heads_view,
     layer_fn,
     over_budget,
     packed_input,
     poisoned,
     prefill_baseline,
+    prefill_line,
     record,
     rel,
     sync,
     timed,
+    ws_bench_main,
 )
 
 from opbench.kernels.attention import split_heads  # noqa: E402
@@ -251,30 +252,8 @@ def summary() -> None:
                   f"{'c' if r['causal'] else ' '} rel {r.get('rel_l2', float('nan')):.2e} "
                   f"{'PASS' if r.get('pass') else 'FAIL'} {r.get('error', '')[:80]}")  # fmt: skip
         elif r.get("section") == "prefill" and "best_sdpa_ms" in r:
-            names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
-            cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}"
-                            f"({r[n + '_pct_peak']:.0f}%"
-                            + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r
-                               else "")
-                            + (",BAD" if r.get(n + "_rel", 0) > LIMIT["fp8"] or r.get(n + "_nan")
-                               else "") + ")" for n in names)  # fmt: skip
-            print(f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '}"
-                  f" | {cols}")  # fmt: skip
-
-
-def main() -> None:
-    if "--check-child" in sys.argv:
-        check_child()
-        return
-    for step in (env_section, compile_section):
-        try:
-            step()
-        except Exception:
-            traceback.print_exc()
-    passed = check_section()
-    prefill_section(passed)
-    summary()
+            print(prefill_line(r, lambda n: LIMIT["fp8"]))
 
 
 if __name__ == "__main__":
-    main()
+    ws_bench_main(check_child, compile_section, check_section, prefill_section, summary)

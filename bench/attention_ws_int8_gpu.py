@@ -39,31 +39,27 @@ from attention_gpu_common import (  # noqa: E402
     attention_ref,
     child_rows,
     compile_pool,
-    env_section,
     heads_view,
     layer_fn,
     over_budget,
     packed_input,
     prefill_baseline,
+    prefill_line,
     record,
     rel,
     sync,
     timed,
+    ws_bench_main,
 )
+from attention_ws_gpu import CHECK_CASES as WS_CHECK_CASES  # noqa: E402
 from attention_ws_gpu import calls_fn, rows, ws_fp8_calls_fn, ws_fp8_configs  # noqa: E402
 
 from opbench.kernels.attention import split_heads  # noqa: E402
 from opbench.kernels.attention_int8 import attention_int8_calls  # noqa: E402
 from opbench.kernels.attention_int8_layer import Int8Attention  # noqa: E402
 
-CHECK_CASES = [
-    dict(B=2, S=1000, H=4, D=128, causal=True, dtype="fp16"),
-    dict(B=2, S=1000, H=4, D=128, causal=False, dtype="fp16"),
-    dict(B=3, S=1000, H=4, D=64, causal=False, dtype="fp16"),
-    dict(B=2, S=1000, H=4, D=64, causal=True, dtype="bf16"),
-    dict(B=2, S=37, H=2, D=128, causal=False, dtype="bf16"),
-    dict(B=2, S=300, H=2, D=64, causal=True, dtype="fp16"),
-]
+# attention_ws_gpu's odd shapes (S 1000 and 37), and S 300 causal at D 64 instead of its S 4096.
+CHECK_CASES = [*WS_CHECK_CASES[:5], dict(B=2, S=300, H=2, D=64, causal=True, dtype="fp16")]
 # The order is the order of importance: cases past --budget-s are recorded as skipped.
 PREFILL = [dict(B=16384 // s, S=s, H=2048 // d, D=d, causal=c, dtype="fp16")
            for s in (8192, 2048) for d in (128, 64) for c in (False, True)]  # fmt: skip
@@ -206,31 +202,8 @@ def summary() -> None:
                   f"model {r.get('rel_model', float('nan')):.1e} "
                   f"{'PASS' if r.get('pass') else 'FAIL'} {r.get('error', '')[:80]}")  # fmt: skip
         elif r.get("section") == "prefill" and "best_sdpa_ms" in r:
-            names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
-            cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}"
-                            f"({r[n + '_pct_peak']:.0f}%"
-                            + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r
-                               else "")
-                            + (",BAD" if r.get(n + "_rel", 0) > LIMIT["fp8" if n.startswith("ws8_")
-                                                                      else "int8"]
-                               or r.get(n + "_nan") else "") + ")" for n in names)  # fmt: skip
-            print(f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '}"
-                  f" | {cols}")  # fmt: skip
-
-
-def main() -> None:
-    if "--check-child" in sys.argv:
-        check_child()
-        return
-    for step in (env_section, compile_section):
-        try:
-            step()
-        except Exception:
-            traceback.print_exc()
-    passed = check_section()
-    prefill_section(passed)
-    summary()
+            print(prefill_line(r, lambda n: LIMIT["fp8" if n.startswith("ws8_") else "int8"]))
 
 
 if __name__ == "__main__":
-    main()
+    ws_bench_main(check_child, compile_section, check_section, prefill_section, summary)
