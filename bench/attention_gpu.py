@@ -28,7 +28,6 @@ outputs are checked against float32 (no TF32) on batch 0, heads 0-1.
 from __future__ import annotations
 
 import sys
-import time
 import traceback
 from pathlib import Path
 
@@ -45,8 +44,8 @@ from attention_gpu_common import (  # noqa: E402
     attention_ref,
     bench_ms,
     call_fn,
-    compile_job,
     compile_jobs,
+    compile_pool,
     decode_cases,
     env_section,
     heads_view,
@@ -66,7 +65,7 @@ from attention_gpu_common import (  # noqa: E402
 from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
 from opbench.kernels.attention_decode import CacheAttention  # noqa: E402
 from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
-from opbench.kernels.attention_int8 import Int8Attention  # noqa: E402
+from opbench.kernels.attention_int8_layer import Int8Attention  # noqa: E402
 from opbench.kernels.attention_layer import Attention  # noqa: E402
 
 COMPILE_TIMEOUT_S = 150
@@ -97,27 +96,11 @@ def portable_fn(q, k, v, causal):
 
 
 def compile_section() -> None:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
-
     prefill = prefill_cases()
     jobs = compile_jobs(CHECK_CASES, decode_cases() + DECODE_CHECKS, prefill)
     if TINY:
         jobs = jobs[:1] + jobs[-1:]  # the plumbing only: the interpreter compiles nothing
-    start = time.perf_counter()
-    errors: list[str] = []
-    pool = ProcessPoolExecutor(max_workers=12, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(compile_job, job) for job in jobs]
-    try:
-        for future in as_completed(futures, timeout=COMPILE_TIMEOUT_S):
-            kind, _, err = future.result()
-            if err:
-                errors.append(f"{kind}: {err}")
-    except TimeoutError:
-        errors.append(f"stopped after {COMPILE_TIMEOUT_S} s: the rest compiles when bound")
-    pool.shutdown(wait=False, cancel_futures=True)
-    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
-            "errors": errors[:20]})  # fmt: skip
+    compile_pool(jobs, 12, COMPILE_TIMEOUT_S)
 
 
 def check_section() -> None:

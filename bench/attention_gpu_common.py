@@ -1,6 +1,6 @@
-"""Shared pieces of bench/attention_gpu.py and bench/attention_ws_gpu.py (settings, inputs,
-references, SDPA calls, cases, the env section, the compile pool's job, the timed paths on
-poisoned outputs); attention_gpu.py says what is measured and how."""
+"""Shared pieces of bench/attention_gpu.py, attention_ws_gpu.py and attention_ws_int8_gpu.py
+(settings, inputs, references, SDPA calls, cases, the env section, the compile pool's job, the
+timed paths on poisoned outputs); attention_gpu.py says what is measured and how."""
 
 from __future__ import annotations
 
@@ -261,11 +261,77 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
                 from opbench.kernels.attention_ws_fp8 import ws_fp8_calls as call
 
                 config = {key: val for key, val in config.items() if key != "FP8"}
+            if kind == "ws_int8":
+                from opbench.kernels.attention_ws_int8 import ws_int8_calls as call
             call(q, k, v, out, causal=case["causal"], config=config)
         sync()
         return kind, time.perf_counter() - start, None
     except Exception as exc:  # a config that does not fit is the tuner's business, not ours
         return kind, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def compile_pool(jobs: list[tuple], workers: int, timeout_s: float) -> None:
+    """Every job (`compile_job`) in a pool of spawned processes, for at most timeout_s (what is
+    left compiles when bound); one "compile" row with the count, the wall time and errors."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
+
+    start = time.perf_counter()
+    errors: list[str] = []
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+    futures = [pool.submit(compile_job, job) for job in jobs]
+    try:
+        for future in as_completed(futures, timeout=timeout_s):
+            kind, _, err = future.result()
+            if err:
+                errors.append(f"{kind}: {err}")
+    except TimeoutError:
+        errors.append(f"stopped after {timeout_s} s: the rest compiles when bound")
+    pool.shutdown(wait=False, cancel_futures=True)
+    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
+            "errors": errors[:20]})  # fmt: skip
+
+
+def child_rows(script: str, timeout_s: float) -> list[dict]:
+    """`script --check-child` in a child process with a time limit (a kernel that deadlocks on
+    its mbarriers is killed with it, and recorded); the "check" rows it wrote."""
+    import subprocess
+
+    before = len(ROWS.read_text().splitlines()) if ROWS.exists() else 0
+    try:
+        subprocess.run([sys.executable, script, "--check-child"], timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        record({"section": "check", "error": f"child killed after {timeout_s} s (hang?)"})
+    lines = ROWS.read_text().splitlines()[before:] if ROWS.exists() else []
+    rows = [json.loads(line) for line in lines]
+    return [r for r in rows if r.get("section") == "check" and "variant" in r]
+
+
+def prefill_line(r: dict, limit: Callable[[str], float]) -> str:
+    """A timed prefill row as one summary line: each variant's TFLOP/s (% of its peak, ratio
+    to the best SDPA; BAD where its output missed limit(name) or left NaNs)."""
+    names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
+    cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}({r[n + '_pct_peak']:.0f}%"
+                    + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r else "")
+                    + (",BAD" if r.get(n + "_rel", 0) > limit(n) or r.get(n + "_nan") else "")
+                    + ")" for n in names)  # fmt: skip
+    return f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '} | {cols}"
+
+
+def ws_bench_main(check_child, compile_section, check_section, prefill_section, summary) -> None:
+    """The warp-specialized benches' order: in the check child only its check; else env and
+    compile (a failure there is printed, the run goes on), the check in a child, the timed
+    prefill cases of the configs that passed it, the summary."""
+    if "--check-child" in sys.argv:
+        check_child()
+        return
+    for step in (env_section, compile_section):
+        try:
+            step()
+        except Exception:
+            traceback.print_exc()
+    prefill_section(check_section())
+    summary()
 
 
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:

@@ -27,7 +27,6 @@ L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import traceback
@@ -43,18 +42,20 @@ from attention_gpu_common import (  # noqa: E402
     PEAK,
     attention_ref,
     call_fn,
-    compile_job,
-    env_section,
+    child_rows,
+    compile_pool,
     heads_view,
     layer_fn,
     over_budget,
     packed_input,
     poisoned,
     prefill_baseline,
+    prefill_line,
     record,
     rel,
     sync,
     timed,
+    ws_bench_main,
 )
 
 from opbench.kernels.attention import split_heads  # noqa: E402
@@ -80,19 +81,17 @@ CHECK_TIMEOUT_S = 90
 
 
 def ws_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws import MAXNREG, WS_TILES
+    from opbench.kernels.attention_ws import WS_TILES
+    from opbench.kernels.attention_ws_step import ws_config
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
-             "num_stages": 1, "maxnreg": MAXNREG} for bn, st, pp, pr in WS_TILES[d]]  # fmt: skip
+    return [ws_config(tile) for tile in WS_TILES[d]]
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
     from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
-    from opbench.kernels.attention_ws_step import MAXNREG
+    from opbench.kernels.attention_ws_step import ws_config
 
-    return [{"BLOCK_N": bn, "STAGES": st, "PINGPONG": pp, "P_REGS": pr, "num_warps": 4,
-             "num_stages": 1, "maxnreg": MAXNREG, "FP8": True}
-            for bn, st, pp, pr in WS_FP8_TILES[d]]  # fmt: skip
+    return [{**ws_config(tile), "FP8": True} for tile in WS_FP8_TILES[d]]
 
 
 def cfg_name(cfg: dict) -> str:
@@ -133,9 +132,6 @@ def ws_fn(q, k, v, causal, config):
 
 
 def compile_section() -> None:
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, TimeoutError, as_completed
-
     from opbench.kernels.attention_hopper import HOPPER_TILES
     from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
@@ -152,20 +148,7 @@ def compile_section() -> None:
         jobs += [("portable", case, tile_config(t)) for t in FP16_TILES[d]]
         jobs += [("hopper", case, {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w,
                                    "num_stages": 1}) for bm, bn, w in HOPPER_TILES[d]]  # fmt: skip
-    start = time.perf_counter()
-    errors: list[str] = []
-    pool = ProcessPoolExecutor(max_workers=14, mp_context=mp.get_context("spawn"))
-    futures = [pool.submit(compile_job, job) for job in jobs]
-    try:
-        for future in as_completed(futures, timeout=70):
-            kind, _, err = future.result()
-            if err:
-                errors.append(f"{kind}: {err}")
-    except TimeoutError:
-        errors.append("stopped after 70 s: the rest compiles when bound")
-    pool.shutdown(wait=False, cancel_futures=True)
-    record({"section": "compile", "jobs": len(jobs), "wall_s": time.perf_counter() - start,
-            "errors": errors[:20]})  # fmt: skip
+    compile_pool(jobs, 14, 70)
 
 
 def check_child() -> None:
@@ -202,13 +185,7 @@ def check_child() -> None:
 def check_section() -> set[str]:
     """The check in a child with a time limit; returns the config names that passed everywhere."""
     start = time.perf_counter()
-    before = len(rows())
-    try:
-        subprocess.run([sys.executable, __file__, "--check-child"], timeout=CHECK_TIMEOUT_S,
-                       check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        record({"section": "check", "error": f"child killed after {CHECK_TIMEOUT_S} s (hang?)"})
-    checked = [r for r in rows()[before:] if r.get("section") == "check" and "variant" in r]
+    checked = child_rows(__file__, CHECK_TIMEOUT_S)
     names = {r["variant"] for r in checked}
     passed = {n for n in names if all(r.get("pass") for r in checked if r["variant"] == n)}
     passed &= {n for n in names if n.startswith("ws")}
@@ -275,30 +252,8 @@ def summary() -> None:
                   f"{'c' if r['causal'] else ' '} rel {r.get('rel_l2', float('nan')):.2e} "
                   f"{'PASS' if r.get('pass') else 'FAIL'} {r.get('error', '')[:80]}")  # fmt: skip
         elif r.get("section") == "prefill" and "best_sdpa_ms" in r:
-            names = [k[:-7] for k in r if k.endswith("_TFLOPs")]
-            cols = " ".join(f"{n.removeprefix('sdpa_')} {r[n + '_TFLOPs']:.0f}"
-                            f"({r[n + '_pct_peak']:.0f}%"
-                            + (f",{r[n + '_vs_best_sdpa']:.2f}x" if n + "_vs_best_sdpa" in r
-                               else "")
-                            + (",BAD" if r.get(n + "_rel", 0) > LIMIT["fp8"] or r.get(n + "_nan")
-                               else "") + ")" for n in names)  # fmt: skip
-            print(f"{r['dtype']} B{r['B']} S{r['S']} D{r['D']}{' c' if r['causal'] else '  '}"
-                  f" | {cols}")  # fmt: skip
-
-
-def main() -> None:
-    if "--check-child" in sys.argv:
-        check_child()
-        return
-    for step in (env_section, compile_section):
-        try:
-            step()
-        except Exception:
-            traceback.print_exc()
-    passed = check_section()
-    prefill_section(passed)
-    summary()
+            print(prefill_line(r, lambda n: LIMIT["fp8"]))
 
 
 if __name__ == "__main__":
-    main()
+    ws_bench_main(check_child, compile_section, check_section, prefill_section, summary)

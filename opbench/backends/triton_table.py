@@ -144,7 +144,7 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     of those fits their shapes."""
     from opbench.kernels.attention_decode import CacheAttention
     from opbench.kernels.attention_fp8_layer import Fp8Attention
-    from opbench.kernels.attention_int8 import Int8Attention
+    from opbench.kernels.attention_int8_layer import Int8Attention
     from opbench.kernels.attention_layer import Attention
 
     p = layer.params

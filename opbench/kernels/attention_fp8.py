@@ -56,7 +56,7 @@ from opbench.kernels.attention_plans import (
     fp8_candidates,
 )
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import KernelCall, chosen_call, config_call
+from opbench.kernels.launch import KernelCall, config_call, quantized_choice
 from opbench.kernels.tuning import Choice, Config
 
 # e4m3 (float8e4nv) has no infinities; its largest value, 448.0, is written as a literal in the
@@ -370,13 +370,9 @@ def attention_fp8_calls(
 ) -> tuple[list[KernelCall], Choice, list]:
     """Quantize K and V, then the fp8 attention kernel, bound on [B, S, H, D] views."""
     quantize, keep, make, candidates = fp8_launch(q, k, v, out, causal)
-    forced = as_config(config)
-    if forced is None and not INTERPRET:  # (the interpreter times nothing)
-        for call in quantize:  # the kernel reads what these write while its tiles are timed
-            call.call()
-    call, choice = chosen_call("attention_fp8", views_key(q, out, causal), make, candidates,
-                               q.device, forced)  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_fp8", views_key(q, out, causal), quantize, make,
+                                     candidates, q.device, as_config(config))  # fmt: skip
+    return calls, choice, keep
 
 
 def attention_fp8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):

@@ -8,30 +8,12 @@ one's quantization passes).
 
 from __future__ import annotations
 
-import torch
-
 from opbench.kernels.attention_fp8 import attention_fp8_calls
-from opbench.kernels.attention_layer import Attention
-from opbench.kernels.launch import BoundKernels
-from opbench.kernels.tuning import Config
+from opbench.kernels.attention_layer import QuantizedAttention
 
 
-class Fp8Attention(Attention):
+class Fp8Attention(QuantizedAttention):
     """`Attention` through the fp8 path."""
 
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        # Imported here: Gluon's Hopper modules are needed only where a Hopper kernel may run.
-        from opbench.kernels.attention_ws import ws_usable
-
-        if config is None and ws_usable(q, k, v, out4):
-            # Hopper: one tuned choice over this module's kernel and the warp-specialized one.
-            from opbench.kernels.attention_ws_fp8 import tuned_fp8_sm90_calls
-
-            calls, choice, keep = tuned_fp8_sm90_calls(q, k, v, out4, causal=self.causal)
-        else:
-            calls, choice, keep = attention_fp8_calls(q, k, v, out4, causal=self.causal,
-                                                      config=config)  # fmt: skip
-        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])
+    calls = staticmethod(attention_fp8_calls)
+    sm90 = "opbench.kernels.attention_ws_fp8.tuned_fp8_sm90_calls"

@@ -33,6 +33,7 @@ Cost per call, E = H D, element size e:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import triton
@@ -49,7 +50,6 @@ from opbench.kernels.attention import (
     online_softmax_update,
     views_key,
 )
-from opbench.kernels.attention_layer import Attention
 from opbench.kernels.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
@@ -57,7 +57,7 @@ from opbench.kernels.attention_plans import (
 )
 from opbench.kernels.device import round_to_int8
 from opbench.kernels.host import INTERPRET, cdiv
-from opbench.kernels.launch import BoundKernels, KernelCall, tuned_call
+from opbench.kernels.launch import KernelCall, config_call, quantized_choice
 from opbench.kernels.tuning import Choice, Config
 
 # Keys per quantization block (one scale each). The key tiles of the attention kernel
@@ -308,17 +308,12 @@ def key_quantize_calls(
     return [sums, quantize], k8, k_scale, [partial]
 
 
-def attention_int8_calls(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    out: torch.Tensor,
-    *,
-    causal: bool,
-    config: Config | dict | None = None,
-) -> tuple[list[KernelCall], Choice, list]:
-    """Smooth and quantize K, then the int8 attention kernel, bound on [B, S, H, D] views.
-    config: explicit attention-kernel meta-parameters instead of tuning."""
+def int8_launch(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, causal: bool
+) -> tuple[list[KernelCall], list, Callable[[Config], KernelCall], list[Config]]:
+    """The pieces of `attention_int8_calls`: the bound key passes, the tensors they write
+    [k8, k_scale, workspace...], the attention kernel's KernelCall for a config, and its
+    candidates (attention_ws_int8 reuses the passes and may choose this kernel)."""
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     if q.dtype == torch.float32:
@@ -330,13 +325,30 @@ def attention_int8_calls(
             LOG2E / math.sqrt(head_dim))  # fmt: skip
     named = dict(HEAD_DIM=head_dim, CAUSAL=causal, KEY_BLOCK=KEY_BLOCK,
                  UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16)  # fmt: skip
-    call, choice = tuned_call(
-        "attention_int8", _attention_int8_kernel, views_key(q, out, causal),
-        int8_candidates(head_dim, descriptors_usable(v)),
-        lambda cfg: (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads), args, named,
-        q.device, as_config(config),
-    )  # fmt: skip
-    return [*quantize, call], choice, [k8, k_scale, *keep]
+
+    def make(cfg: Config) -> KernelCall:
+        grid = (cdiv(seq_len, cfg["BLOCK_M"]), batch * heads)
+        return config_call(_attention_int8_kernel, grid, args, named, cfg)
+
+    candidates = int8_candidates(head_dim, descriptors_usable(v))
+    return quantize, [k8, k_scale, *keep], make, candidates
+
+
+def attention_int8_calls(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    causal: bool,
+    config: Config | dict | None = None,
+) -> tuple[list[KernelCall], Choice, list]:
+    """Smooth and quantize K, then the int8 attention kernel, bound on [B, S, H, D] views.
+    config: explicit attention-kernel meta-parameters instead of tuning."""
+    quantize, keep, make, candidates = int8_launch(q, k, v, out, causal)
+    calls, choice = quantized_choice("attention_int8", views_key(q, out, causal), quantize, make,
+                                     candidates, q.device, as_config(config))  # fmt: skip
+    return calls, choice, keep
 
 
 def attention_int8_forward(q, k, v, out, *, causal: bool, config: Config | dict | None = None):
@@ -345,15 +357,3 @@ def attention_int8_forward(q, k, v, out, *, causal: bool, config: Config | dict 
     for call in calls:
         call.call()
     return out
-
-
-class Int8Attention(Attention):
-    """`Attention` through the int8 path (SageAttention-style)."""
-
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        calls, choice, keep = attention_int8_calls(q, k, v, out4, causal=self.causal,
-                                                   config=config)  # fmt: skip
-        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])

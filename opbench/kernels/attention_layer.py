@@ -9,6 +9,9 @@ portable kernel's launch pieces, and this module alone knows about all of them.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable
+
 import torch
 
 from opbench.kernels import Unsupported
@@ -55,3 +58,28 @@ class Attention:
         else:
             call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
         return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])
+
+
+class QuantizedAttention(Attention):
+    """`Attention` through a quantized path (attention_int8_layer, attention_fp8_layer): on
+    Hopper, for views the Gluon kernels take and no forced config, `sm90` (one tuned choice
+    over the portable kernel and the warp-specialized one; named "module.function" and
+    imported at bind, so that Gluon's Hopper modules load only where they may run); else the
+    portable `calls`."""
+
+    calls: Callable  # (q, k, v, out, *, causal, config) -> (calls, choice, keep)
+    sm90: str
+
+    def bind(
+        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
+    ) -> BoundKernels:
+        q, k, v, out, out4 = self.output(x, out)
+        from opbench.kernels.attention_ws import ws_usable
+
+        if config is None and ws_usable(q, k, v, out4):
+            module, _, name = self.sm90.rpartition(".")
+            sm90_calls = getattr(importlib.import_module(module), name)
+            calls, choice, keep = sm90_calls(q, k, v, out4, causal=self.causal)
+        else:
+            calls, choice, keep = self.calls(q, k, v, out4, causal=self.causal, config=config)
+        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])

@@ -22,8 +22,9 @@ register tensor), a tuning choice (`WS_TILES`). From registers, ptxas places the
 P_j V_j above the softmax of block j + 1 (sm_90 SASS, Triton 3.6), which undoes the
 overlap within a warpgroup; the other consumer's MMAs still keep the tensor cores busy, and
 without the shared-memory round trip a third K/V stage fits at D 128: on an H100 it was the
-faster choice at D 128 (docs/perf/attention.md, 2026-11-25 night). The shared pieces of this
-kernel and the fp8 one are in attention_ws_step.py.
+faster choice at D 128 (docs/perf/attention.md, 2026-11-25 night). The pieces this kernel
+shares with the fp8 and int8 ones (attention_ws_fp8.py, attention_ws_int8.py) are in
+attention_ws_step.py.
 
 Layout and masking as in attention_hopper.py: q, k, v are [B, S, H, D] views that TMA reads as
 [B S, H D] matrices; key rows past a batch's end are masked (-inf), query rows past it are
@@ -45,8 +46,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
 )
 
 from opbench.kernels import Unsupported
@@ -59,20 +58,20 @@ from opbench.kernels.attention_hopper import (
 )
 from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
-    CTA_M,
-    MAXNREG,
+    NO_QUANT,
     PRODUCER_REGS,
     WG_M,
     _consumer_start,
-    _last_pv,
+    _cta_start,
+    _first_scores,
+    _key_loop,
     _p_operand,
-    _pass_turn,
-    _take_turn,
+    _store_rows,
     _ws_barriers,
     _ws_producer,
-    _ws_step,
+    ws_candidates,
+    ws_kernel_call,
 )
-from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall, chosen_call
 from opbench.kernels.tuning import Choice, Config
 
@@ -96,31 +95,18 @@ def _ws_consumer(wg: gl.constexpr, q_smem, k_smem, v_smem, p_smem, q_bars, k_rea
     q_tile = q_smem.index(wg)
 
     mbarrier.wait(q_bars.index(wg), 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    _take_turn(turns, wg, 0, PINGPONG)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)  # fmt: skip
-    _pass_turn(turns, wg, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    s = _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg, PINGPONG)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len, qk_scale,
                                         CAUSAL, BLOCK_N, s_layout)  # fmt: skip
     p16 = _p_operand(p, p_smem, 2 * wg, dtype, o_layout, P_REGS)
 
-    for j in range(0, num_blocks - 1):
-        acc, p16, alpha, m_i, l_i = _ws_step(
-            j, acc, p16, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready, k_empty,
-            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, qk_scale,
-            qk_scale, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, False)  # fmt: skip
+    acc, l_i = _key_loop(acc, p16, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready,
+                         k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+                         num_blocks, qk_scale, qk_scale, qk_scale, dtype, s_layout, o_layout,
+                         CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, NO_QUANT)  # fmt: skip
 
-    acc = _last_pv(acc, p16, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
-                   False)  # fmt: skip
-
-    out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    rows = m0 + gl.arange(0, WG_M, layout=row_o)
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
-    gl.store(o_ptrs, out.to(dtype), mask=rows[:, None] < seq_len)
+    _store_rows(acc / gl.convert_layout(l_i, row_o)[:, None], m0, out_ptr, out_base, stride_os,
+                seq_len, o_layout, HEAD_DIM)  # fmt: skip
 
 
 @gluon.jit
@@ -135,22 +121,10 @@ def _attention_ws_kernel(
 ):  # fmt: skip
     """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
     dtype: gl.constexpr = q_desc.dtype
-    num_m_blocks = gl.cdiv(seq_len, CTA_M)
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
-    pid_bh = gl.program_id(1)
-    batch = pid_bh // heads
-    head = pid_bh % heads
-    start_m = pid_m * CTA_M
+    pid_bh, batch, head, start_m, num_blocks, mask_end, out_base = _cta_start(
+        seq_len, heads, stride_ob, stride_oh, CAUSAL, BLOCK_N)  # fmt: skip
     row0 = batch * seq_len
     col = head * HEAD_DIM
-    if CAUSAL:
-        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
-    else:
-        num_blocks = gl.cdiv(seq_len, BLOCK_N)
-    mask_end = (seq_len // BLOCK_N) * BLOCK_N
-    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
 
     q_smem = gl.allocate_shared_memory(dtype, [2, WG_M, HEAD_DIM], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], k_desc.layout)
@@ -210,15 +184,9 @@ def ws_launch(
         bn = cfg["BLOCK_N"]
         args = (_descriptor(q, WG_M.value), _descriptor(k, bn), _descriptor(v, bn), out, seq, heads,
                 out.stride(0), out.stride(1), out.stride(2), scale)  # fmt: skip
-        named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
-                     PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
-        return KernelCall(_attention_ws_kernel, (cdiv(seq, CTA_M.value), batch * heads), args, named,
-                          cfg.options())  # fmt: skip
+        return ws_kernel_call(_attention_ws_kernel, q, args, causal, cfg)
 
-    candidates = [Config.of(KERNEL="ws", BLOCK_N=bn, STAGES=st, PINGPONG=pp, P_REGS=pr,
-                            num_warps=4, num_stages=1, maxnreg=MAXNREG)
-                  for bn, st, pp, pr in WS_TILES[head_dim]]  # fmt: skip
-    return make, candidates
+    return make, ws_candidates("ws", WS_TILES[head_dim])
 
 
 def ws_call(

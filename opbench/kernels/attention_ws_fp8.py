@@ -23,55 +23,37 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from opbench.kernels import Unsupported
 from opbench.kernels.attention import LOG2E, as_config, views_key
 from opbench.kernels.attention_fp8 import fp8_launch
-from opbench.kernels.attention_hopper import _cta_barrier, _descriptor, _softmax_block
+from opbench.kernels.attention_hopper import _descriptor, _softmax_block
 from opbench.kernels.attention_int8 import KEY_BLOCK
 from opbench.kernels.attention_ws import ws_usable
 from opbench.kernels.attention_ws_step import (
     CONSUMER_REGS,
-    CTA_M,
-    MAXNREG,
+    FP8_QUANT,
     PRODUCER_REGS,
     WG_M,
     _consumer_start,
-    _last_pv,
+    _cta_start,
+    _first_scores,
+    _key_loop,
     _p_operand,
-    _pass_turn,
-    _take_turn,
+    _quantize_q,
+    _store_rows,
     _ws_barriers,
     _ws_producer,
-    _ws_step,
+    ws_candidates,
+    ws_kernel_call,
 )
-from opbench.kernels.host import cdiv
-from opbench.kernels.launch import KernelCall, chosen_call
+from opbench.kernels.launch import KernelCall, by_kernel, quantized_choice
 from opbench.kernels.tuning import Choice, Config
 
 FP8 = gl.float8e4nv
-
-
-@gluon.jit
-def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr):
-    """q_tile (fp16/bf16, shared) * qk_scale -> q8_tile (e4m3, shared); returns its scale."""
-    layout: gl.constexpr = gl.BlockedLayout(
-        [1, 8], [32 // (HEAD_DIM // 8), HEAD_DIM // 8], [4, 1], [1, 0]
-    )
-    rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
-    q = q_tile.load(layout).to(gl.float32) * qk_scale
-    q = gl.where(rows[:, None] < seq_len, q, 0.0)
-    q_amax = gl.maximum(gl.max(gl.max(gl.abs(q), 1), 0), 1e-12)
-    q8_tile.store((q * (448.0 / q_amax)).to(FP8))
-    fence_async_shared()
-    _cta_barrier()
-    return q_amax / 448.0
 
 
 @gluon.jit
@@ -83,7 +65,6 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
                      P_REGS: gl.constexpr):  # fmt: skip
     """attention_ws._ws_consumer's key loop (its `_ws_step`, FP8) on e4m3 operands, with the
     per-block K scale; P in registers (P_REGS) or shared memory."""
-    out_dtype: gl.constexpr = q_smem.dtype
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 32]
     )
@@ -96,34 +77,22 @@ def _ws_fp8_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, 
     q8 = q8_smem.index(wg)
 
     mbarrier.wait(q_bars.index(wg), 0)
-    q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM)
+    q_scale = _quantize_q(q_smem.index(wg), q8, m0, seq_len, qk_scale, HEAD_DIM, False)
     k_scale = gl.load(k_scale_ptr)
-    mbarrier.wait(k_ready.index(0), 0)
-    _take_turn(turns, wg, 0, PINGPONG)
-    s_tok = warpgroup_mma(q8, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
-                          is_async=True)  # fmt: skip
-    _pass_turn(turns, wg, PINGPONG)
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    s = _first_scores(q8, k_smem, k_ready, k_empty, turns, zero_s, wg, PINGPONG)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
                                         q_scale * k_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
     p8 = _p_operand(p * 448.0, p_smem, 2 * wg, FP8, o_layout, P_REGS)
 
-    for j in range(0, num_blocks - 1):
-        acc, p8, alpha, m_i, l_i = _ws_step(
-            j, acc, p8, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready, k_empty,
-            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
-            k_scale_ptr, FP8, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, True)  # fmt: skip
-
-    acc = _last_pv(acc, p8, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
-                   True)  # fmt: skip
+    acc, l_i = _key_loop(acc, p8, alpha, m_i, l_i, wg, q8, k_smem, v_smem, p_smem, k_ready,
+                         k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
+                         num_blocks, qk_scale, q_scale, k_scale_ptr, FP8, s_layout, o_layout,
+                         CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, FP8_QUANT)  # fmt: skip
 
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
     v_scale = gl.load(v_scale_ptr + cols)
     out = acc * (v_scale / 448.0)[None, :] / gl.convert_layout(l_i, row_o)[:, None]
-    rows = m0 + gl.arange(0, WG_M, layout=row_o)
-    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
-    gl.store(o_ptrs, out.to(out_dtype), mask=rows[:, None] < seq_len)
+    _store_rows(out, m0, out_ptr, out_base, stride_os, seq_len, o_layout, HEAD_DIM)
 
 
 @gluon.jit
@@ -141,20 +110,8 @@ def _attention_ws_fp8_kernel(
     STAGES: gl.constexpr, PINGPONG: gl.constexpr, P_REGS: gl.constexpr,
 ):  # fmt: skip
     """Grid (cdiv(S, 128), B * H); num_warps = 4 (the first consumer) plus the workers."""
-    num_m_blocks = gl.cdiv(seq_len, CTA_M)
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        pid_m = num_m_blocks - 1 - pid_m  # longest rows first
-    pid_bh = gl.program_id(1)
-    batch = pid_bh // heads
-    head = pid_bh % heads
-    start_m = pid_m * CTA_M
-    if CAUSAL:
-        num_blocks = gl.cdiv(gl.minimum(start_m + CTA_M, seq_len), BLOCK_N)
-    else:
-        num_blocks = gl.cdiv(seq_len, BLOCK_N)
-    mask_end = (seq_len // BLOCK_N) * BLOCK_N
-    out_base = batch.to(gl.int64) * stride_ob + head.to(gl.int64) * stride_oh
+    pid_bh, batch, head, start_m, num_blocks, mask_end, out_base = _cta_start(
+        seq_len, heads, stride_ob, stride_oh, CAUSAL, BLOCK_N)  # fmt: skip
     k_scale_ptr += pid_bh * (padded_len // 128)
     v_scale_ptr += pid_bh * HEAD_DIM
 
@@ -223,15 +180,9 @@ def ws_fp8_launch(
                 fp8_descriptor(vt8, [head_dim, bn]), k_scale, v_scale, out, seq, padded_len,
                 heads, out.stride(0), out.stride(1), out.stride(2),
                 LOG2E / math.sqrt(head_dim))  # fmt: skip
-        named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=bn, STAGES=cfg["STAGES"],
-                     PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
-        return KernelCall(_attention_ws_fp8_kernel, (cdiv(seq, CTA_M.value), batch * heads),
-                          args, named, cfg.options())  # fmt: skip
+        return ws_kernel_call(_attention_ws_fp8_kernel, q, args, causal, cfg)
 
-    candidates = [Config.of(KERNEL="ws_fp8", BLOCK_N=bn, STAGES=st, PINGPONG=pp, P_REGS=pr,
-                            num_warps=4, num_stages=1, maxnreg=MAXNREG)
-                  for bn, st, pp, pr in WS_FP8_TILES[head_dim]]  # fmt: skip
-    return make, candidates
+    return make, ws_candidates("ws_fp8", WS_FP8_TILES[head_dim])
 
 
 def ws_fp8_calls(
@@ -250,13 +201,9 @@ def ws_fp8_calls(
                           "fp16/bf16, D 64/128 and TMA-able views")  # fmt: skip
     quantize, keep, _, _ = fp8_launch(q, k, v, out, causal)
     make, candidates = ws_fp8_launch(q, out, keep, causal)
-    forced = as_config(config)
-    if forced is None:
-        for call in quantize:  # the kernel reads what these write while its tiles are timed
-            call.call()
-    call, choice = chosen_call("attention_ws_fp8", views_key(q, out, causal), make, candidates,
-                               q.device, forced)  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_ws_fp8", views_key(q, out, causal), quantize,
+                                     make, candidates, q.device, as_config(config))  # fmt: skip
+    return calls, choice, keep
 
 
 def tuned_fp8_sm90_calls(
@@ -266,13 +213,8 @@ def tuned_fp8_sm90_calls(
     attention_fp8's kernel's (KERNEL says which), for views `ws_usable` accepts."""
     quantize, keep, make_fp8, fp8_candidates = fp8_launch(q, k, v, out, causal)
     make_ws, ws_candidates = ws_fp8_launch(q, out, keep, causal)
-
-    def make(cfg: Config) -> KernelCall:
-        return make_ws(cfg) if cfg["KERNEL"] == "ws_fp8" else make_fp8(cfg)
-
-    for call in quantize:  # the kernels read what these write
-        call.call()
     candidates = ws_candidates + [c.with_meta(KERNEL="fp8") for c in fp8_candidates]
-    call, choice = chosen_call("attention_fp8_sm90", views_key(q, out, causal), make, candidates,
-                               q.device)  # fmt: skip
-    return [*quantize, call], choice, keep
+    calls, choice = quantized_choice("attention_fp8_sm90", views_key(q, out, causal), quantize,
+                                     by_kernel("ws_fp8", make_ws, make_fp8), candidates,
+                                     q.device)  # fmt: skip
+    return calls, choice, keep

@@ -226,3 +226,32 @@ def chosen_call(
 
         choice = choose(name, key, candidates, device, lambda cfg: make(cfg).call)
     return make(choice.config), choice
+
+
+def quantized_choice(
+    name: str,
+    key: str,
+    quantize: Sequence[KernelCall],
+    make: Callable[[Config], KernelCall],
+    candidates: Sequence[Config],
+    device: Any,
+    config: Config | None = None,
+) -> tuple[list[KernelCall], Choice]:
+    """A quantized path's calls: its bound quantization passes, then the kernel `chosen_call`
+    picks. The passes run once first, since the candidates read what they write while they
+    are timed (not when `config` is forced or under the interpreter: nothing is timed)."""
+    if config is None and not INTERPRET:
+        for call in quantize:
+            call.call()
+    call, choice = chosen_call(name, key, make, candidates, device, config)
+    return [*quantize, call], choice
+
+
+def by_kernel(
+    kernel: str,
+    make_kernel: Callable[[Config], KernelCall],
+    make_other: Callable[[Config], KernelCall],
+) -> Callable[[Config], KernelCall]:
+    """One `make` over two kernels' candidates: `make_kernel` for configs whose KERNEL is
+    `kernel`, `make_other` for the rest."""
+    return lambda cfg: make_kernel(cfg) if cfg["KERNEL"] == kernel else make_other(cfg)

@@ -15,11 +15,11 @@ from opbench.kernels import Unsupported
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_int8 import (
     KEY_BLOCK,
-    Int8Attention,
     _key_partial_sums_kernel,
     _quantize_keys_kernel,
     attention_int8_forward,
 )
+from opbench.kernels.attention_int8_layer import Int8Attention
 
 TOLERANCE = 3e-2
 

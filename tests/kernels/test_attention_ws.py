@@ -14,7 +14,7 @@ import triton
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
-from opbench.kernels.attention_ws_step import MAXNREG
+from opbench.kernels.attention_ws_step import MAXNREG, ws_config
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
@@ -35,18 +35,24 @@ from triton.runtime.jit import mangle_type
 from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor
 from opbench.kernels.attention_ws_step import WG_M, MAXNREG
 from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
-head_dim, causal, block_n, stages, pingpong, p_regs, fp8 = map(int, sys.argv[1:8])
+from opbench.kernels.attention_ws_int8 import _attention_ws_int8_kernel, int8_descriptor
+head_dim, causal, block_n, stages, pingpong, p_regs, quant = map(int, sys.argv[1:8])
 out_dir = sys.argv[8]
 x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
 q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2]
 out = torch.empty(2, 256, 2, head_dim, dtype=torch.float16)
-if fp8:
+if quant == 1:
     fn = _attention_ws_fp8_kernel
     k8 = torch.empty(4, 256, head_dim, dtype=torch.float8_e4m3fn)
     vt8 = torch.empty(4, head_dim, 256, dtype=torch.float8_e4m3fn)
     args = [_descriptor(q, WG_M.value), fp8_descriptor(k8, [block_n, head_dim]),
             fp8_descriptor(vt8, [head_dim, block_n]), torch.empty(4, 2),
             torch.empty(4, head_dim), out, 256, 256, 2, 1, 1, 1, 0.1]
+elif quant == 2:
+    fn = _attention_ws_int8_kernel
+    k8 = torch.empty(4, 256, head_dim, dtype=torch.int8)
+    args = [_descriptor(q, WG_M.value), int8_descriptor(k8, [block_n, head_dim]),
+            _descriptor(v, block_n), torch.empty(4, 2), out, 256, 256, 2, 1, 1, 1, 0.1]
 else:
     fn = _attention_ws_kernel
     args = [_descriptor(q, WG_M.value), _descriptor(k, block_n), _descriptor(v, block_n), out,
@@ -61,23 +67,25 @@ open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
 open(out_dir + "/k.cubin", "wb").write(compiled.asm["cubin"])
 print(compiled.metadata.num_warps, compiled.metadata.shared)
 """
+INT8 = 2  # compile_sm90's `fp8` argument for the int8 kernel (attention_ws_int8)
 
 
 def compile_sm90(
-    head_dim: int, causal: bool, tile: tuple[int, int, bool, bool], fp8: bool, out: Path
+    head_dim: int, causal: bool, tile: tuple[int, int, bool, bool], fp8: bool | int, out: Path
 ) -> str:
-    """The fp16 or fp8 kernel compiled for sm_90 on this machine (out/k.ptx, out/k.cubin);
-    returns the compiler's "num_warps shared_bytes" line."""
+    """The fp16 kernel, the fp8 one (fp8 True) or the int8 one (fp8 = INT8) compiled for
+    sm_90 on this machine (out/k.ptx, out/k.cubin); returns the compiler's "num_warps
+    shared_bytes" line."""
     argv = [int(a) if isinstance(a, bool) else a for a in (head_dim, causal, *tile, fp8)]
     return run_uninterpreted(COMPILE_SM90, *argv, out).strip().splitlines()[-1]
 
 
 def sass_events(cubin: Path) -> list[str]:
-    """The SASS as a sequence of H (wgmma: HGMMA fp16/bf16, QGMMA fp8), W0/W1 (wait for all / all but one wgmma group),
+    """The SASS as a sequence of H (wgmma: HGMMA fp16/bf16, QGMMA fp8, IGMMA int8), W0/W1 (wait for all / all but one wgmma group),
     e (exp2) and S (setmaxnreg), repeats merged."""
     events: list[str] = []
     for line in dump_sass(cubin).splitlines():
-        token = ("H" if "HGMMA" in line or "QGMMA" in line else "W" + line.split("0x")[1][0] if "DEPBAR" in line
+        token = ("H" if "HGMMA" in line or "QGMMA" in line or "IGMMA" in line else "W" + line.split("0x")[1][0] if "DEPBAR" in line
                  else "e" if "MUFU.EX2" in line else "S" if "SETMAXREG" in line else None)  # fmt: skip
         if token and (not events or events[-1] != token):
             events.append(token)
@@ -179,12 +187,11 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong, p_regs in WS_TILES[head_dim]:
+    for tile in WS_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         out4 = out.unflatten(-1, (heads, head_dim))
         assert ws_usable(q, k, v, out4)
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
-                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = ws_config(tile)
         ws_call(q, k, v, out4, causal=causal, config=config)[0].call()
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), config
@@ -208,10 +215,9 @@ def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for block_n, stages, pingpong, p_regs in WS_FP8_TILES[head_dim]:
+    for tile in WS_FP8_TILES[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
-        config = {"BLOCK_N": block_n, "STAGES": stages, "PINGPONG": pingpong, "P_REGS": p_regs,
-                  "num_warps": 4, "num_stages": 1, "maxnreg": MAXNREG}  # fmt: skip
+        config = ws_config(tile)
         calls = ws_fp8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
                              config=config)[0]  # fmt: skip
         for call in calls:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from opbench.backends.triton_table import LayerKernel
 from opbench.kernels.activation import activation, bind_activation
-from opbench.kernels.attention_int8 import Int8Attention
+from opbench.kernels.attention_int8_layer import Int8Attention
 from opbench.kernels.attention_layer import Attention
 from opbench.kernels.batchnorm import batchnorm2d, bind_batchnorm2d
 from opbench.kernels.conv import build_conv2d
