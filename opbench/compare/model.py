@@ -16,6 +16,32 @@ from opbench.targets import DEFAULT_TARGET_SPEEDUP
 COMPARISON_SCHEMA_VERSION = 1
 
 
+@dataclass(frozen=True)
+class QuantPeer:
+    """PyTorch's own quantized GEMM for one `quant` (a per-layer peer: it runs that quant's
+    linears and nothing else), and the ComparisonRow field with the primary backend's speed-up
+    over it. A new peer adds its field to ComparisonRow: the files keep one named field per
+    peer (vs_torch_int8, vs_torch_fp8), which older readers simply ignore."""
+
+    quant: str
+    backend: str
+
+    @property
+    def field(self) -> str:
+        return "vs_" + self.backend.replace("-", "_")
+
+    @property
+    def header(self) -> str:
+        return f"× {self.backend}"
+
+
+# In the order their columns appear, after "× torch".
+QUANT_PEERS: tuple[QuantPeer, ...] = (
+    QuantPeer("int8", "torch-int8"),
+    QuantPeer("fp8", "torch-fp8"),
+)
+
+
 class Verdict:
     PASS = "PASS"  # lower 95% bound of the speedup >= target
     FAIL = "FAIL"  # upper bound < target, or the layer's output was incorrect
@@ -91,8 +117,13 @@ class ComparisonRow:
     ambiguity: why the rows' cover of the layers is not certain (then never PASS), else None.
     dtype, quant, input_shape, output_shape, flops, bytes: of the row's layers (first layer's
         input, last layer's output; FLOPs and bytes summed), for the per-layer tables.
-    vs_torch / vs_torch_int8: the primary backend's speed-up over torch eager (and over the
-        torch-int8 backend on int8 layers) on the same layers, where both were timed.
+    vs_torch: the primary backend's speed-up over torch eager on the same layers, where both
+        were timed.
+    vs_torch_int8 / vs_torch_fp8: the same over the quant's peer (QUANT_PEERS: torch-int8 on
+        `quant: int8` rows, torch-fp8 on `quant: fp8` rows), only where the peer has OK times
+        covering every layer of the row. The peers run the quantized linears alone, so a fused
+        group (norm + linear, linear + add) has no peer time for the same work and stays None:
+        the linear's time alone would compare unlike with unlike.
     """
 
     model: str
@@ -113,10 +144,15 @@ class ComparisonRow:
     bytes: int = 0
     vs_torch: float | None = None
     vs_torch_int8: float | None = None
+    vs_torch_fp8: float | None = None
 
     @property
     def label(self) -> str:
         return " + ".join(self.layers)
+
+    def vs_peer(self, peer: QuantPeer) -> float | None:
+        value: float | None = getattr(self, peer.field)
+        return value
 
     @property
     def primary(self) -> BackendTiming:

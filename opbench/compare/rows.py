@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from opbench.compare.model import BackendTiming, ComparisonRow, Interval, Verdict
+from opbench.compare.model import QUANT_PEERS, BackendTiming, ComparisonRow, Interval, Verdict
 from opbench.compare.verdict import (
     RowContext,
     backend_timing,
@@ -25,7 +25,6 @@ from opbench.results.model import LayerResult, RunResult, Status
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 TORCH = "torch"
-TORCH_INT8 = "torch-int8"
 
 
 @dataclass(frozen=True)
@@ -164,12 +163,28 @@ def _row(
         flops=sum(r.flops for r in described),
         bytes=sum(r.bytes for r in described),
         vs_torch=_speedup_over(TORCH, layers, by_backend, primary),
-        vs_torch_int8=(
-            _speedup_over(TORCH_INT8, layers, by_backend, primary)
-            if first is not None and first.quant == "int8"
-            else None
-        ),
+        **_vs_peers(first.quant if first else None, layers, by_backend, primary),
     )
+
+
+def _vs_peers(
+    quant: str | None,
+    layers: Sequence[str],
+    by_backend: dict[str, list[LayerResult]],
+    primary: BackendTiming,
+) -> dict[str, float | None]:
+    """The ComparisonRow fields of the quantized-linear peers (vs_torch_int8, vs_torch_fp8):
+    the speed-up over the peer of the row's quant, None for the others. A fused group (norm +
+    fp8 linear, linear + add) is never fully covered by the peer, which ran the linear alone,
+    so _speedup_over leaves it None rather than set the group against part of its work."""
+    return {
+        peer.field: (
+            _speedup_over(peer.backend, layers, by_backend, primary)
+            if quant == peer.quant
+            else None
+        )
+        for peer in QUANT_PEERS
+    }
 
 
 def _speedup_over(

@@ -17,6 +17,7 @@ from typing import Any
 from opbench.compare.graphs import GraphLayer
 from opbench.compare.model import (
     COMPARISON_SCHEMA_VERSION,
+    QUANT_PEERS,
     BackendTiming,
     Comparison,
     ComparisonRow,
@@ -140,7 +141,7 @@ def _row(data: dict[str, Any]) -> ComparisonRow:
         input_shape=tuple(data.get("input_shape") or ()),
         output_shape=tuple(data.get("output_shape") or ()),
         vs_torch=_f(data.get("vs_torch")),
-        vs_torch_int8=_f(data.get("vs_torch_int8")),
+        **{peer.field: _f(data.get(peer.field)) for peer in QUANT_PEERS},
     )
 
 
@@ -245,7 +246,8 @@ CSV_COLUMNS = (
     "gbps",
     "roof_fraction",
     "vs_torch",
-    "vs_torch_int8",
+    # the peers' fields in QUANT_PEERS order, appended last: readers by position keep theirs
+    *(peer.field for peer in QUANT_PEERS),
 )
 
 
@@ -318,7 +320,7 @@ def comparison_csv(comparison: Comparison) -> str:
                         else None
                     ),
                     _num(row.vs_torch if primary else None),
-                    _num(row.vs_torch_int8 if primary else None),
+                    *(_num(row.vs_peer(peer) if primary else None) for peer in QUANT_PEERS),
                 ]
             )
     return out.getvalue()

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
 
-from opbench.compare.model import Comparison, ComparisonRow, Interval, Verdict
-from opbench.report.facts import layer_facts, with_host_stream, with_int8
+from opbench.compare.model import Comparison, ComparisonRow, Interval, QuantPeer, Verdict
+from opbench.report.facts import layer_facts, shown_peers, with_host_stream
 from opbench.report.graph_chart import graphs_html
 from opbench.report.plots import PlotImage
 from opbench.report.style import (
@@ -179,7 +179,14 @@ def _end_to_end(c: Comparison) -> str:
     return _table("end-to-end", [_e(h) for h in heads], body)
 
 
-def _layer_row(c: Comparison, row: ComparisonRow, several: bool, host: bool, stream: bool) -> str:
+def _layer_row(
+    c: Comparison,
+    row: ComparisonRow,
+    several: bool,
+    host: bool,
+    stream: bool,
+    peers: tuple[QuantPeer, ...],
+) -> str:
     p = row.primary
     facts = layer_facts(c, row)
     cells = [
@@ -203,8 +210,7 @@ def _layer_row(c: Comparison, row: ComparisonRow, several: bool, host: bool, str
     cells.append(_interval_cell(p.speedup, fmt_x))
     cells.append(_num(facts.roof, facts.roof_value))
     cells.append(_num(facts.vs_torch, row.vs_torch))
-    if with_int8(c):
-        cells.append(_num(facts.vs_torch_int8, row.vs_torch_int8))
+    cells += [_num(facts.vs_peer(peer), row.vs_peer(peer)) for peer in peers]
     cells.append(_num(f"{row.target:g}×", row.target))
     cells.append(_verdict_td(p.verdict))
     cells.append(f"<td>{_e(', '.join(facts.marks))}</td>")
@@ -226,9 +232,10 @@ def _layers_table(c: Comparison) -> str:
     heads += [f"{_swatch(backend_colour(b))}{_e(b)} ms" for b in c.backends]
     heads += ["host ms"] * host + ["stream ms"] * stream
     heads += [_e(f"speedup ({c.backend})"), "% of roof", "× torch"]
-    heads += ["× torch-int8"] * with_int8(c)
+    peers = shown_peers(c)
+    heads += [_e(peer.header) for peer in peers]
     heads += ["target", "verdict", "marks", "reason · other backends"]
-    body = [_layer_row(c, row, several, host, stream) for row in c.rows]
+    body = [_layer_row(c, row, several, host, stream, peers) for row in c.rows]
     return _table("layers", heads, body)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from opbench.compare.model import Comparison, ComparisonRow, Verdict
-from opbench.report.facts import layer_facts, with_host_stream, with_int8
+from opbench.report.facts import layer_facts, shown_peers, with_host_stream
 from opbench.report.style import (
     MARKS,
     VERDICT_SYMBOLS,
@@ -124,11 +124,11 @@ def _layers(c: Comparison) -> list[str]:
     several = len(c.models) > 1
     others = [b for b in c.backends if b != c.backend]
     host, stream = with_host_stream(c)
-    int8 = with_int8(c)
+    peers = shown_peers(c)
     header = ["layer", "op", "shape", "dtype", "FLOPs", "bytes", "reference", "ref ms"]
     header += [f"{md(c.backend)} ms", *(f"{md(b)} ms" for b in others)]
     header += ["host ms"] * host + ["stream ms"] * stream
-    header += ["speedup [95%]", "% of roof", "× torch"] + ["× torch-int8"] * int8
+    header += ["speedup [95%]", "% of roof", "× torch"] + [peer.header for peer in peers]
     header += ["target", "verdict", "marks"]
     align = ["---"] * 4 + ["---:"] * 2 + ["---"] + ["---:"] * (len(header) - 10) + ["---"] * 3
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
@@ -148,7 +148,7 @@ def _layers(c: Comparison) -> list[str]:
         ]
         cells += [fmt_ms(p.host_ms)] * host + [fmt_ms(p.stream_ms)] * stream
         cells += [_speedup_cell(row), facts.roof, facts.vs_torch]
-        cells += [facts.vs_torch_int8] * int8
+        cells += [facts.vs_peer(peer) for peer in peers]
         cells += [f"{row.target:g}×", _verdict_cell(row), md(", ".join(facts.marks))]
         lines.append("| " + " | ".join(cells) + " |")
     if len(c.rows) > MAX_ROWS:

@@ -7,11 +7,12 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from opbench.compare.model import QUANT_PEERS, QuantPeer
 from opbench.report.columns import Column, FittedTable
 from opbench.report.style import MARKS, short_backend
 from opbench.results.model import EndToEnd, LayerResult, Outcome, RunResult, Status
 
-TORCH, TORCH_INT8 = "torch", "torch-int8"
+TORCH = "torch"
 
 
 def baseline_time(run: RunResult, result: LayerResult, backend: str = TORCH) -> float | None:
@@ -124,7 +125,6 @@ def run_columns(run: RunResult) -> list[Column]:
     for r in results:
         shown_models.append(Text(r.model if r.model != previous else ""))
         previous = r.model
-    int8 = any(r.backend == TORCH_INT8 for r in results)
     columns = [
         Column("model", shown_models, max_width=18),
         Column("layer", [Text("+".join(r.members)) for r in results], max_width=20),
@@ -133,18 +133,11 @@ def run_columns(run: RunResult) -> list[Column]:
         Column("throughput", [Text(_throughput(r)) for r in results], 3, "right"),
         Column("× torch", [_x(speedup_vs(run, r)) for r in results], 1, "right"),
     ]
-    if int8:
-        columns.append(
-            Column(
-                "× torch-int8",
-                [
-                    _x(speedup_vs(run, r, TORCH_INT8) if r.quant == "int8" else None)
-                    for r in results
-                ],
-                2,
-                "right",
-            )
-        )
+    columns += [
+        _peer_column(run, peer)
+        for peer in QUANT_PEERS
+        if any(r.backend == peer.backend for r in results)
+    ]
     for header, attr, drop in (("host ms", "host_ms", 5), ("stream ms", "stream_ms", 4)):
         if any(getattr(r, attr) is not None for r in results):
             columns.append(Column(header, [_ms(getattr(r, attr)) for r in results], drop, "right"))
@@ -153,6 +146,17 @@ def run_columns(run: RunResult) -> list[Column]:
         Column("status", [status_text(r) for r in results], max_width=48),
     ]
     return columns
+
+
+def _peer_column(run: RunResult, peer: QuantPeer) -> Column:
+    """× torch-int8 / × torch-fp8: each row of the peer's quant against the peer's time on the
+    same layers. The peer runs the quantized linears alone, so a fused group (norm + linear,
+    linear + add) finds no peer time for its other members and its cell stays empty: the
+    linear's time alone is not the same work."""
+    cells = [
+        _x(speedup_vs(run, r, peer.backend) if r.quant == peer.quant else None) for r in run.layers
+    ]
+    return Column(peer.header, cells, 2, "right")
 
 
 def run_table(run: RunResult, full: bool = False) -> FittedTable:

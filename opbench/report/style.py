@@ -43,6 +43,7 @@ BACKEND_ABBREVIATIONS: dict[str, str] = {
     "torch-compile": "compile",
     "torch-compile-max-autotune": "compile-max",
     "torch-int8": "torch-i8",
+    "torch-fp8": "torch-f8",
 }
 
 # Marks on a time, the same in every output: (symbol, word, meaning).

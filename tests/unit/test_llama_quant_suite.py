@@ -13,6 +13,7 @@ minutes and measure nothing the check needs; the compiled path is still Dynamo's
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from typer.testing import CliRunner
 from opbench.backends.torch_compile import TorchCompile
 from opbench.backends.torch_int8 import TorchInt8
 from opbench.cli.main import app
+from opbench.report.run_table import run_columns
 from opbench.results.io import read_run
 from opbench.results.model import Status
 from opbench.spec.load import load_suite, load_suite_text
@@ -146,3 +148,22 @@ def test_each_unfused_fp8_linear_beside_its_peer(run) -> None:
         for row in rows.values():
             c = row.correctness
             assert c.passed and c.tolerance == QUANT_TOLERANCE["fp8"] and c.rel_l2 > 1e-2, row
+
+
+def test_the_run_table_sets_lone_linears_against_their_peer_and_no_fused_group(run) -> None:
+    """× torch-fp8 / × torch-int8 on the real rows. Interpreter times are no measurements (the
+    table leaves them out), so the flag is dropped here only to reach the arithmetic: a lone
+    quantized linear gets a ratio over its quant's peer; a fused group none, as the peer ran
+    its linear alone, not the norm, activation or add fused with it."""
+    measured = replace(run, layers=tuple(replace(r, interpreted=False) for r in run.layers))
+    columns = {str(c.header): [t.plain for t in c.cells] for c in run_columns(measured)}
+    lone = 0
+    for i, r in enumerate(measured.layers):
+        if r.backend != "triton":
+            continue
+        own, other = PEER[QUANT[r.model]], PEER["int8" if QUANT[r.model] == "fp8" else "fp8"]
+        assert columns[f"× {other}"][i] == "—", (r.model, r.members)
+        lone_linear = len(r.members) == 1 and r.members[0] in LINEARS
+        assert (columns[f"× {own}"][i] != "—") == lone_linear, (r.model, r.members)
+        lone += lone_linear
+    assert lone == len(LINEARS) + 2  # the unfused fp8 model's five; int8's qkv and up
