@@ -5,25 +5,26 @@ on; the GPU run (TRITON_INTERPRET=0 on an H100/H200) checks its results against 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 import torch
-import triton
 
 from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
 from opbench.kernels.attention_ws_step import MAXNREG, ws_config
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
-from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
+from tests.kernels.sm90 import (
+    dump_sass,
+    no_spills_where_measured,
+    ptxas_report,
+    run_uninterpreted,
+)
 
 ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
              and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
 GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
-# The Triton release of the GPU machine, where these kernels were measured.
-MEASURED_TRITON = "3.6."
 
 # A fresh interpreter with TRITON_INTERPRET=0: under the interpreter (this test run) gluon.jit
 # helpers become interpreted functions that the Gluon compiler cannot call.
@@ -119,24 +120,6 @@ def test_compiles_for_sm90_warp_specialized_with_overlap(
         following = events[i + 1 :]
         assert "W0" in following and "e" in following[: following.index("W0")], events
     no_spills_where_measured(info)
-
-
-def no_spills_where_measured(info: str) -> None:
-    """ptxas's report `info` shows no spills; else a failure under the Triton release the
-    kernels were measured with (3.6), an expected failure naming the spill bytes under another.
-    The register split was measured spill-free with the GPU machine's Triton (3.6); Triton
-    3.9's allocator spills the fp8 D 64 kernels (184 bytes, seen 2026-11-25, P staged and P
-    in registers). A spill costs speed, not correctness; the tuner times such a tile like any
-    other."""
-    if re.search(r"0 bytes spill stores, 0 bytes spill loads", info):
-        return
-    if triton.__version__.startswith(MEASURED_TRITON):
-        raise AssertionError(info)
-    pytest.xfail(
-        f"spills under Triton {triton.__version__} (spill-free under "
-        f"{MEASURED_TRITON}, where it was measured): "
-        + "; ".join(re.findall(r"\d+ bytes spill \w+", info))
-    )
 
 
 @pytest.mark.parametrize(

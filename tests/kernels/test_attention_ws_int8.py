@@ -16,13 +16,12 @@ from opbench.kernels.attention import split_heads
 from opbench.kernels.attention_int8 import attention_int8_forward
 from opbench.kernels.attention_ws_step import ws_config
 from tests.kernels.attention_reference import int8_model, reference
-from tests.kernels.sm90 import dump_sass, ptxas_report
+from tests.kernels.sm90 import dump_sass, no_spills_where_measured, ptxas_report
 from tests.kernels.test_attention_ws import (
     GPU_REASON,
     INT8,
     ON_HOPPER,
     compile_sm90,
-    no_spills_where_measured,
     sass_events,
 )
 

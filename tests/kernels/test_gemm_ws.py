@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
 
 from opbench.kernels.host import INTERPRET
 from opbench.kernels.linear import Linear
@@ -25,13 +24,16 @@ from opbench.kernels.linear_plans import (
     ws_shared_bytes,
 )
 from opbench.kernels.tuning import Config
-from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
+from tests.kernels.sm90 import (
+    dump_sass,
+    no_spills_where_measured,
+    ptxas_report,
+    run_uninterpreted,
+)
 
 ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
              and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
 GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
-# The Triton release of the GPU machine, where this kernel was measured.
-MEASURED_TRITON = "3.6."
 
 COMPILE_SM90 = """
 import sys, torch, triton
@@ -121,11 +123,7 @@ def test_compiles_for_sm90_warp_specialized(
     events = sass_events(tmp_path / "k.cubin")
     assert "S" in events and "L" in events and "T" in events, events
     assert "W1" in events and "W0" in events[events.index("W1") :], events
-    if not re.search(r"0 bytes spill stores, 0 bytes spill loads", info):
-        if triton.__version__.startswith(MEASURED_TRITON):
-            raise AssertionError(info)
-        pytest.xfail(f"spills under Triton {triton.__version__} (spill-free under "
-                     f"{MEASURED_TRITON}): " + "; ".join(re.findall(r"\d+ bytes spill \w+", info)))  # fmt: skip
+    no_spills_where_measured(info)
 
 
 def test_tiles_fit_shared_memory_and_registers() -> None:
