@@ -13,7 +13,11 @@ Sections:
   quant    the per-token activation quantizer (fp8 and int8 rule) at M = 2048, 4096 and K =
            4096, 11008, for several launch shapes, beside a copy of the same traffic; then the
            fp8 whole call (quantize + GEMM), the GEMM alone, `_scaled_mm` and torch bf16.
-  block    one decode step's five linears as one CUDA graph: torch fp16, old and new rules.
+  block    one decode step's five linears as one CUDA graph, M = 1, 4, 16: torch fp16; per
+           format (fp16 GEMV, int8, int4) the rule, the best single variant over the shapes
+           and the best plan per layer (both from section decode).
+Section decode also times every fp16 GEMV variant (`stream_variants`), each row keyed by the
+keyword set that made its plan ("vkey"; "{}" is the rule), 2026-11-26: wave-sized grids.
 The section `tiled` (W read from a tile-by-tile copy, W_TILED) was measured on an H100
 (no gain, docs/perf/gemm.md) and removed with the flag; commit 016ba13 has it.
 
@@ -56,8 +60,9 @@ from opbench.kernels.linear_plans import (  # noqa: E402
     gemm_plan,
     sm_count,
     stream_plan,
-    stream_q_candidates,
     stream_q_plan,
+    stream_q_variants,
+    stream_variants,
 )
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
 from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
@@ -139,6 +144,7 @@ def describe(plan: Config) -> str:
         + ("" if kw.get("USE_DOT", True) else " cuda-core")
         + (" asm" if kw.get("ASM_UNPACK") else "")
         + (" w-left" if kw.get("W_LEFT") else "")
+        + (f" maxnreg{plan.maxnreg}" if plan.maxnreg else "")
     )
 
 
@@ -170,13 +176,56 @@ def measure(row: dict, run: Callable[[], torch.Tensor], out: torch.Tensor | None
     return row if "us" in row else None
 
 
-# The fastest checked plan of the new kernel per (quant, M, K, N), for the block graphs.
+# The fastest checked plan of the new kernel (fp16: of the GEMV) per (quant, M, K, N), for
+# the block graphs; and every checked variant's µs by (quant, M, K, N, variant key).
 BEST_NEW: dict[tuple, tuple] = {}
+VARIANT_US: dict[tuple, float] = {}
 
 
 def make_layer(quant: str, w: torch.Tensor):
     cls, _ = LAYERS[quant]
     return cls(w, None, group_size=GROUP) if quant == "int4-weight" else cls(w, None)
+
+
+def variant_plans(quant: str, m: int, n: int, k: int, sms: int) -> list[tuple[list, Config]]:
+    """(variant keys, plan) for every distinct plan of the rule's kernel at this point: fp16
+    `stream_variants` (the GEMV), int8/int4 `stream_q_variants`; the keys are the keyword
+    sets that make the plan ("{}" is the rule), each timed once, recorded under every key."""
+    if quant == "none":
+        made = [(v, stream_plan(m, n, k, 16, 0, sms, **v)) for v in stream_variants(m, 16)]
+    else:
+        bits = LAYERS[quant][1]
+        made = [(v, stream_q_plan(m, n, k, bits, GROUP, sms, **v)) for v in stream_q_variants()]
+    out: list[tuple[list, Config]] = []
+    for variant, plan in made:
+        key = json.dumps(variant, sort_keys=True)
+        same = [keys for keys, p in out if p == plan]
+        if same:
+            same[0].append(key)
+        else:
+            out.append(([key], plan))
+    return out
+
+
+def run_variant(base: dict, quant: str, label: str, keys: list, plan: Config, layer, x, out,
+                exact, quantized, traffic: float) -> None:  # fmt: skip
+    name = "fp16" if quant == "none" else quant
+    row = {**base, "variant": f"{name} {label}", "quant": quant, "plan": describe(plan),
+           "vkey": keys[0], "vkeys": keys}  # fmt: skip
+    try:
+        run = layer.bind(x, out, config=plan).launch
+    except Exception as exc:
+        row["error"] = f"bind: {type(exc).__name__}: {str(exc)[:200]}"
+        record(row)
+        log(f"  {row['variant']} {row['plan']}: {row['error']}")
+        return
+    done = measure(row, run, out, exact, quantized, traffic)
+    point = (quant, base["M"], base["K"], base["N"])
+    if label != "old rule" and done and done.get("ok"):
+        for key in keys:
+            VARIANT_US[(*point, key)] = done["us"]
+        if point not in BEST_NEW or done["us"] < BEST_NEW[point][0]:
+            BEST_NEW[point] = (done["us"], plan)
 
 
 def section_decode() -> None:
@@ -194,32 +243,43 @@ def section_decode() -> None:
                     lambda x=x, w=w: F.linear(x, w), None, None, None, io + weight_bytes("none", n, k))  # fmt: skip
             out = torch.empty(m, n, dtype=torch.float16, device=DEV)
             fp16 = Linear(w, None)
-            plan = stream_plan(m, n, k, 16, 0, sms)
-            measure({**base, "variant": "ours fp16 gemv (rule)", "quant": "none",
-                     "plan": describe(plan)}, fp16.bind(x, out, config=plan).launch, out, exact,
-                    None, io + weight_bytes("none", n, k))  # fmt: skip
+            for keys, plan in variant_plans("none", m, n, k, sms):
+                label = "gemv (rule)" if "{}" in keys else "gemv"
+                run_variant(base, "none", label, keys, plan, fp16, x, out, exact, None,
+                            io + weight_bytes("none", n, k))  # fmt: skip
             for quant, (_, bits) in LAYERS.items():
                 layer = make_layer(quant, w)
                 quantized = x.double() @ quantized_weight(quant, w, GROUP).to(DEV).T
                 traffic = io + weight_bytes(quant, n, k)
-                plans = [("old rule", stream_plan(m, n, k, bits, GROUP, sms))]
-                plans += [("new", p) for p in stream_q_candidates(m, n, k, bits, GROUP, sms)]
-                for label, plan in plans:
-                    row = {**base, "variant": f"{quant} {label}", "quant": quant,
-                           "plan": describe(plan)}  # fmt: skip
-                    try:
-                        run = layer.bind(x, out, config=plan).launch
-                    except Exception as exc:
-                        row["error"] = f"bind: {type(exc).__name__}: {str(exc)[:200]}"
-                        record(row)
-                        log(f"  {row['variant']} {row['plan']}: {row['error']}")
-                        continue
-                    done = measure(row, run, out, exact, quantized, traffic)
-                    key = (quant, m, k, n)
-                    if (label == "new" and done and done.get("ok") and
-                            (key not in BEST_NEW or done["us"] < BEST_NEW[key][0])):  # fmt: skip
-                        BEST_NEW[key] = (done["us"], plan)
+                plans = [("old rule", ["old"], stream_plan(m, n, k, bits, GROUP, sms))]
+                plans += [("rule" if "{}" in keys else "new", keys, plan)
+                          for keys, plan in variant_plans(quant, m, n, k, sms)]  # fmt: skip
+                for label, keys, plan in plans:
+                    run_variant(base, quant, label, keys, plan, layer, x, out, exact, quantized,
+                                traffic)  # fmt: skip
             del x, w, exact
+
+
+def best_single_variant(quant: str, m: int) -> str:
+    """The variant key with the lowest geometric mean, over the shapes, of its time over that
+    shape's fastest: the one keyword set a rule could use (measured at every shape)."""
+    import math
+
+    scores = {}
+    keys = {key for (q, mm, _, _, key) in VARIANT_US if q == quant and mm == m}
+    for key in keys:
+        ratios = [VARIANT_US.get((quant, m, k, n, key), 0.0) / BEST_NEW[(quant, m, k, n)][0]
+                  for k, n in SHAPES if BEST_NEW.get((quant, m, k, n), (0.0,))[0] > 0]  # fmt: skip
+        if ratios and all(ratios) and len(ratios) == len(SHAPES):
+            scores[key] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+    if not scores:
+        return "{}"
+    best = min(scores, key=scores.__getitem__)
+    log(f"best single variant {quant} M {m}: {best} (geomean {scores[best]:.3f}; rule "
+        f"{scores.get('{}', float('nan')):.3f})")  # fmt: skip
+    record({"section": "single", "quant": quant, "M": m, "vkey": best, "geomean": scores[best],
+            "rule_geomean": scores.get("{}")})  # fmt: skip
+    return best
 
 
 def quantize_configs(k: int) -> list[tuple[str, Config, bool]]:
@@ -315,35 +375,42 @@ def section_fp8_calls() -> None:
 
 
 def section_block() -> None:
-    """The decode step's five linears, one CUDA graph per variant, M = 1 and 16."""
+    """The decode step's five linears, one CUDA graph per variant, M = 1, 4, 16: torch fp16;
+    per format (fp16 GEMV, int8, int4) the rule, the best single variant over the shapes
+    (section decode) and the best plan per layer."""
     sms = sm_count(torch.device(DEV))
-    for m in (1, 16):
+    for m in DECODE_M:
         probs = {name: problem(m, k, n, torch.float16, i) for i, (name, (k, n)) in
                  enumerate(BLOCK.items())}  # fmt: skip
         variants: dict[str, list] = {"torch fp16": [lambda x=x, w=w: F.linear(x, w)
                                                     for x, w in probs.values()]}  # fmt: skip
-        for quant, (_, bits) in LAYERS.items():
-            for label in ("old rule", "new asm default", "new best per layer"):
+        for quant in ("none", *LAYERS):
+            single = json.loads(best_single_variant(quant, m))
+            for label in ("rule", "best single variant", "best per layer"):
                 runs = []
                 for x, w in probs.values():
                     n, k = w.shape
-                    layer = make_layer(quant, w)
-                    if label == "old rule":
-                        plan = stream_plan(m, n, k, bits, GROUP, sms)
-                    elif label == "new asm default" or (quant, m, k, n) not in BEST_NEW:
-                        plan = stream_q_plan(m, n, k, bits, GROUP, sms, asm=True)
-                    else:
+                    layer = Linear(w, None) if quant == "none" else make_layer(quant, w)
+                    bits = 16 if quant == "none" else LAYERS[quant][1]
+                    make = stream_plan if quant == "none" else stream_q_plan
+                    group = 0 if quant == "none" else GROUP
+                    plan = make(m, n, k, bits, group, sms)
+                    if label == "best single variant":
+                        plan = make(m, n, k, bits, group, sms, **single)
+                    elif label == "best per layer" and (quant, m, k, n) in BEST_NEW:
                         plan = BEST_NEW[(quant, m, k, n)][1]
                     runs.append(layer.bind(x, config=plan).launch)
-                variants[f"{quant} {label}"] = runs
-        wb = {"torch fp16": "none", "int8-weight": "int8-weight", "int4-weight": "int4-weight"}
+                name = "fp16 gemv" if quant == "none" else quant
+                variants[f"{name} {label}"] = runs
+        wb = {"torch": "none", "fp16": "none", "int8-weight": "int8-weight",
+              "int4-weight": "int4-weight"}  # fmt: skip
         for name, runs in variants.items():
 
             def step(runs=runs):
                 for r in runs:
                     r()
 
-            quant = wb[name.split(" ")[0] if "int" in name else "torch fp16"]
+            quant = wb[name.split(" ")[0]]
             traffic = sum(weight_bytes(quant, w.shape[0], w.shape[1]) for _, w in probs.values())
             fn = step
             if not OPTS.tiny:
@@ -373,16 +440,18 @@ def compile_worker(index: int, count: int) -> None:
     for k, n in SHAPES:
         for m in DECODE_M:
             x, w = problem(m, k, n, torch.float16, 1)
-            for quant, (_, bits) in LAYERS.items():
+            for quant in ("none", *LAYERS):
                 layer = None
-                plans = [stream_plan(m, n, k, bits, GROUP, sms)]
-                plans += stream_q_candidates(m, n, k, bits, GROUP, sms)
+                plans = [p for _, p in variant_plans(quant, m, n, k, sms)]
+                if quant != "none":
+                    plans.append(stream_plan(m, n, k, LAYERS[quant][1], GROUP, sms))
                 for plan in plans:
                     key = (quant, describe(plan), k % plan["BLOCK_K"] == 0)
                     if zlib.crc32(repr(key).encode()) % count != index:
                         continue
                     try:
-                        layer = layer or make_layer(quant, w)
+                        layer = layer or (Linear(w, None) if quant == "none"
+                                          else make_layer(quant, w))  # fmt: skip
                         layer.bind(x, config=plan)
                     except Exception as exc:
                         print(f"worker {index}: {describe(plan)}: {type(exc).__name__}", flush=True)

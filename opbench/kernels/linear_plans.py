@@ -232,13 +232,34 @@ STREAM_ROW_BYTES = 256
 STREAM_BLOCK_N = {16: 64, 8: 32, 4: 64}
 STREAM_PROGRAMS = {16: 2, 8: 2, 4: 4}
 MAX_STREAM_SPLIT = 8
+# Wave-sized grids (`wave_split`, plans with waves=True): any SPLIT_K up to this, not only
+# powers of two, so that tiles x SPLIT_K fills whole waves of resident programs.
+MAX_WAVE_SPLIT = 16
+
+
+def wave_split(tiles: int, k_steps: int, sm_count: int, per_sm: int) -> int:
+    """SPLIT_K for `tiles` output tiles of `k_steps` K steps each, sized to whole waves: of the
+    splits that keep the programs P = tiles x split within `per_sm` per SM and every split at
+    least MIN_STEPS_PER_SPLIT steps long (split K steps are balanced, see the kernels), the one
+    with the most programs per slot actually used, P x P / (SMs x ceil(P / SMs)): the busiest
+    SM runs ceil(P / SMs) programs while the average runs P / SMs (the 2026-11-26 Nsight
+    profile: 172 programs on 132 SMs left 40 SMs with twice the work, DRAM at 59%)."""
+    best, best_score = 1, 0.0
+    for split in range(1, MAX_WAVE_SPLIT + 1):
+        programs = tiles * split
+        if split > 1 and (programs > per_sm * sm_count or k_steps < split * MIN_STEPS_PER_SPLIT):
+            break
+        score = programs * programs / (sm_count * cdiv(programs, sm_count))
+        if score > best_score:
+            best, best_score = split, score
+    return best
 
 
 def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    fast_unpack: bool = True,
+    fast_unpack: bool = True, waves: bool = False,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
@@ -248,7 +269,7 @@ def stream_plan(
     one group); SPLIT_K, with a single M tile only, the largest power of two up to
     MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
     STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
-    enough loads in flight to stream W.
+    enough loads in flight to stream W; with `waves`, `wave_split` (any split, whole waves).
     Under the interpreter, small tiles that still take the split-K path."""
     if not use_dot and m != 1:
         raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
@@ -264,11 +285,10 @@ def stream_plan(
     m_tiles = cdiv(m, block_m)
     tiles = cdiv(n, block_n) * m_tiles
     k_steps = cdiv(k, block_k)
-    target = programs_per_sm * sm_count
-    split_k = 1
-    while (m_tiles == 1 and tiles * split_k * 2 <= target and split_k < MAX_STREAM_SPLIT
-           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
-        split_k *= 2
+    if waves and m_tiles == 1:
+        split_k = wave_split(tiles, k_steps, sm_count, programs_per_sm)
+    else:
+        split_k = _power_split(tiles if m_tiles == 1 else 0, k_steps, sm_count, programs_per_sm)
     return Config.of(
         KIND="stream", BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
         USE_DOT=use_dot, FAST_UNPACK=fast_unpack and w_bits != 16, num_warps=num_warps,
@@ -276,12 +296,25 @@ def stream_plan(
     )  # fmt: skip
 
 
-def stream_candidates(
-    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
-) -> list[Config]:
-    """Variants of `stream_plan` around its rule (benchmarks time them side by side; tests run
-    each): tile width, bytes per step, pipeline depth, programs per SM, and the CUDA-core GEMV
-    for one row. The rule's own plan comes first."""
+def _power_split(tiles: int, k_steps: int, sm_count: int, per_sm: int) -> int:
+    """The largest power of two up to MAX_STREAM_SPLIT keeping tiles x split within per_sm
+    per SM and every split at least MIN_STEPS_PER_SPLIT steps long (1 for tiles = 0)."""
+    split_k = 1
+    while (0 < tiles * split_k * 2 <= per_sm * sm_count and split_k < MAX_STREAM_SPLIT
+           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
+        split_k *= 2
+    return split_k
+
+
+# Wave-sized variants (waves=True) offered beside each rule: programs per SM x pipeline
+# stages (fewer stages: less shared memory a program, so more fit on an SM at once).
+WAVE_VARIANTS = [{"waves": True, "programs_per_sm": r, "num_stages": s}
+                 for r in (3, 4, 6, 8) for s in (2, 3, 4)]  # fmt: skip
+
+
+def stream_variants(m: int, w_bits: int) -> list[dict]:
+    """`stream_plan` keyword sets around its rule, the rule ({}) first: tile width, bytes per
+    step, pipeline depth, programs per SM, wave-sized grids, the CUDA-core GEMV for one row."""
     variants = [
         {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
         {"row_bytes": 512, "num_stages": 3}, {"row_bytes": 128, "num_stages": 6},
@@ -290,12 +323,25 @@ def stream_candidates(
     if w_bits == 4:  # one group per step whatever row_bytes says: vary the tile instead
         variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
                     {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
+    variants += WAVE_VARIANTS + [{"waves": True, "programs_per_sm": 4, "num_stages": 3,
+                                  "block_n": bn, "num_warps": w}
+                                 for bn, w in ((32, 4), (128, 8))]  # fmt: skip
     if m == 1:
         variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
+        variants += [{"use_dot": False, "waves": True, "programs_per_sm": r, "num_stages": s}
+                     for r, s in ((4, 2), (8, 2), (8, 1), (3, 3), (4, 3))]  # fmt: skip
     if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
         variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
+    return variants
+
+
+def stream_candidates(
+    m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
+) -> list[Config]:
+    """The distinct plans of `stream_variants` (benchmarks time them side by side; tests run
+    each), the rule's own plan first."""
     plans: list[Config] = []
-    for variant in variants:
+    for variant in stream_variants(m, w_bits):
         plan = stream_plan(m, n, k, w_bits, group_size, sm_count, **variant)
         if plan not in plans:
             plans.append(plan)
@@ -309,8 +355,14 @@ def stream_candidates(
 # variant that was fastest (or within 2%) at every measured point: H100, 2026-11-25 evening,
 # 4 LLaMA-7B shapes x M = 1, 4, 16 against every variant of `stream_q_candidates`
 # (docs/perf/gemm.md). bf16 keeps the first kernel: this one was not measured with it.
+# int4 since 2026-11-26 (H100, docs/perf/gemm.md): wave-sized grids (`wave_split`) of up to
+# 4 programs per SM with 3 stages (16 KB of shared memory, 96 registers: 5 fit an SM), the
+# variant within 0.5% of the fastest on average over the 12 points (worst 2.6%), where the
+# earlier rule (power-of-two splits, 4 stages) was 6.5% over (worst 14.7%, 4096 -> 11008).
 STREAM_Q_BLOCK_N = {8: 32, 4: 64}
 STREAM_Q_PROGRAMS = {8: 2, 4: 4}
+STREAM_Q_STAGES = {8: 4, 4: 3}
+STREAM_Q_WAVES = {8: False, 4: True}
 STREAM_Q_MAX_M = 16
 STREAM_Q_MIN_GROUP = 32
 
@@ -324,23 +376,28 @@ def stream_q_applies(m: int, w_bits: int, group_size: int, fp16: bool) -> bool:
 def stream_q_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
     w_left: bool = False, block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES,
-    num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    asm: bool = True,
+    num_warps: int = 4, num_stages: int | None = None, programs_per_sm: int | None = None,
+    asm: bool = True, waves: bool | None = None, maxnreg: int | None = None,
 ) -> Config:  # fmt: skip
     """A plan of `linear_stream_q._weight_only_kernel` for M <= 16 rows, W in `w_bits` (8, 4);
     the defaults are the rule. One 16-row M tile; `block_n` columns (default
     STREAM_Q_BLOCK_N); `row_bytes` of each W row per step (int4: at most one group, so a step
     never straddles two, and at least 32 codes); SPLIT_K as in `stream_plan`: the largest
     power of two up to MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM
-    (default STREAM_Q_PROGRAMS) and every split at least MIN_STEPS_PER_SPLIT steps long;
-    `asm`: codes by the packed PTX unpack (ASM_UNPACK; fp16 on a GPU, else Triton ops).
+    (default STREAM_Q_PROGRAMS) and every split at least MIN_STEPS_PER_SPLIT steps long,
+    or with `waves` (default STREAM_Q_WAVES) by `wave_split` (any split, whole waves);
+    `num_stages` default STREAM_Q_STAGES; `asm`: codes by the packed PTX unpack (ASM_UNPACK;
+    fp16 on a GPU, else Triton ops); `maxnreg`: a register cap (more programs fit an SM).
     Under the interpreter, small tiles."""
     if m > STREAM_Q_MAX_M:
         raise ValueError(f"stream_q plans take at most {STREAM_Q_MAX_M} rows, not {m}")
     block_n = STREAM_Q_BLOCK_N[w_bits] if block_n is None else block_n
     programs_per_sm = STREAM_Q_PROGRAMS[w_bits] if programs_per_sm is None else programs_per_sm
+    num_stages = STREAM_Q_STAGES[w_bits] if num_stages is None else num_stages
+    waves = STREAM_Q_WAVES[w_bits] if waves is None else waves
     if INTERPRET:
         block_n, row_bytes, num_warps, num_stages = 16, 16 if w_bits == 4 else 32, 4, 1
+        maxnreg = None
     block_k = row_bytes * 8 // w_bits
     if w_bits == 4:
         block_k = min(block_k, group_size)
@@ -348,32 +405,44 @@ def stream_q_plan(
             raise ValueError(f"int4 steps need groups of >= 32 codes, not {group_size}")
     tiles = cdiv(n, block_n)
     k_steps = cdiv(k, block_k)
-    split_k = 1
-    while (tiles * split_k * 2 <= programs_per_sm * sm_count and split_k < MAX_STREAM_SPLIT
-           and k_steps // (2 * split_k) >= MIN_STEPS_PER_SPLIT):  # fmt: skip
-        split_k *= 2
+    split = wave_split if waves else _power_split
+    split_k = split(tiles, k_steps, sm_count, programs_per_sm)
     return Config.of(
         KIND="stream_q", BLOCK_M=16, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k,
         W_LEFT=w_left, ASM_UNPACK=asm, num_warps=num_warps, num_stages=num_stages,
+        maxnreg=maxnreg,
     )  # fmt: skip
+
+
+def stream_q_variants() -> list[dict]:
+    """`stream_q_plan` keyword sets around its rule, the rule ({}) first: tile width, warps,
+    bytes per step, programs per SM, W as the left operand, Triton ops instead of the packed
+    unpack, wave-sized grids."""
+    return [
+        {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
+        {"num_warps": 8}, {"programs_per_sm": 2}, {"programs_per_sm": 4},
+        {"programs_per_sm": 8}, {"row_bytes": 128, "num_stages": 6}, {"w_left": True},
+        {"asm": False}, {"asm": False, "w_left": True},
+        *WAVE_VARIANTS,
+        *({"waves": True, "programs_per_sm": 4, "num_stages": 3, "block_n": bn,
+           "num_warps": w} for bn, w in ((32, 4), (64, 4), (128, 8), (128, 4))),
+        # Before 2026-11-26 the int4 rule; and more programs an SM (5 fit by registers, 6
+        # with at most 80 registers a thread: ptxas spills 20 bytes).
+        {"waves": False, "num_stages": 4}, {"waves": True, "programs_per_sm": 5, "num_stages": 3},
+        {"waves": True, "programs_per_sm": 5, "num_stages": 2},
+        {"waves": True, "programs_per_sm": 6, "num_stages": 3, "maxnreg": 80},
+    ]  # fmt: skip
 
 
 def stream_q_candidates(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int
 ) -> list[Config]:
-    """The rule's plan first, then variants around it (benchmarks time them side by side,
-    tests run each): tile width, warps, bytes per step, programs per SM, W as the left
-    operand, Triton ops instead of the packed unpack. None for int4 groups under 32 codes."""
+    """The distinct plans of `stream_q_variants`, the rule's first (benchmarks time them side
+    by side, tests run each). None for int4 groups under 32 codes."""
     if w_bits == 4 and group_size < STREAM_Q_MIN_GROUP:
         return []
-    variants = [
-        {}, {"block_n": 32}, {"block_n": 64}, {"block_n": 128, "num_warps": 8},
-        {"num_warps": 8}, {"programs_per_sm": 2}, {"programs_per_sm": 4},
-        {"programs_per_sm": 8}, {"row_bytes": 128, "num_stages": 6}, {"w_left": True},
-        {"asm": False}, {"asm": False, "w_left": True},
-    ]  # fmt: skip
     plans: list[Config] = []
-    for variant in variants:
+    for variant in stream_q_variants():
         plan = stream_q_plan(m, n, k, w_bits, group_size, sm_count, **variant)
         if plan not in plans:
             plans.append(plan)

@@ -149,9 +149,10 @@ def _weight_only_kernel(
     tile_n = tl.program_id(0)
     split = tl.program_id(1)
     k_blocks = tl.cdiv(K, BLOCK_K)
-    blocks_per_split = tl.cdiv(k_blocks, SPLIT_K)
-    first_block = split * blocks_per_split
-    last_block = tl.minimum(first_block + blocks_per_split, k_blocks)
+    # Balanced splits: lengths differ by at most one step (any SPLIT_K, e.g. wave-sized
+    # grids), where ceil-sized ones would leave the last split short or empty.
+    first_block = split * k_blocks // SPLIT_K
+    last_block = (split + 1) * k_blocks // SPLIT_K
 
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)

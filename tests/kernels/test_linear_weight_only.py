@@ -20,6 +20,7 @@ from opbench.kernels.linear_plans import (
     stream_plan,
     stream_q_candidates,
     stream_q_plan,
+    wave_split,
 )
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
 from opbench.ops.quant import quantized_weight
@@ -86,9 +87,9 @@ def test_every_variant_and_forced_splits(case) -> None:
     w_bits = {"int8-weight": 8, "int4-weight": 4}.get(quant, 16)
     plans = [p for p in fn.candidates(x, every_kind=True) if p["KIND"] == "stream"]
     assert plans and plans[0] == stream_plan(m, n, k, w_bits, group, 4)
-    # Force K splits (the interpreter's 4 "SMs" rarely ask for them): 2 and 3 splits, the
-    # last one shorter than the others when K's steps do not divide evenly.
-    for split in (2, 3):
+    # Force K splits (the interpreter's 4 "SMs" rarely ask for them): 2, 3 and 5 splits
+    # (wave-sized grids take any count), lengths a step apart when K's steps do not divide.
+    for split in (2, 3, 5):
         if m <= 64:
             plans.append(plans[0].with_meta(SPLIT_K=split))
     for plan in plans:
@@ -175,10 +176,10 @@ def test_second_kernel_every_plan_and_forced_splits(case) -> None:
         assert fn.candidates(x) == plans[:1] and offered == plans
     else:
         assert offered == []
-    # Forced K splits, both operand orders: 2, and 3 with a shorter last split where the
-    # steps do not divide.
+    # Forced K splits, both operand orders: 2, and 3 and 5 with splits a step apart in
+    # length where the steps do not divide (5 > the steps of some cases: empty splits).
     for w_left in (False, True):
-        plans += [plans[0].with_meta(SPLIT_K=split, W_LEFT=w_left) for split in (2, 3)]
+        plans += [plans[0].with_meta(SPLIT_K=split, W_LEFT=w_left) for split in (2, 3, 5)]
     for plan in plans:
         check(fn, plan, x, w, b, quant, activation, group)
 
@@ -209,6 +210,27 @@ def test_second_kernel_rules() -> None:
     fn = build("int8-weight", w, b, "none", 0)
     with pytest.raises(ValueError, match="one M tile"):
         fn.launch(stream_q_plan(2, 8, 64, 8, 0, 4), x, torch.empty(17, 8, dtype=torch.float16))
+
+
+def test_wave_split_fills_whole_waves(monkeypatch) -> None:
+    """wave_split on 132 SMs: the most programs per slot used, within per_sm a SM and at least
+    MIN_STEPS_PER_SPLIT steps a split; plans with waves=True take it (any split count)."""
+    # 172 tiles (N 11008 / 64): 3 splits fill 516 of 528 slots (4 a SM); 1 split leaves 40
+    # SMs with two programs and 92 with one.
+    assert wave_split(172, 32, 132, 4) == 3
+    assert wave_split(172, 32, 132, 2) == 1  # 2 splits would exceed 2 a SM
+    assert wave_split(64, 86, 132, 8) == 16  # capped by MAX_WAVE_SPLIT
+    assert wave_split(64, 8, 132, 8) == 2  # 4 steps a split at least
+    assert wave_split(500, 32, 132, 1) == 1
+    from opbench.kernels import linear_plans
+
+    monkeypatch.setattr(linear_plans, "INTERPRET", False)  # the GPU's tiles, not the CPU's
+    plan = stream_plan(1, 11008, 4096, 16, 0, 132, waves=True, programs_per_sm=4)
+    assert (plan["BLOCK_N"], plan["SPLIT_K"]) == (64, 3)
+    plan = stream_q_plan(4, 11008, 4096, 4, 128, 132, waves=True, programs_per_sm=4)
+    assert (plan["BLOCK_N"], plan["SPLIT_K"]) == (64, 3)
+    # Two M tiles (the first kernel only): no K split, as without waves.
+    assert stream_plan(40, 11008, 4096, 8, 0, 132, waves=True, block_n=32)["SPLIT_K"] == 1
 
 
 def test_split_partials_come_from_shared_scratch() -> None:
