@@ -235,6 +235,12 @@ MAX_STREAM_SPLIT = 8
 # Wave-sized grids (`wave_split`, plans with waves=True): any SPLIT_K up to this, not only
 # powers of two, so that tiles x SPLIT_K fills whole waves of resident programs.
 MAX_WAVE_SPLIT = 16
+# One fp16/bf16 row (M = 1), since 2026-11-26: the CUDA-core GEMV (no tensor cores; W loaded
+# straight into registers, 156 of them a thread: 3 programs fit an SM) on a wave-sized grid of
+# up to 3 programs per SM. On an H200 it ran within 0.7% of the fastest variant on average
+# over the 4 LLaMA-7B shapes, where the tensor-core rule (power-of-two splits, 1-2 programs
+# per SM, 172-192 of them at N >= 11008) was 14% over (docs/perf/gemm.md).
+GEMV_ONE_ROW_PROGRAMS = 3
 
 
 def wave_split(tiles: int, k_steps: int, sm_count: int, per_sm: int) -> int:
@@ -257,9 +263,9 @@ def wave_split(tiles: int, k_steps: int, sm_count: int, per_sm: int) -> int:
 
 def stream_plan(
     m: int, n: int, k: int, w_bits: int, group_size: int, sm_count: int, *,
-    block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool = True,
+    block_n: int | None = None, row_bytes: int = STREAM_ROW_BYTES, use_dot: bool | None = None,
     num_warps: int = 4, num_stages: int = 4, programs_per_sm: int | None = None,
-    fast_unpack: bool = True, waves: bool = False,
+    fast_unpack: bool = True, waves: bool | None = None,
 ) -> Config:  # fmt: skip
     """The plan of `_linear_stream_kernel` for an [m, k] x [k, n] product with W in `w_bits`.
 
@@ -270,12 +276,19 @@ def stream_plan(
     MAX_STREAM_SPLIT keeping the programs within `programs_per_sm` per SM (default
     STREAM_PROGRAMS of the format) and every split at least MIN_STEPS_PER_SPLIT steps long:
     enough loads in flight to stream W; with `waves`, `wave_split` (any split, whole waves).
+    The defaults are the rule: tensor cores, power-of-two splits; for one fp16/bf16 row
+    (w_bits 16, M = 1) the CUDA-core GEMV on whole waves of GEMV_ONE_ROW_PROGRAMS per SM.
     Under the interpreter, small tiles that still take the split-K path."""
+    one_row = m == 1 and w_bits == 16
+    use_dot = not one_row if use_dot is None else use_dot
     if not use_dot and m != 1:
         raise ValueError("the CUDA-core GEMV (use_dot=False) takes one row")
+    one_row_rule = one_row and not use_dot  # the CUDA-core GEMV of one fp16/bf16 row
+    waves = one_row_rule if waves is None else waves
     if block_n is None:
         block_n = 64 if m == 1 else STREAM_BLOCK_N[w_bits]
-    programs_per_sm = STREAM_PROGRAMS[w_bits] if programs_per_sm is None else programs_per_sm
+    if programs_per_sm is None:
+        programs_per_sm = GEMV_ONE_ROW_PROGRAMS if one_row_rule else STREAM_PROGRAMS[w_bits]
     block_m = small_m_block(min(m, SMALL_M)) if use_dot else 1
     if INTERPRET:
         block_n, row_bytes, num_warps, num_stages = 16, 32 * w_bits // 8, 4, 1
@@ -323,13 +336,16 @@ def stream_variants(m: int, w_bits: int) -> list[dict]:
     if w_bits == 4:  # one group per step whatever row_bytes says: vary the tile instead
         variants = [{}, {"block_n": 32}, {"block_n": 128}, {"block_n": 128, "num_warps": 8},
                     {"num_stages": 6}, {"programs_per_sm": 2}, {"programs_per_sm": 1}]  # fmt: skip
-    variants += WAVE_VARIANTS + [{"waves": True, "programs_per_sm": 4, "num_stages": 3,
-                                  "block_n": bn, "num_warps": w}
-                                 for bn, w in ((32, 4), (128, 8))]  # fmt: skip
-    if m == 1:
-        variants += [{"use_dot": False}, {"use_dot": False, "block_n": 32}]
+    waves = WAVE_VARIANTS + [{"waves": True, "programs_per_sm": 4, "num_stages": 3,
+                              "block_n": bn, "num_warps": w}
+                             for bn, w in ((32, 4), (128, 8))]  # fmt: skip
+    variants += [{**v, "use_dot": True} for v in waves]  # tensor cores at every M
+    if m == 1:  # the CUDA-core GEMV: the fp16 rule; for int8/int4 a variant
+        variants += [{"use_dot": True}, {"use_dot": False}, {"use_dot": False, "waves": False},
+                     {"use_dot": False, "block_n": 32}, {"use_dot": False, "waves": False,
+                     "programs_per_sm": 2, "block_n": 32}]  # fmt: skip
         variants += [{"use_dot": False, "waves": True, "programs_per_sm": r, "num_stages": s}
-                     for r, s in ((4, 2), (8, 2), (8, 1), (3, 3), (4, 3))]  # fmt: skip
+                     for r, s in ((2, 3), (3, 3), (4, 3), (6, 1))]  # fmt: skip
     if w_bits != 16:  # the integer -> float conversion instruction instead of the mantissa trick
         variants += [{"fast_unpack": False}, {"fast_unpack": False, "programs_per_sm": 2}]
     return variants

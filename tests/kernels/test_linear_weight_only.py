@@ -76,6 +76,7 @@ CASES = [  # (quant, m, n, k, dtype, group_size, activation)
     ("int4-weight", 70, 21, 64, torch.float16, 16, "none"),
     ("none", 1, 45, 83, torch.float16, 0, "gelu"),
     ("none", 13, 33, 130, torch.bfloat16, 0, "silu"),
+    ("none", 1, 29, 100, torch.bfloat16, 0, "none"),
 ]
 
 
@@ -229,6 +230,11 @@ def test_wave_split_fills_whole_waves(monkeypatch) -> None:
     assert (plan["BLOCK_N"], plan["SPLIT_K"]) == (64, 3)
     plan = stream_q_plan(4, 11008, 4096, 4, 128, 132, waves=True, programs_per_sm=4)
     assert (plan["BLOCK_N"], plan["SPLIT_K"]) == (64, 3)
+    # One fp16/bf16 row: the CUDA-core GEMV on whole waves of 3 programs an SM (172 tiles x 2).
+    plan = stream_plan(1, 11008, 4096, 16, 0, 132)
+    assert (plan["USE_DOT"], plan["BLOCK_M"], plan["SPLIT_K"]) == (False, 1, 2)
+    assert stream_plan(1, 11008, 4096, 8, 0, 132)["USE_DOT"]  # weight-only: tensor cores
+    assert stream_plan(2, 11008, 4096, 16, 0, 132)["USE_DOT"]
     # Two M tiles (the first kernel only): no K split, as without waves.
     assert stream_plan(40, 11008, 4096, 8, 0, 132, waves=True, block_n=32)["SPLIT_K"] == 1
 
