@@ -56,16 +56,15 @@ import torch.nn.functional as F  # noqa: E402
 from opbench.kernels.launch import KernelCall  # noqa: E402
 from opbench.kernels.linear import Linear  # noqa: E402
 from opbench.kernels.linear_fp8 import Fp8Linear  # noqa: E402
-from opbench.kernels.linear_plans import (  # noqa: E402
-    gemm_plan,
-    sm_count,
+from opbench.kernels.linear_plans import gemm_plan, sm_count  # noqa: E402
+from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
+from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
+from opbench.kernels.stream_plans import (  # noqa: E402
     stream_plan,
     stream_q_plan,
     stream_q_variants,
     stream_variants,
 )
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
-from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
 from opbench.kernels.tuning import Config  # noqa: E402
 from opbench.ops.quant import fp8_rows, quantized_weight  # noqa: E402
 

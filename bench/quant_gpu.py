@@ -52,14 +52,10 @@ from opbench.kernels.launch import sequence  # noqa: E402
 from opbench.kernels.linear import Linear, gemm_calls  # noqa: E402
 from opbench.kernels.linear_fp8 import Fp8Linear  # noqa: E402
 from opbench.kernels.linear_int8 import Int8Linear  # noqa: E402
-from opbench.kernels.linear_plans import (  # noqa: E402
-    decode_plan,
-    gemm_plan,
-    sm_count,
-    stream_candidates,  # noqa: E402
-)
+from opbench.kernels.linear_plans import decode_plan, gemm_plan, sm_count  # noqa: E402
 from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
 from opbench.kernels.quantize import quantize_rows, quantize_rows_call  # noqa: E402
+from opbench.kernels.stream_plans import stream_candidates  # noqa: E402
 from opbench.ops.quant import fp8_rows, int8_rows, quantized_weight  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"

@@ -25,17 +25,16 @@ from opbench.kernels.linear_kernels import (
     _linear_tma_kernel,
 )
 from opbench.kernels.linear_plans import (
-    GEMV_MAX_M,
     SMALL_M,
     decode_plan,
     sm_count,
     split_k_candidates,
-    stream_plan,
     tile_candidates,
     tma_ok,
     ws_candidates,
 )
 from opbench.kernels.scratch import scratch
+from opbench.kernels.stream_plans import GEMV_MAX_M, stream_plan
 from opbench.kernels.tuning import Choice, Config, PlanMismatch, choose, device_tag
 
 # The layers whose GEMM the warp-specialized Gluon kernel can run: 16-bit operands, W8A8

@@ -220,7 +220,7 @@ def weight_only_calls(
     plan: Config, x2: torch.Tensor, layer: Any, out2: torch.Tensor
 ) -> tuple[list[KernelCall], list]:
     """The one KernelCall of `_weight_only_kernel` for x2 [M, K] -> out2 [M, N] with a
-    "stream_q" plan (`linear_plans.stream_q_plan`), and its workspace: the split-K partials,
+    "stream_q" plan (`stream_plans.stream_q_plan`), and its workspace: the split-K partials,
     SPLIT_K * M * N fp32, per-launch scratch (`scratch.scratch`) taken here at bind; the tile
     counters (`layer.arrivals`) are state and stay the layer's. `layer` is an
     `Int8WeightLinear` or an `Int4WeightLinear`."""

@@ -6,7 +6,7 @@ rest: bf16, more rows, int4 groups of 16).
 The weight is quantized once, at build (`ops/quant.py`): int8 per output channel, or int4 in
 groups of `group_size` along K, packed two per byte; both kernels read that one layout. x
 stays in the layer's fp16/bf16; every call streams the packed weight once (the plan fixed by
-rule, `linear_plans.stream_q_plan` or `stream_plan`, the same on every machine of one SM
+rule, `stream_plans.stream_q_plan` or `stream_plan`, the same on every machine of one SM
 count). Any M runs; the kernels are built for decode sizes, where the weight's bytes are the
 cost.
 """
@@ -18,16 +18,16 @@ import torch
 from opbench.kernels import Unsupported
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import (
-    sm_count,
+from opbench.kernels.linear_plans import sm_count
+from opbench.kernels.linear_stream import stream_calls
+from opbench.kernels.linear_stream_q import weight_only_calls
+from opbench.kernels.stream_plans import (
     stream_candidates,
     stream_plan,
     stream_q_applies,
     stream_q_candidates,
     stream_q_plan,
 )
-from opbench.kernels.linear_stream import stream_calls
-from opbench.kernels.linear_stream_q import weight_only_calls
 from opbench.kernels.tuning import Config
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, int4_groups, int8_rows
 

@@ -68,8 +68,8 @@ def test_packed_unpack_compiles_for_sm90(bits: int, tmp_path: Path) -> None:
 @pytest.mark.skipif(not ON_GPU, reason=GPU_REASON)
 @pytest.mark.parametrize("quant", ["int8-weight", "int4-weight"])
 def test_gpu_packed_unpack_matches_float64(quant: str) -> None:
-    from opbench.kernels.linear_plans import stream_q_candidates
     from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.kernels.stream_plans import stream_q_candidates
     from opbench.ops.quant import quantized_weight
 
     m, n, k, group = 5, 333, 1024, 128

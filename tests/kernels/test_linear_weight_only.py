@@ -15,14 +15,14 @@ import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
 from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import (
+from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+from opbench.kernels.stream_plans import (
     GEMV_MAX_M,
     stream_plan,
     stream_q_candidates,
     stream_q_plan,
     wave_split,
 )
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
 from opbench.ops.quant import quantized_weight
 from opbench.spec.model import DEFAULT_TOLERANCE, QUANT_TOLERANCE
 
@@ -223,9 +223,9 @@ def test_wave_split_fills_whole_waves(monkeypatch) -> None:
     assert wave_split(64, 86, 132, 8) == 16  # capped by MAX_WAVE_SPLIT
     assert wave_split(64, 8, 132, 8) == 2  # 4 steps a split at least
     assert wave_split(500, 32, 132, 1) == 1
-    from opbench.kernels import linear_plans
+    from opbench.kernels import stream_plans
 
-    monkeypatch.setattr(linear_plans, "INTERPRET", False)  # the GPU's tiles, not the CPU's
+    monkeypatch.setattr(stream_plans, "INTERPRET", False)  # the GPU's tiles, not the CPU's
     plan = stream_plan(1, 11008, 4096, 16, 0, 132, waves=True, programs_per_sm=4)
     assert (plan["BLOCK_N"], plan["SPLIT_K"]) == (64, 3)
     plan = stream_q_plan(4, 11008, 4096, 4, 128, 132, waves=True, programs_per_sm=4)
