@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+
+from opbench.compare.model import QUANT_PEERS  # noqa: E402  (pure: no torch, no triton)
+
 Layer = dict[str, Any]
 
 
@@ -290,7 +294,7 @@ each residual in the epilogue of the projection before it.
 
 
 #: PyTorch's own W8A8 GEMM for each quantization: the peer a user would pick for those linears.
-TORCH_QUANT_PEER = {"int8": "torch-int8", "fp8": "torch-fp8"}
+TORCH_QUANT_PEER = {peer.quant: peer.backend for peer in QUANT_PEERS}
 
 
 def with_quant_peer(layers: list[Layer], quant: str) -> list[Layer]:
