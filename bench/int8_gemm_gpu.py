@@ -82,6 +82,12 @@ else:
     SHAPES = [("qkv", 4096, 12288, "norm"), ("o", 4096, 4096, None),
               ("gate", 4096, 11008, "norm"), ("down", 11008, 4096, "swiglu")]  # fmt: skip
     PLANS = ws_candidates(1, int8=True) + ws_deep_k_candidates()
+    # Raster: the tile-row groups that keep A rows and W columns in L2 (GROUP_M 8 in every
+    # plan), varied on the cooperative 256 x 128 tile that led run 1.
+    LEAD = next(
+        p for p in PLANS if p["BLOCK_M"] == 256 and p["STAGES"] == 4 and p["BLOCK_K"] == 128
+    )
+    PLANS += [LEAD.with_meta(GROUP_M=g) for g in (4, 16)]
 
 FLUSH: torch.Tensor | None = None
 
@@ -133,6 +139,8 @@ def name_of(plan) -> str:
     if kw["KIND"] != "ws":
         return f"{kw['KIND']} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']}"
     schedule = "pp" if kw.get("SCHEDULE") == "pingpong" else "coop"
+    if kw["GROUP_M"] != 8:
+        schedule = f"g{kw['GROUP_M']} {schedule}"
     return (
         f"{schedule} {kw['BLOCK_M']}x{kw['BLOCK_N']}x{kw['BLOCK_K']} s{kw['STAGES']}c{kw['C_BUFS']}"
     )
