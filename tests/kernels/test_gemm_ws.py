@@ -17,10 +17,10 @@ from opbench.kernels.host import INTERPRET
 from opbench.kernels.linear import Linear
 from opbench.kernels.linear_plans import (
     SM90_SHARED_BYTES,
+    WS_DEEP_K_TILES,
     WS_MAXNREG,
     WS_PINGPONG_TILES,
     WS_TILES,
-    WS_DEEP_K_TILES,
     ws_candidates,
     ws_deep_k_candidates,
     ws_shared_bytes,
@@ -128,7 +128,6 @@ def test_compiles_for_sm90_warp_specialized(
     no_spills_where_measured(info)
 
 
-
 @pytest.mark.parametrize("tile", WS_DEEP_K_TILES)
 def test_compiles_the_256_byte_k_tiles_for_sm90(tile, tmp_path) -> None:
     """The int8 tiles with 256 bytes of K per step: the TMA box of each operand is two
@@ -156,6 +155,7 @@ def test_compiles_the_256_byte_k_tiles_for_sm90(tile, tmp_path) -> None:
     assert len(ws_deep_k_candidates()) == len(WS_DEEP_K_TILES)
     assert all(p["BLOCK_K"] == 256 for p in ws_deep_k_candidates())
     assert all(p["C_BUFS"] == 2 for p in ws_deep_k_candidates(residual=True))
+
 
 def test_tiles_fit_shared_memory_and_registers() -> None:
     """Every offered tile fits the 227 KB of an sm_90 CTA, the accumulator fits its consumer's
