@@ -20,11 +20,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from opbench.compare.model import QUANT_PEERS  # noqa: E402
 from opbench.results.io import read_run  # noqa: E402
 from opbench.results.model import Status  # noqa: E402
 
 SUBJECT = "triton"
-QUANT_PEERS = ("torch-fp8", "torch-int8")  # they time the quantized linears and nothing else
+# They time the quantized linears and nothing else.
+QUANT_PEER_BACKENDS = tuple(peer.backend for peer in QUANT_PEERS)
 
 
 def geomean(values: list[float]) -> float | None:
@@ -37,7 +39,7 @@ def peer_ms(by_layer: dict, model: str, members, peer: str) -> tuple[float | Non
     total, filled, own = 0.0, False, 0
     for member in members:
         row = by_layer.get((model, member), {}).get(peer)
-        if (row is None or row.status == Status.UNSUPPORTED) and peer in QUANT_PEERS:
+        if (row is None or row.status == Status.UNSUPPORTED) and peer in QUANT_PEER_BACKENDS:
             row, filled = by_layer.get((model, member), {}).get("torch"), True
         else:
             own += row is not None

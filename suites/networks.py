@@ -21,6 +21,10 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+
+from opbench.compare.model import QUANT_PEERS  # noqa: E402  (pure: no torch, no triton)
+
 Layer = dict[str, Any]
 
 
@@ -290,7 +294,7 @@ each residual in the epilogue of the projection before it.
 
 
 #: PyTorch's own W8A8 GEMM for each quantization: the peer a user would pick for those linears.
-TORCH_QUANT_PEER = {"int8": "torch-int8", "fp8": "torch-fp8"}
+TORCH_QUANT_PEER = {peer.quant: peer.backend for peer in QUANT_PEERS}
 
 
 def with_quant_peer(layers: list[Layer], quant: str) -> list[Layer]:
@@ -313,9 +317,9 @@ triton fp8 >= 1.7x, int8 >= 1.8x). Peer: PyTorch's own quantized GEMM on those l
 torch-fp8 (torch._scaled_mm, row-wise scales; target fp8 >= 1.0x) or torch-int8 (_int_mm).
 The linear-for-linear comparison with the peer is llama7b_prefill_fp8_linears: each triton
 linear quantizes x and runs the GEMM, as torch-fp8 does. In the fused models, triton's norm
-writes the e4m3 codes and row scales once for the linears it feeds (attn_norm -> qkv;
-ffn_norm -> gate, up), the row quantizer of silu(gate)*up feeds `down`, and o_proj and down
-add their residual in the GEMM's epilogue (int8: silu in gate's epilogue, the same two adds);
+writes the codes (e4m3 or int8) and row scales once for the linears it feeds (attn_norm ->
+qkv; ffn_norm -> gate, up), the row quantizer of silu(gate)*up feeds `down`, and o_proj and
+down add their residual in the GEMM's epilogue;
 a fused group is reported as covering its layers, compared with the sum of theirs.
 Whole model: torch, torch.compile and triton run every layer and are timed end to end. The
 peers run only the quantized linears, so their whole-model row is `unsupported` ("not every

@@ -174,11 +174,14 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     return kernel
 
 
-def _fp8_linear(linear: LayerSpec, weights: Weights):
+def _codes_linear(linear: LayerSpec, weights: Weights):
+    """The fp8 or int8 linear of a norm_*/glu_* group: its GEMM reads codes (CodesInput)."""
     from opbench.kernels.linear_fp8 import Fp8Linear
+    from opbench.kernels.linear_int8 import Int8Linear
 
     w = cast_weights(weights, linear.dtype)
-    return Fp8Linear(w["weight"], w.get("bias"), activation=linear.params["activation"])
+    cls = {"fp8": Fp8Linear, "int8": Int8Linear}[linear.quant]
+    return cls(w["weight"], w.get("bias"), activation=linear.params["activation"])
 
 
 def _residual_of(layers: Sequence[LayerSpec]) -> tuple[Sequence[LayerSpec], str | None]:
@@ -189,9 +192,10 @@ def _residual_of(layers: Sequence[LayerSpec]) -> tuple[Sequence[LayerSpec], str 
     return head, _skip_of(add, head[-1].name)
 
 
-def _norm_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """layernorm/rmsnorm → fp8 linear(s) [→ add]: the norm writes e4m3 codes and row scales of
-    its fp32 output once, each linear's GEMM reads them (no 16-bit output, no quantize pass);
+def _norm_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """layernorm/rmsnorm → fp8 (or int8) linear(s) [→ add]: the norm writes e4m3 (int8) codes
+    and row scales of its fp32 output once, each linear's GEMM reads them (no 16-bit output,
+    no quantize pass);
     a trailing add (one linear only) in that GEMM's epilogue. With several linears the last
     is the group's output and the others its `extra` outputs, in walk order."""
     from opbench.kernels.launch import BoundKernels
@@ -200,19 +204,19 @@ def _norm_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     head, skip = _residual_of(layers)
     norm, *linears = head
     w = cast_weights(weights[0], norm.dtype)
-    fp8s = [_fp8_linear(la, wl) for la, wl in zip(linears, weights[1 : len(head)], strict=True)]
+    qls = [_codes_linear(la, wl) for la, wl in zip(linears, weights[1 : len(head)], strict=True)]
     rms, eps, source = norm.op == "rmsnorm", norm.params["eps"], norm.inputs[0]
 
     def bind(v, out, extra):
         x = v[source]
         rows = tuple(x.shape[:-1])
-        xq, sx = fp8s[0].code_buffers(rows, x.device)
+        xq, sx = qls[0].code_buffers(rows, x.device)
         codes = bind_norm(x, w.get("weight"), w.get("bias"), eps, xq.view(x.shape), rms=rms,
-                          scale_out=sx)  # fmt: skip
-        buffers = [*(extra or [None] * (len(fp8s) - 1)), out]
+                          scale_out=sx, code_dtype=qls[0].code_dtype)  # fmt: skip
+        buffers = [*(extra or [None] * (len(qls) - 1)), out]
         gemms = [
-            fp8.bind_gemm_on(xq, sx, rows, x.dtype, buf, residual=v[skip] if skip else None)
-            for fp8, buf in zip(fp8s, buffers, strict=True)
+            ql.bind_gemm_on(xq, sx, rows, x.dtype, buf, residual=v[skip] if skip else None)
+            for ql, buf in zip(qls, buffers, strict=True)
         ]
         outs = [g.out for g in gemms]
         if not any(g.calls for g in gemms):  # no rows: nothing to launch
@@ -228,16 +232,16 @@ def _norm_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
     return kernel
 
 
-def _glu_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """[silu] → mul → fp8 linear [→ add]: the row quantizer computes silu(gate) * up (or
-    a * b) in fp32 and writes its codes and row scales, the GEMM reads them (and adds the
+def _glu_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """[silu] → mul → fp8 (or int8) linear [→ add]: the row quantizer computes silu(gate) * up
+    (or a * b) in fp32 and writes its codes and row scales, the GEMM reads them (and adds the
     residual in its epilogue: LLaMA's down projection + ffn_res)."""
     from opbench.kernels.launch import BoundKernels
     from opbench.kernels.quantize import quantize_rows_call
 
     head, skip = _residual_of(layers)
     *front, mul, linear = head
-    fp8 = _fp8_linear(linear, weights[len(head) - 1])
+    ql = _codes_linear(linear, weights[len(head) - 1])
     gate, up = mul.inputs
     mode = "mul"
     if front:  # silu(gate) * up, the silu's input read instead of its output
@@ -255,13 +259,14 @@ def _glu_fp8(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKe
             return BoundKernels.of([call], q, [choice])
 
         residual = v[skip] if skip else None
-        return fp8.bind_on_codes(tuple(x.shape[:-1]), x.dtype, x.device, produce, out=out,
-                                 residual=residual)  # fmt: skip
+        return ql.bind_on_codes(tuple(x.shape[:-1]), x.dtype, x.device, produce, out=out,
+                                residual=residual)  # fmt: skip
 
     return _by_name(layers, bind)
 
 
-FUSED_BUILDERS = {"norm_fp8": _norm_fp8, "glu_fp8": _glu_fp8, "conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
+FUSED_BUILDERS = {"norm_fp8": _norm_codes, "glu_fp8": _glu_codes, "norm_int8": _norm_codes,
+                  "glu_int8": _glu_codes, "conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
                   "linear_act": _linear_act, "add_norm": _add_norm}  # fmt: skip
 
 

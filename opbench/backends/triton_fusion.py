@@ -21,6 +21,10 @@ these pieces become one kernel each (kernels named in brackets):
   down projection + ffn_res). A norm → several linears takes no add: each linear's add would
   be its own epilogue, but a group ending in several adds is not worth its bookkeeping while
   LLaMA's q, k, v and gate, up are read by attention and silu, not by adds.
+- **norm_int8**, **glu_int8**: the same two with `quant: int8` linears (int8 codes by the int8
+  rule, norm.py INT8_OUT and quantize.py GATE; linear_codes.CodesInput's GEMM), above
+  SWIGLU_MAX_ROWS rows only: at decode sizes the int8 SwiGLU GEMM below is the measured win
+  and keeps its gate and up.
 - **swiglu**: gate = linear(h), up = linear(h), silu(gate) (or the gate linear's own silu),
   mul(·, up): one GEMM over interleaved weights (swiglu.py), for at most SWIGLU_MAX_ROWS rows
   (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
@@ -64,13 +68,15 @@ NORMS = ("layernorm", "rmsnorm")
 # or int8. Other linears run alone rather than as a group no builder can make.
 EPILOGUE_QUANTS = ("none", "int8", "fp8")
 SWIGLU_QUANTS = ("none", "int8")
+# The row-quantized linears whose codes the layer before can write (norm_*, glu_* groups).
+CODE_QUANTS = ("fp8", "int8")
 
 
 @dataclass(frozen=True)
 class Fusion:
     """One group: its kind and its layer indices in walk order."""
 
-    kind: str  # "single" | "norm_fp8" | "glu_fp8" | "conv" | "swiglu" | "linear_add" | ...
+    kind: str  # "single" | "norm_fp8" | "glu_fp8" | "norm_int8" | "conv" | "swiglu" | ...
     layers: tuple[int, ...]
 
 
@@ -109,16 +115,25 @@ class _Planner:
         return others[0] if len(others) == 1 else None
 
     # ---- patterns --------------------------------------------------------------------------
-    def fp8_linear(self, i: int) -> bool:
-        return self.op(i) == "linear" and self.layers[i].quant == "fp8"
+    def codes_linear(self, i: int, quant: str | None = None) -> bool:
+        """A linear whose input codes the layer before may write: fp8, or int8 above the
+        decode sizes (SWIGLU_MAX_ROWS); of quant `quant` when given."""
+        layer = self.layers[i]
+        if layer.op != "linear" or layer.quant not in CODE_QUANTS:
+            return False
+        if quant is not None and layer.quant != quant:
+            return False
+        shape = layer.output_shape
+        return layer.quant == "fp8" or numel(shape) // max(shape[-1], 1) > SWIGLU_MAX_ROWS
 
-    def fp8_input(self, i: int) -> tuple[int, ...] | None:
-        """The group that makes an fp8 linear's codes where its input is made: at a norm, the
-        norm and every reader (all fp8 linears); at an fp8 linear, [silu] → mul → it. Either
-        with one linear may end in the residual add that alone reads it."""
+    def codes_input(self, i: int) -> tuple[int, ...] | None:
+        """The group that makes a quantized linear's codes where its input is made: at a
+        norm, the norm and every reader (all fp8, or all int8, linears); at such a linear,
+        [silu] → mul → it. Either with one linear may end in the residual add that alone
+        reads it."""
         if self.op(i) in NORMS:
-            return self.norm_fp8(i)
-        if not self.fp8_linear(i):
+            return self.norm_codes(i)
+        if not self.codes_linear(i):
             return None
         (maker,) = self.graph.producers[i]
         if maker is None or self.sole_reader(maker) != i or not self.same_kind(maker, i):
@@ -132,15 +147,16 @@ class _Planner:
                 return self.with_residual((silu, maker, i))
         return self.with_residual((maker, i))
 
-    def norm_fp8(self, norm: int) -> tuple[int, ...] | None:
-        """A norm whose readers are all fp8 linears of its dtype (LLaMA's ffn_norm → gate, up;
-        attn_norm → q, k, v): it writes the codes once and each GEMM reads them. The linears'
-        outputs are the group's outputs."""
+    def norm_codes(self, norm: int) -> tuple[int, ...] | None:
+        """A norm whose readers are all fp8 (or all int8) linears of its dtype (LLaMA's
+        ffn_norm → gate, up; attn_norm → q, k, v): it writes the codes once and each GEMM
+        reads them. The linears' outputs are the group's outputs."""
         readers = self.graph.consumers[norm]
         if not readers or norm in self.graph.outputs:
             return None
+        quant = self.layers[readers[0]].quant
         for r in readers:
-            if r in self.taken or not self.fp8_linear(r) or not self.same_kind(norm, r):
+            if r in self.taken or not self.codes_linear(r, quant) or not self.same_kind(norm, r):
                 return None
         if len(readers) == 1:
             return self.with_residual((norm, readers[0]))
@@ -256,7 +272,7 @@ class _Planner:
     # ---- the plan ----------------------------------------------------------------------------
     def plan(self) -> list[Fusion]:
         found: list[Fusion] = []
-        passes = (("fp8_input", self.fp8_input), ("swiglu", self.swiglu), ("conv", self.conv),
+        passes = (("codes_input", self.codes_input), ("swiglu", self.swiglu), ("conv", self.conv),
                   ("linear_add", self.linear_add), ("linear_act", self.linear_act),
                   ("add_norm", self.add_norm))  # fmt: skip
         for kind, pattern in passes:
@@ -267,9 +283,9 @@ class _Planner:
                 if group is not None and not self.taken & set(group):
                     assert self.graph.is_connected(group), (kind, group)
                     self.taken.update(group)
-                    # The fp8 pass finds two kinds: named by their layers.
+                    # The codes pass finds four kinds: named by their layers.
                     named = group_kind([self.layers[j] for j in group]) \
-                        if kind == "fp8_input" else kind  # fmt: skip
+                        if kind == "codes_input" else kind  # fmt: skip
                     found.append(Fusion(named, group))
         found += [Fusion("single", (i,)) for i in self.graph.walk() if i not in self.taken]
         return sorted(found, key=lambda f: f.layers[0])
@@ -293,9 +309,9 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     ops = [layer.op for layer in layers]
     if len(ops) == 1:
         return "single"
-    fp8 = _fp8_kind(layers)
-    if fp8 is not None:
-        return fp8
+    codes = _codes_kind(layers)
+    if codes is not None:
+        return codes
     if ops[0] == "conv2d":
         return "conv"
     if "mul" in ops:
@@ -307,18 +323,19 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
     raise ValueError(f"no fused kernel for the group {' → '.join(ops)}")
 
 
-def _fp8_kind(layers: Sequence[LayerSpec]) -> str | None:
-    """norm_fp8 (a norm and its fp8 linears, one of them with a trailing add) or glu_fp8
-    ([silu] → mul → fp8 linear [→ add]), else None."""
+def _codes_kind(layers: Sequence[LayerSpec]) -> str | None:
+    """norm_<q> (a norm and its linears of quant q, fp8 or int8, one of them with a trailing
+    add) or glu_<q> ([silu] → mul → such a linear [→ add]), else None."""
     if len(layers) > 2 and layers[-1].op == "add":
         layers = layers[:-1]  # the residual add of the one linear's epilogue
         if [la.op for la in layers].count("linear") != 1:
             return None
     *head, last = layers
-    if last.op != "linear" or last.quant != "fp8" or not head:
+    quant = last.quant
+    if last.op != "linear" or quant not in CODE_QUANTS or not head:
         return None
-    if head[0].op in NORMS and all(la.op == "linear" and la.quant == "fp8" for la in head[1:]):
-        return "norm_fp8"
+    if head[0].op in NORMS and all(la.op == "linear" and la.quant == quant for la in head[1:]):
+        return f"norm_{quant}"
     if head[-1].op == "mul" and len(head) <= 2:
-        return "glu_fp8"
+        return f"glu_{quant}"
     return None

@@ -35,6 +35,15 @@ def time_split(run, wall_s: float | None = None) -> str | None:
         return None
     totals = {k: sum(p.get(k, 0.0) for p in phases) for k in ("build", "tune", "check", "time")}
     parts = [f"{k} {v:.1f} s" for k, v in totals.items()]
+    # Name who tuned: a torch peer that picks eager or torch.compile at build (torch-int8,
+    # torch-fp8) counts here too, and is not a Triton plan the shipped table lacks.
+    by_backend: dict[str, float] = {}
+    for r in run.layers:
+        if r.phases_s and r.phases_s.get("tune", 0.0) > 0.0:
+            by_backend[r.backend] = by_backend.get(r.backend, 0.0) + r.phases_s["tune"]
+    named = [f"{b} {s:.1f} s" for b, s in sorted(by_backend.items()) if s >= 0.05]
+    if named:
+        parts[1] += f" ({', '.join(named)})"
     text = "time split: " + " · ".join(parts)
     if wall_s is not None:
         other = wall_s - sum(totals.values())

@@ -21,25 +21,22 @@ a max over all of K, before its first multiply, so a fused version still reads x
 the max; the pre-pass costs its bytes once (timed apart in docs/perf/gemm.md).
 
 Where the layer before makes x in one pass over each row (rmsnorm/layernorm, SwiGLU's
-silu(gate) * up), that pass writes the codes and scales itself and `bind_on_codes` runs the
-GEMM alone on them: the fused groups of backends/triton_fusion.py ("norm_fp8", "glu_fp8").
+silu(gate) * up), that pass writes the codes and scales itself and `bind_on_codes`
+(linear_codes.py) runs the GEMM alone on them: the fused groups of backends/triton_fusion.py ("norm_fp8", "glu_fp8").
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.host import next_power_of_2
-from opbench.kernels.launch import BoundKernels, KernelCall, sequence
-from opbench.kernels.linear import Linear, gemm_calls, residual_view
+from opbench.kernels.launch import KernelCall
+from opbench.kernels.linear import Linear, gemm_calls
+from opbench.kernels.linear_codes import CodesInput
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_rows_call
 from opbench.kernels.scratch import scratch
-from opbench.kernels.tuning import Choice, Config, choose, device_tag
+from opbench.kernels.tuning import Config
 from opbench.ops.quant import fp8_rows
 
 
@@ -56,12 +53,15 @@ def fp8_unavailable_reason(device: torch.device) -> str | None:
     return None
 
 
-class Fp8Linear(Linear):
-    """`Linear` for quant="fp8": x fp16/bf16 [..., K] -> y [..., N] in x's dtype."""
+class Fp8Linear(CodesInput, Linear):
+    """`Linear` for quant="fp8": x fp16/bf16 [..., K] -> y [..., N] in x's dtype; the GEMM on
+    codes another kernel writes by `CodesInput` (linear_codes.py)."""
 
     quant = "fp8"
     scaled = True
     kernel_name = "linear_fp8"
+    code_dtype = torch.float8_e4m3fn
+    codes_tag = "e4m3-codes"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none"):
         if weight.dtype not in (torch.float16, torch.bfloat16):
@@ -92,85 +92,6 @@ class Fp8Linear(Linear):
         quantize, _ = quantize_rows_call(x2, xq, row_scale)
         gemm, keep = gemm_calls(plan, xq, self, out2, row_scale=row_scale, residual=res2)
         return [quantize, *gemm], [xq, row_scale, *keep]
-
-    def bind_on_codes(
-        self,
-        rows_shape: tuple[int, ...],
-        dtype: torch.dtype,
-        device: torch.device,
-        produce: Callable[[torch.Tensor, torch.Tensor], BoundKernels],
-        out: torch.Tensor | None = None,
-        config: Config | None = None,
-        residual: torch.Tensor | None = None,
-    ) -> BoundKernels:
-        """The GEMM on e4m3 codes and row scales that another kernel writes, with no quantize
-        pass of its own: a norm or SwiGLU's product quantized where it is made
-        (backends/triton_fused.py). `produce(xq, sx)` binds that kernel to write xq [M, K]
-        and sx [M] (per-launch scratch, `code_buffers`); the result launches it, then the
-        GEMM (`bind_gemm_on`), into out. The producer's extra outputs stay the result's."""
-        xq, row_scale = self.code_buffers(rows_shape, device)
-        producer = produce(xq, row_scale)
-        gemm = self.bind_gemm_on(xq, row_scale, rows_shape, dtype, out, config, residual)
-        if not gemm.calls:  # no rows: nothing to launch, the producer's neither
-            return BoundKernels.of([], gemm.out, extra=producer.extra)
-        return BoundKernels.of(
-            [*producer.calls, *gemm.calls], gemm.out, [*producer.choices, *gemm.choices],
-            keep=[*gemm.keep, *producer.keep], extra=producer.extra,
-        )  # fmt: skip
-
-    def code_buffers(
-        self, rows_shape: tuple[int, ...], device: torch.device
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-launch scratch for the e4m3 codes [M, K] and fp32 row scales [M] of an input
-        with `rows_shape` rows: written by a producer, read by the GEMMs of the same launch
-        (one norm's codes may feed several linears of the same K)."""
-        m = math.prod(rows_shape)
-        return (scratch((m, self.in_features), torch.float8_e4m3fn, device),
-                scratch((m,), torch.float32, device))  # fmt: skip
-
-    def bind_gemm_on(
-        self,
-        xq: torch.Tensor,
-        row_scale: torch.Tensor,
-        rows_shape: tuple[int, ...],
-        dtype: torch.dtype,
-        out: torch.Tensor | None = None,
-        config: Config | None = None,
-        residual: torch.Tensor | None = None,
-    ) -> BoundKernels:
-        """The GEMM alone on codes xq [M, K] and scales row_scale [M] that an earlier launch
-        of the same call writes: out (rows_shape + [N], `dtype`: what the unfused layer would
-        write) = the layer on them, + `residual` (out's shape and dtype) in the epilogue."""
-        m, k, n = math.prod(rows_shape), self.in_features, self.output_features
-        if tuple(xq.shape) != (m, k) or tuple(row_scale.shape) != (m,):
-            raise ValueError(f"codes must be [{m}, {k}] with [{m}] scales, got "
-                             f"{list(xq.shape)} and {list(row_scale.shape)}")  # fmt: skip
-        out_shape = (*rows_shape, n)
-        if out is None:
-            out = torch.empty(out_shape, dtype=dtype, device=xq.device)
-        elif tuple(out.shape) != out_shape or out.dtype != dtype or not out.is_contiguous():
-            raise ValueError(f"out must be {out_shape} {dtype} contiguous, got "
-                             f"{tuple(out.shape)} {out.dtype}")  # fmt: skip
-        out2 = out.view(m, n)
-        res2 = residual_view(residual, out, out2)
-        if m == 0:
-            return BoundKernels.of([], out)
-        key = "|".join(["e4m3-codes", f"M{next_power_of_2(m)}", f"N{self.out_features}",
-                        f"K{k}", "tma" if self._tma_ok(xq) else "notma",
-                        *(["residual"] if res2 is not None else [])])  # fmt: skip
-        if config is not None:
-            choice = Choice(self.kernel_name, key, device_tag(xq.device), config, "forced")
-        else:
-
-            def make(cfg: Config):
-                calls = gemm_calls(cfg, xq, self, out2, row_scale=row_scale, residual=res2)[0]
-                return sequence(calls, out2)
-
-            candidates = self.candidates(xq, residual=res2 is not None)
-            choice = choose(self.kernel_name, key, candidates, xq.device, make)
-        gemm, keep = gemm_calls(choice.config, xq, self, out2, row_scale=row_scale,
-                                residual=res2)  # fmt: skip
-        return BoundKernels.of(gemm, out, [choice], keep=[xq, row_scale, out2, *keep])
 
     def _tma_ok(self, x2: torch.Tensor) -> bool:
         # The GEMM reads xq, allocated contiguous here: only K's alignment matters.

@@ -14,7 +14,9 @@ itself), else two:
      (reads 2MK bytes from DRAM, writes MK + 4M).
   2. a GEMM kernel with IS_INT8: int8 tensor cores at twice the fp16 rate, and half the
      weight bytes (N*K instead of 2*N*K), which is what decode-sized M is bound by.
-Why larger M keeps two launches: docs/perf/gemm.md.
+Why larger M keeps two launches: docs/perf/gemm.md. Where the layer before makes x in one
+pass over each row (rmsnorm, SwiGLU's product), that pass writes the int8 codes and scales
+itself and `bind_on_codes` runs the GEMM alone on them (as for fp8, linear_fp8.py).
 """
 
 from __future__ import annotations
@@ -24,20 +26,24 @@ import torch
 from opbench.kernels import Unsupported
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.linear import Linear, gemm_calls
+from opbench.kernels.linear_codes import CodesInput
 from opbench.kernels.linear_plans import tma_ok
 from opbench.kernels.quantize import quantize_per_row, quantize_rows_call
 from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
 
 
-class Int8Linear(Linear):
-    """`Linear` for quant="int8": x fp16/bf16 [..., K] -> y [..., N] in x's dtype."""
+class Int8Linear(CodesInput, Linear):
+    """`Linear` for quant="int8": x fp16/bf16 [..., K] -> y [..., N] in x's dtype; the GEMM on
+    int8 codes another kernel writes (a norm's, SwiGLU's) by `CodesInput` (linear_codes.py)."""
 
     quant = "int8"
     is_int8 = True
     scaled = True
     fuses_quant = True
     kernel_name = "linear_int8"
+    code_dtype = torch.int8
+    codes_tag = "int8-codes"
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none"):
         if weight.dtype not in (torch.float16, torch.bfloat16):

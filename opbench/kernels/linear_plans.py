@@ -151,14 +151,27 @@ WS_PINGPONG_TILES = [(128, 128, 5, 2), (128, 128, 6, 1), (64, 128, 8, 2)]
 SM90_SHARED_BYTES = 227 * 1024 - 1024
 
 
+# 8-bit tiles with 256 bytes of K per step (WG_M, BLOCK_N, STAGES, C_BUFS, ping-pong): a ring
+# slot is two 128-byte swizzle spans of each operand, one TMA box each (Triton splits the box),
+# and a K step 8 wgmma instructions (K 32 each) where 128 bytes give 4: half the mbarrier
+# round trips and waits per MMA. The same bytes in flight take half the stages. Measured
+# beside the 128-byte tiles on an H100 (docs/perf/gemm.md, 2026-11-26): the best of them 11-30%
+# behind the best 128-byte tile on every LLaMA-7B shape at M 2048 and 4096 (the shared-memory
+# bytes per MMA do not move, the stages halve), so the tuner is not offered them; the bench
+# (bench/int8_gemm_gpu.py) times them.
+WS_DEEP_K_TILES = [(128, 128, 3, 1, True), (64, 128, 4, 2, True), (128, 128, 2, 1, False),
+                   (64, 128, 3, 2, False)]  # fmt: skip
+
+
 def ws_shared_bytes(
-    wg_m: int, block_n: int, stages: int, c_bufs: int, out_bytes: int, pingpong: bool = False
-) -> int:
+    wg_m: int, block_n: int, stages: int, c_bufs: int, out_bytes: int, pingpong: bool = False,
+    k_bytes: int = 128,
+) -> int:  # fmt: skip
     """Shared memory of one gemm_ws tile: STAGES x (the A tiles of a step, two in coop and
-    one in ping-pong, plus one W tile) of 128 bytes of K each, plus each consumer's C_BUFS
+    one in ping-pong, plus one W tile) of `k_bytes` of K each, plus each consumer's C_BUFS
     output half-tiles."""
     a_tiles = 1 if pingpong else 2
-    return stages * (a_tiles * wg_m + block_n) * 128 + c_bufs * wg_m * block_n * out_bytes
+    return stages * (a_tiles * wg_m + block_n) * k_bytes + c_bufs * wg_m * block_n * out_bytes
 
 
 def ws_candidates(
@@ -179,14 +192,30 @@ def ws_candidates(
             continue
         if (int8 and bn > 128) or (residual and c_bufs == 1):
             continue
-        schedule = {"SCHEDULE": "pingpong"} if pingpong else {}
-        plans.append(Config.of(
-            KIND="ws", BLOCK_M=wg_m if pingpong else 2 * wg_m, BLOCK_N=bn,
-            BLOCK_K=128 // elem_bytes, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs, SPLIT_K=1,
-            PERSISTENT=True, FUSED_QUANT=False, num_warps=4, num_stages=1, maxnreg=WS_MAXNREG,
-            **schedule,
-        ))  # fmt: skip
+        plans.append(ws_plan(wg_m, bn, stages, c_bufs, pingpong, 128 // elem_bytes))
     return plans
+
+
+def ws_deep_k_candidates(residual: bool = False, out_bytes: int = 2) -> list[Config]:
+    """8-bit gemm_ws plans with 256 bytes of K per step (WS_DEEP_K_TILES) that fit the
+    shared memory (with a residual, C_BUFS 2 only)."""
+    return [ws_plan(wg_m, bn, stages, c_bufs, pingpong, 256)
+            for wg_m, bn, stages, c_bufs, pingpong in WS_DEEP_K_TILES
+            if ws_shared_bytes(wg_m, bn, stages, c_bufs, out_bytes, pingpong, 256)
+            <= SM90_SHARED_BYTES and not (residual and c_bufs == 1)]  # fmt: skip
+
+
+def ws_plan(
+    wg_m: int, block_n: int, stages: int, c_bufs: int, pingpong: bool, block_k: int
+) -> Config:
+    """One gemm_ws plan: BLOCK_M the rows of an output tile, 2 WG_M (coop) or WG_M
+    (ping-pong, whose plans alone carry SCHEDULE)."""
+    schedule = {"SCHEDULE": "pingpong"} if pingpong else {}
+    return Config.of(
+        KIND="ws", BLOCK_M=wg_m if pingpong else 2 * wg_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        GROUP_M=8, STAGES=stages, C_BUFS=c_bufs, SPLIT_K=1, PERSISTENT=True, FUSED_QUANT=False,
+        num_warps=4, num_stages=1, maxnreg=WS_MAXNREG, **schedule,
+    )  # fmt: skip
 
 
 # Registers per thread at launch for gemm_ws's 12 warps (setmaxnreg then gives each consumer

@@ -27,7 +27,12 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported, rows
-from opbench.kernels.device import fp8_inverse_scale, round_to_e4m3
+from opbench.kernels.device import (
+    fp8_inverse_scale,
+    inverse_scale,
+    round_to_e4m3,
+    round_to_int8,
+)
 from opbench.kernels.host import check_float, resolve_out
 from opbench.kernels.launch import BoundKernels, tuned_call
 from opbench.kernels.rows import row_tile
@@ -43,7 +48,7 @@ def _norm_kernel(
     bias_ptr,  # [N] shift (ignored unless HAS_BIAS)
     res_ptr,  # residual rows, x's strides (ignored unless HAS_RESIDUAL)
     sum_ptr,  # x + residual rows written back, y's strides (ignored unless HAS_RESIDUAL)
-    scale_ptr,  # fp32 per-row scales of the e4m3 output, rows in order (ignored unless FP8_OUT)
+    scale_ptr,  # fp32 per-row scales of the code output, rows in order (FP8_OUT or INT8_OUT)
     # shapes
     size_o1,  # second outer axis (the first one's size is implied by the grid)
     size_r,  # row axis
@@ -69,6 +74,7 @@ def _norm_kernel(
     BLOCK_L: tl.constexpr,  # hidden elements per step
     ONE_PASS: tl.constexpr,  # BLOCK_L >= length: the whole row stays in registers
     FP8_OUT: tl.constexpr,  # y is e4m3 codes of the fp32 output with a per-row scale (fp8 rule)
+    INT8_OUT: tl.constexpr = False,  # y is int8 codes, per-row scale (int8 rule of device.py)
 ):
     x_rows, y_rows, row_mask, cols = row_tile(
         x_ptr, y_ptr, size_o1, size_r, x_stride_o0, x_stride_o1, x_stride_r, y_stride_o0,
@@ -127,7 +133,7 @@ def _norm_kernel(
         src_rows, src_stride = x_rows, x_stride_n
 
     inv_scale = tl.zeros([BLOCK_R], tl.float32)
-    if FP8_OUT:
+    if FP8_OUT or INT8_OUT:
         # The row's scale needs the max of the whole normalised row before its first code:
         # from registers in one pass, else one more pass over the row (from L1/L2).
         if ONE_PASS:
@@ -146,8 +152,12 @@ def _norm_kernel(
                 row_max = tl.maximum(row_max, tl.max(tl.where(mask, tl.abs(y), 0.0), axis=1))
         # Rows in order: the fp8 path binds only layouts without outer axes (bind_norm).
         rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-        tl.store(scale_ptr + rows, row_max / 448.0, mask=row_mask)
-        inv_scale = fp8_inverse_scale(row_max)
+        if FP8_OUT:
+            tl.store(scale_ptr + rows, row_max / 448.0, mask=row_mask)
+            inv_scale = fp8_inverse_scale(row_max)
+        else:
+            tl.store(scale_ptr + rows, row_max / 127.0, mask=row_mask)
+            inv_scale = inverse_scale(row_max)
 
     # Normalisation: from registers in one pass, or re-reading the row chunk by chunk.
     for start in range(0, length, BLOCK_L):
@@ -162,6 +172,8 @@ def _norm_kernel(
         y = _normalise(x, mean, rstd, weight, bias, HAS_WEIGHT, HAS_BIAS)
         if FP8_OUT:
             stored = round_to_e4m3(y * inv_scale[:, None]).to(tl.float8e4nv)
+        elif INT8_OUT:
+            stored = round_to_int8(y * inv_scale[:, None])
         else:
             stored = y.to(y_ptr.dtype.element_ty)
         tl.store(y_rows + offs[None, :] * y_stride_n, stored, mask=mask)
@@ -239,6 +251,7 @@ def bind_norm(
     residual: torch.Tensor | None = None,
     sum_out: torch.Tensor | None = None,
     scale_out: torch.Tensor | None = None,
+    code_dtype: torch.dtype = torch.float8_e4m3fn,
 ) -> BoundKernels:
     """LayerNorm (rms=False) or RMSNorm (rms=True, bias None) over the last dimension of x,
     bound to x. weight and bias are [N] or None.
@@ -251,7 +264,9 @@ def bind_norm(
     scale_out: fp32 [rows] (x's rows in order). Then `out` is float8_e4m3fn, x's shape,
     contiguous: the normalised fp32 output quantized by the fp8 rule of `device.py` (per row,
     s = max|y| / 448, codes round to nearest even) with s written to scale_out, for an fp8
-    linear to read directly (kernels/linear_fp8.py `bind_on_codes`).
+    linear to read directly (kernels/linear_fp8.py `bind_on_codes`). With code_dtype int8,
+    `out` is int8 and the rule the int8 one (s = max|y| / 127, round half away from zero),
+    for an int8 W8A8 linear (kernels/linear_int8.py `bind_on_codes`).
 
     deliberately_slow: run SLOW_CONFIG instead of the tuned one. For demonstrating a
     regression gate on a GPU with unchanged kernel code (docs/ci.md); never otherwise.
@@ -266,14 +281,21 @@ def bind_norm(
             check_float(param, op)
             if param.shape != (hidden,) or param.device != x.device:
                 raise ValueError(f"{op} {name} must be [{hidden}] on {x.device}")
-    fp8 = scale_out is not None
-    out = _fp8_codes_buffer(x, out, scale_out, op) if fp8 else resolve_out(out, x.shape, x)
+    codes = scale_out is not None
+    if codes and code_dtype not in CODE_TAGS:
+        raise ValueError(f"{op}: codes are float8_e4m3fn or int8, not {code_dtype}")
+    fp8 = codes and code_dtype == torch.float8_e4m3fn
+    if codes:
+        out = _codes_buffer(x, out, scale_out, op, code_dtype)
+    else:
+        out = resolve_out(out, x.shape, x)
     extra = () if residual is None else (_sum_buffer(x, residual, out, sum_out, op),)
     if x.numel() == 0:
         return BoundKernels.of([], out, extra=extra)
     layout = rows.row_layout(x, out, x.dim() - 1, op)
-    if fp8 and layout.sizes[:2] != (1, 1):
-        raise Unsupported(f"{op} with e4m3 output: x's rows must be one evenly strided axis")
+    if codes and layout.sizes[:2] != (1, 1):
+        tag = CODE_TAGS[code_dtype]
+        raise Unsupported(f"{op} with {tag} output: x's rows must be one evenly strided axis")
     args = (
         x,
         out,
@@ -281,7 +303,7 @@ def bind_norm(
         bias if bias is not None else x,
         residual if residual is not None else x,
         extra[0] if extra else out,
-        scale_out if fp8 else x,
+        scale_out if codes else x,
         *layout.kernel_args,
         weight.stride(0) if weight is not None else 0,
         bias.stride(0) if bias is not None else 0,
@@ -290,35 +312,42 @@ def bind_norm(
     block_l, one_pass = rows.row_block(hidden)
     named = dict(RMS=rms, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
                  HAS_RESIDUAL=residual is not None, BLOCK_L=block_l, ONE_PASS=one_pass,
-                 FP8_OUT=fp8)  # fmt: skip
+                 FP8_OUT=fp8, INT8_OUT=codes and not fp8)  # fmt: skip
     if deliberately_slow:
         config = SLOW_CONFIG
     candidates = fit_norm_rows(rows.row_configs(), layout.sizes[2], block_l)
     key = (
         f"{x.dtype}|{layout.key()}|w{weight is not None}b{bias is not None}"
         + ("|residual" if residual is not None else "")
-        + ("|e4m3" if fp8 else "")
+        + (f"|{CODE_TAGS[code_dtype]}" if codes else "")
     )
-    name = (op if residual is None else f"add_{op}") + ("_fp8" if fp8 else "")
+    name = (op if residual is None else f"add_{op}") + (CODE_NAMES[code_dtype] if codes else "")
     call, choice = tuned_call(name, _norm_kernel, key, candidates, layout.grid, args, named,
                               x.device, config)  # fmt: skip
     return BoundKernels.of([call], out, [choice], extra=extra)
 
 
-def _fp8_codes_buffer(
-    x: torch.Tensor, out: torch.Tensor | None, scale_out: torch.Tensor, op: str
-) -> torch.Tensor:
-    """The e4m3 codes buffer (allocated when None) after checking it and the scales."""
+# Code outputs: the tag in the tuning key (e4m3's as before int8 existed) and the name suffix.
+CODE_TAGS = {torch.float8_e4m3fn: "e4m3", torch.int8: "int8"}
+CODE_NAMES = {torch.float8_e4m3fn: "_fp8", torch.int8: "_int8"}
+
+
+def _codes_buffer(
+    x: torch.Tensor, out: torch.Tensor | None, scale_out: torch.Tensor, op: str,
+    dtype: torch.dtype,
+) -> torch.Tensor:  # fmt: skip
+    """The codes buffer (allocated when None) after checking it and the scales."""
+    tag = CODE_TAGS[dtype]
     rows_count = x.numel() // max(x.shape[-1], 1)
     if scale_out.shape != (rows_count,) or scale_out.dtype != torch.float32 or \
             not scale_out.is_contiguous() or scale_out.device != x.device:  # fmt: skip
-        raise ValueError(f"{op} with e4m3 output: scale_out must be [{rows_count}] float32 "
+        raise ValueError(f"{op} with {tag} output: scale_out must be [{rows_count}] float32 "
                          f"contiguous on {x.device}")  # fmt: skip
     if out is None:
-        return torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    if out.shape != x.shape or out.dtype != torch.float8_e4m3fn or not out.is_contiguous() or \
+        return torch.empty(x.shape, dtype=dtype, device=x.device)
+    if out.shape != x.shape or out.dtype != dtype or not out.is_contiguous() or \
             out.device != x.device:  # fmt: skip
-        raise ValueError(f"{op} with e4m3 output: out must be {tuple(x.shape)} float8_e4m3fn "
+        raise ValueError(f"{op} with {tag} output: out must be {tuple(x.shape)} {dtype} "
                          f"contiguous on {x.device}")  # fmt: skip
     return out
 

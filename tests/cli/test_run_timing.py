@@ -75,3 +75,25 @@ def test_the_gate_reads_adaptive_runs(tmp_path: Path) -> None:
     assert gate.exit_code == ExitCode.OK, gate.output
     assert "needs" not in gate.output
     assert gate.output.count("OK") >= 2
+
+
+def test_time_split_names_the_backends_that_tuned() -> None:
+    """A torch peer choosing eager or torch.compile at build shows in "tune" beside Triton's
+    plans; the split names each backend so a reader knows which one a shipped table could
+    have saved (issue 31: a run's 7.5 s "tune" was torch-fp8's compile, not a missing plan)."""
+    from types import SimpleNamespace
+
+    from opbench.cli.run_output import time_split
+
+    def result(backend: str, tune: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            backend=backend, phases_s={"build": 0.1, "tune": tune, "check": 0.2, "time": 0.3}
+        )
+
+    layers = [result("torch", 0.0), result("torch-fp8", 5.5), result("torch-fp8", 0.4),
+              result("triton", 1.25), result("triton", 0.0)]  # fmt: skip
+    text = time_split(SimpleNamespace(layers=layers), wall_s=20.0)
+    assert "tune 7.2 s (torch-fp8 5.9 s, triton 1.2 s)" in text, text
+    assert "torch " not in text.split("(")[1].split(")")[0], "a backend that did not tune"
+    quiet = time_split(SimpleNamespace(layers=[result("triton", 0.0)]))
+    assert "tune 0.0 s ·" in quiet, quiet

@@ -17,10 +17,12 @@ from opbench.kernels.host import INTERPRET
 from opbench.kernels.linear import Linear
 from opbench.kernels.linear_plans import (
     SM90_SHARED_BYTES,
+    WS_DEEP_K_TILES,
     WS_MAXNREG,
     WS_PINGPONG_TILES,
     WS_TILES,
     ws_candidates,
+    ws_deep_k_candidates,
     ws_shared_bytes,
 )
 from opbench.kernels.tuning import Config
@@ -42,9 +44,9 @@ from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
 from opbench.kernels.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
 dtype = getattr(torch, sys.argv[1])
-wg_m, bn, stages, c_bufs, act, res, bias, pingpong = map(int, sys.argv[2:10])
-out_dir = sys.argv[10]
-bk = 128 // dtype.itemsize
+wg_m, bn, stages, c_bufs, act, res, bias, pingpong, k_bytes = map(int, sys.argv[2:11])
+out_dir = sys.argv[11]
+bk = k_bytes // dtype.itemsize
 M, N, K = 1000, 776, 1040
 a = torch.empty(M, K, dtype=dtype)
 w = torch.empty(N, K, dtype=dtype)
@@ -107,7 +109,7 @@ def test_compiles_for_sm90_warp_specialized(
     wgmma of the operand dtype, TMA loads and stores, no serialized wgmma (C7514); the K loop
     keeps one wgmma in flight (a wait for all but one, W1, then the final wait for all, W0);
     and no spills under the Triton release the kernel was measured with. Both schedules."""
-    argv = [*tile, activation, int(residual), int(bias), int(pingpong)]
+    argv = [*tile, activation, int(residual), int(bias), int(pingpong), 128]
     line = run_uninterpreted(COMPILE_SM90, dtype, *argv, tmp_path).strip().splitlines()[-1]
     warps, shared = map(int, line.split())
     item = getattr(torch, dtype).itemsize
@@ -124,6 +126,35 @@ def test_compiles_for_sm90_warp_specialized(
     assert "S" in events and "L" in events and "T" in events, events
     assert "W1" in events and "W0" in events[events.index("W1") :], events
     no_spills_where_measured(info)
+
+
+@pytest.mark.parametrize("tile", WS_DEEP_K_TILES)
+def test_compiles_the_256_byte_k_tiles_for_sm90(tile, tmp_path) -> None:
+    """The int8 tiles with 256 bytes of K per step: the TMA box of each operand is two
+    128-byte swizzle spans (two loads each per step, where 128 bytes take one), shared memory
+    as ws_shared_bytes counts it within 227 KB, IGMMA with one group kept in flight, and no
+    spills where measured."""
+    wg_m, bn, stages, c_bufs, pingpong = tile
+    argv = [wg_m, bn, stages, c_bufs, 3, int(c_bufs == 2), 1, int(pingpong), 256]
+    line = run_uninterpreted(COMPILE_SM90, "int8", *argv, tmp_path).strip().splitlines()[-1]
+    warps, shared = map(int, line.split())
+    counted = ws_shared_bytes(wg_m, bn, stages, c_bufs, 2, pingpong, 256)
+    assert warps == 12 and counted <= shared <= counted + 1024 <= 227 * 1024 + 1024, shared
+    info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
+    assert "C7514" not in info, info
+    sass = dump_sass(tmp_path / "k.cubin")
+    assert "IGMMA" in sass
+    # Per step: the A tile(s) of the step and the W tile, each box split in two (plus, with a
+    # residual, its two column halves in each consumer, 128-byte boxes each).
+    a_tiles = 1 if pingpong else 2
+    residual_loads = 4 if c_bufs == 2 else 0
+    assert sass.count("UTMALDG") == 2 * (a_tiles + 1) + residual_loads, sass.count("UTMALDG")
+    events = sass_events(tmp_path / "k.cubin")
+    assert "W1" in events and "W0" in events[events.index("W1") :], events
+    no_spills_where_measured(info)
+    assert len(ws_deep_k_candidates()) == len(WS_DEEP_K_TILES)
+    assert all(p["BLOCK_K"] == 256 for p in ws_deep_k_candidates())
+    assert all(p["C_BUFS"] == 2 for p in ws_deep_k_candidates(residual=True))
 
 
 def test_tiles_fit_shared_memory_and_registers() -> None:

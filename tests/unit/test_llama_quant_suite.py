@@ -37,7 +37,8 @@ networks = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(networks)
 
 # What the triton backend runs as one kernel each (backends/triton_fusion.py). The int8 model
-# gets no SwiGLU GEMM: that kernel is for decode, up to 64 rows (the tiny suite has 67).
+# gets no SwiGLU GEMM: that kernel is for decode, up to 64 rows (the tiny suite has 67); above
+# them its norms and silu·mul write the int8 codes, as the fp8 model's do.
 GROUPS = {
     "llama7b_prefill_fp8": {
         "attn_norm+qkv": "norm_fp8",  # the norm writes qkv's e4m3 codes and row scales
@@ -47,9 +48,10 @@ GROUPS = {
     },
     "llama7b_prefill_fp8_linears": {},  # fuse: false
     "llama7b_prefill_int8": {
+        "attn_norm+qkv": "norm_int8",  # the norm writes qkv's int8 codes and row scales
         "o_proj+attn_res": "linear_add",
-        "gate+gate_act": "linear_act",
-        "down+ffn_res": "linear_add",
+        "ffn_norm+gate+up": "norm_int8",
+        "gate_act+swiglu+down+ffn_res": "glu_int8",
     },
 }
 QUANT = {"llama7b_prefill_fp8": "fp8", "llama7b_prefill_fp8_linears": "fp8",
@@ -166,4 +168,4 @@ def test_the_run_table_sets_lone_linears_against_their_peer_and_no_fused_group(r
         lone_linear = len(r.members) == 1 and r.members[0] in LINEARS
         assert (columns[f"× {own}"][i] != "—") == lone_linear, (r.model, r.members)
         lone += lone_linear
-    assert lone == len(LINEARS) + 2  # the unfused fp8 model's five; int8's qkv and up
+    assert lone == len(LINEARS)  # the unfused fp8 model's five (int8's are fused, as fp8's)
