@@ -36,7 +36,7 @@ import os
 import time
 from collections.abc import Callable
 
-from quant_bench_common import log_and_record
+from quant_bench_common import DeviceTimer, log_and_record
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--tiny", action="store_true")
@@ -81,45 +81,8 @@ else:
              gemm_plan("tma", 128, 256, 128, 8, 3, persistent=True)]  # fmt: skip
 
 
-FLUSH: torch.Tensor | None = None
-
-
-def gpu_us(fn: Callable[[], object], reps: int = 30) -> float:
-    """Median µs of fn on the device, each sample after a 512 MiB memset (L2 flushed, and
-    long enough that the host has issued the call before the GPU reaches it)."""
-    global FLUSH
-    if OPTS.tiny:
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e6
-    if FLUSH is None:
-        FLUSH = torch.empty(128 * 2**20, dtype=torch.float32, device=DEV)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(reps)]  # fmt: skip
-    for start, end in pairs:
-        FLUSH.fill_(1.0)
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return 1e3 * sorted(s.elapsed_time(e) for s, e in pairs)[reps // 2]
-
-
-def copy_tbps() -> float:
-    size = 2**16 if OPTS.tiny else 2**30
-    src = torch.randn(size // 4, device=DEV)
-    dst = torch.empty_like(src)
-    us = gpu_us(lambda: dst.copy_(src), 20)
-    return 2 * size / us / 1e6
-
-
-def sync() -> None:
-    if not OPTS.tiny:
-        torch.cuda.synchronize()
+TIMER = DeviceTimer(OPTS.tiny, DEV)
+gpu_us, copy_tbps, sync = TIMER.us, TIMER.copy_tbps, TIMER.sync
 
 
 def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -39,7 +39,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from quant_bench_common import log_and_record
+from quant_bench_common import DeviceTimer, log_and_record
 
 ARGS = argparse.ArgumentParser()
 ARGS.add_argument("--tiny", action="store_true")
@@ -89,43 +89,8 @@ else:
     )
     PLANS += [LEAD.with_meta(GROUP_M=g) for g in (4, 16)]
 
-FLUSH: torch.Tensor | None = None
-
-
-def gpu_us(fn: Callable[[], object], reps: int = 30) -> float:
-    """Median µs of fn on the device, each sample after a 512 MiB memset (L2 flushed)."""
-    global FLUSH
-    if OPTS.tiny:
-        fn()
-        t0 = time.perf_counter()
-        fn()
-        return (time.perf_counter() - t0) * 1e6
-    if FLUSH is None:
-        FLUSH = torch.empty(128 * 2**20, dtype=torch.float32, device=DEV)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-             for _ in range(reps)]  # fmt: skip
-    for start, end in pairs:
-        FLUSH.fill_(1.0)
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return 1e3 * sorted(s.elapsed_time(e) for s, e in pairs)[reps // 2]
-
-
-def sync() -> None:
-    if not OPTS.tiny:
-        torch.cuda.synchronize()
-
-
-def copy_tbps() -> float:
-    size = 2**16 if OPTS.tiny else 2**30
-    src = torch.randn(size // 4, device=DEV)
-    dst = torch.empty_like(src)
-    return 2 * size / gpu_us(lambda: dst.copy_(src), 20) / 1e6
+TIMER = DeviceTimer(OPTS.tiny, DEV)
+gpu_us, copy_tbps, sync = TIMER.us, TIMER.copy_tbps, TIMER.sync
 
 
 def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:

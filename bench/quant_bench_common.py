@@ -1,7 +1,8 @@
 """Plumbing shared by bench/quant_gpu.py and bench/quant_decode_gpu.py: the command line, the
 bytes a layer's weights take as stored, the compile-worker pool and the section loop; and by
-those two and bench/fp8_fused_gpu.py: the log and the results file. No torch import here: the
-scripts set TRITON_INTERPRET (--tiny) before they import torch."""
+those two, bench/fp8_fused_gpu.py and bench/int8_gemm_gpu.py: the log and the results file
+(the last two also the L2-flushed device timer, `DeviceTimer`). No torch import at the top:
+the scripts set TRITON_INTERPRET (--tiny) before they import torch."""
 
 from __future__ import annotations
 
@@ -94,3 +95,52 @@ def run_sections(
             sections[name]()
         except Exception:
             log(f"section {name} failed:\n{traceback.format_exc()}")
+
+
+class DeviceTimer:
+    """Median µs of a callable on the device, each sample after a 512 MiB memset (L2 flushed,
+    and long enough that the host has issued the call before the GPU reaches it); with
+    `tiny` (the CPU interpreter) one untimed call and one wall-clock call, which mean nothing
+    but keep the script's flow."""
+
+    def __init__(self, tiny: bool, device: str) -> None:
+        self.tiny, self.device = tiny, device
+        self.flush = None  # the memset target, allocated at the first timing
+
+    def us(self, fn: Callable[[], object], reps: int = 30) -> float:
+        import torch
+
+        if self.tiny:
+            fn()
+            t0 = time.perf_counter()
+            fn()
+            return (time.perf_counter() - t0) * 1e6
+        if self.flush is None:
+            self.flush = torch.empty(128 * 2**20, dtype=torch.float32, device=self.device)
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                 for _ in range(reps)]  # fmt: skip
+        for start, end in pairs:
+            self.flush.fill_(1.0)
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        return 1e3 * sorted(s.elapsed_time(e) for s, e in pairs)[reps // 2]
+
+    def copy_tbps(self) -> float:
+        """The copy peer: TB/s of a 1 GiB device-to-device copy (bytes read + written)."""
+        import torch
+
+        size = 2**16 if self.tiny else 2**30
+        src = torch.randn(size // 4, device=self.device)
+        dst = torch.empty_like(src)
+        return 2 * size / self.us(lambda: dst.copy_(src), 20) / 1e6
+
+    def sync(self) -> None:
+        if not self.tiny:
+            import torch
+
+            torch.cuda.synchronize()
