@@ -13,8 +13,7 @@ from opbench.compare.model import QUANT_PEERS, BackendTiming, ComparisonRow, Int
 from opbench.compare.verdict import (
     RowContext,
     backend_timing,
-    reference_interval,
-    sum_intervals,
+    group_reference,
 )
 from opbench.match.groups import Group, ModelGroups
 from opbench.match.suite_layers import SuiteModel
@@ -84,7 +83,7 @@ def _group_row(
     options: RowOptions,
 ) -> ComparisonRow:
     ref_rows = [profile.layers[p] for p in group.rows]
-    reference = sum_intervals(i for i in (reference_interval(r) for r in ref_rows) if i is not None)
+    reference = group_reference(ref_rows)
     context = RowContext(
         reference=reference,
         target=_target(group.layers, by_backend, options),

@@ -46,6 +46,8 @@ def absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Foun
         nxt = start + 1
         prev = model.layers[start]
         for kind in kinds[1:]:
+            if _applies_itself(prev, kind):
+                continue  # `activation: relu` on the layer the row's previous kind landed on
             span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found, prev)
             if span is None:
                 if not _kind_covered(model, found, link.row, kind):
@@ -71,6 +73,18 @@ def absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Foun
                 )
             nxt = position[span[-1].name] + 1
             prev = span[-1]
+
+
+def _applies_itself(layer: SuiteLayer, kind: str) -> bool:
+    """Whether `layer` computes a fused activation kind itself: a linear or conv2d with
+    `activation: relu` times the ReLU that a SAS `fc` + Relu row or ONNX Runtime's FusedConv
+    holds, so the row needs no separate relu layer after it."""
+    family = op_family(kind)
+    return (
+        layer.activation is not None
+        and family is not None
+        and family == op_family(layer.activation)
+    )
 
 
 def _span_to_kind(
