@@ -29,7 +29,7 @@ from opbench.cli.gate import (
     write_updated_baseline,
 )
 from opbench.cli.plugins import load_plugins, plugin_option
-from opbench.cli.runs import resolve_run_path, run_folder
+from opbench.cli.runs import check_out_folder, resolve_run_path, run_folder
 from opbench.cli.target import (
     FULL_TABLES,
     CompareRequest,
@@ -194,6 +194,8 @@ def compare_and_gate(request: CompareRequest, gate_request: GateRequest) -> int:
     )
 
     gating = gate_request.baseline is not None or gate_request.update_baseline
+    if request.out is not None:
+        check_out_folder(request.out)
     if request.reference is None and not gating:
         raise InputError(
             "nothing to compare: give --reference FILE (speed-up target), --baseline BASE "

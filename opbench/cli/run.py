@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from opbench.cli.console import console, handles_errors
 from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.cli.run_output import device_peaks, finish, report_plans
+from opbench.cli.runs import check_out_folder
 from opbench.errors import InputError, Location
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run
 from opbench.spec.load import load_suite
@@ -122,6 +123,7 @@ def run_command(
     """Build every layer with each backend, check it against the reference, and time it."""
     load_plugins(plugin)
     suite, model_data, origin = load_run_suite(suite_path, batch, dtype, backend)
+    check_out_folder(out)  # before any GPU work: a bad --out must not cost a run
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
@@ -246,7 +248,13 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
     from opbench.plugins import provenance as plugin_provenance
     from opbench.report.run_table import run_table
 
-    run_dir = new_run_dir(out, suite.name)
+    try:
+        run_dir = new_run_dir(out, suite.name)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create a run folder here: {exc.strerror or exc}",
+            Location(file=str(out), field="--out"),
+        ) from None
     run_path = run_dir / RUN_FILE
     env = {**fingerprint(options.device), "plugins": plugin_provenance()}
     env["peaks"] = device_peaks(options.device)
