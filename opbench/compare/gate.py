@@ -102,7 +102,7 @@ def _prepare(
         had = " (the baseline has a timing)" if entry is not None else ""
         why = f": {result.message}" if result.message else ""
         return replace(base, verdict=Verdict.UNSUPPORTED, message=f"unsupported{had}{why}")
-    if result.status != Status.OK:
+    if not result.ran:
         return replace(
             base,
             verdict=Verdict.CRASHED,

@@ -20,7 +20,7 @@ from opbench.match.suite_layers import SuiteModel
 from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, TimeKind
 from opbench.reference.sas_prefix import NOISE_FRACTION
-from opbench.results.model import LayerResult, RunResult, Status
+from opbench.results.model import LayerResult, RunResult
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 TORCH = "torch"
@@ -200,7 +200,7 @@ def _speedup_over(
     covered = {m for r in results for m in r.members}
     if not results or not set(layers) <= covered:
         return None
-    if any(r.status != Status.OK or r.median_ms is None or r.interpreted for r in results):
+    if any(not r.ran or r.median_ms is None or r.interpreted for r in results):
         return None
     total = sum(r.median_ms or 0.0 for r in results)
     return total / primary.time.value if primary.time.value > 0 else None

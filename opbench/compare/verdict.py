@@ -153,9 +153,7 @@ def backend_timing(
             reason=f"not in this run: no {backend} result for {', '.join(missing)}",
         )
     # a crash is ERROR; a layer the backend does not support was never timed: NOT-MEASURED
-    not_ok = sorted(
-        (r for r in results if r.status != Status.OK), key=lambda r: r.status != Status.ERROR
-    )
+    not_ok = sorted((r for r in results if not r.ran), key=lambda r: r.status != Status.ERROR)
     if not_ok:
         r = not_ok[0]
         crashed = r.status == Status.ERROR

@@ -20,7 +20,7 @@ def baseline_time(run: RunResult, result: LayerResult, backend: str = TORCH) -> 
     total = 0.0
     for name in result.members:
         ref = run.find(result.model, name, backend)
-        if ref is None or ref.median_ms is None or ref.status != Status.OK or ref.interpreted:
+        if ref is None or ref.median_ms is None or not ref.ran or ref.interpreted:
             return None
         total += ref.median_ms
     return total
@@ -98,7 +98,7 @@ def status_text(result: LayerResult) -> Text:
     text = Text(word, style=_OUTCOME_STYLES.get(word, "bold red"))
     if word == Outcome.WRONG and corr is not None:
         text.append(": " + "; ".join(corr.reasons), style="red")
-    if result.message and result.status != Status.OK:
+    if result.message and not result.ran:
         text.append(f" {result.message}", style="dim")
     return text
 
@@ -173,7 +173,7 @@ def run_table(run: RunResult, full: bool = False) -> FittedTable:
 
 def _e2e_time(e2e: EndToEnd) -> float | None:
     stats = e2e.stats
-    return stats.median if stats and e2e.status == Status.OK else None
+    return stats.median if stats and e2e.ran else None
 
 
 def end_to_end_table(run: RunResult) -> Table | None:
@@ -241,5 +241,5 @@ def failures(run: RunResult) -> list[LayerResult]:
     return [
         r
         for r in run.layers
-        if r.status == Status.ERROR or (r.status == Status.OK and not r.correct)
+        if r.status in (Status.ERROR, Status.WRONG) or (r.status == Status.OK and not r.correct)
     ]

@@ -114,13 +114,13 @@ def test_exit_3_when_a_layer_fails_correctness(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     run = read_run(run_dirs(tmp_path, "strict")[0])
     (layer,) = run.layers
-    assert layer.status == Status.OK and not layer.correct
+    assert layer.status == Status.WRONG and not layer.correct
     assert layer.correctness.tolerance == 1e-30 and layer.correctness.rel_l2 > 1e-30
     assert "wrong" in result.stdout
     assert "failed correctness" in result.stdout and "m/fc/torch" in result.stdout
-    # a script reading run.json sees the outcome, not only status "ok" beside the failures
+    # a script reading only `status` in run.json sees the failed check (issue 40)
     (raw,) = json.loads((run_dirs(tmp_path, "strict")[0] / "run.json").read_text())["layers"]
-    assert raw["status"] == "ok" and raw["correctness"]["passed"] is False
+    assert raw["status"] == "wrong" and raw["correctness"]["passed"] is False
     assert raw["correctness"]["failures"]
     # the progress line says what the table says (CliRunner is no terminal: one line a result)
     assert "  m · fc · torch: wrong" in result.stdout.splitlines()

@@ -347,7 +347,7 @@ def test_a_wrong_kernel_fails_correctness(monkeypatch) -> None:
     monkeypatch.setitem(triton_backend.BUILDERS, "relu", lambda layer, w: lambda x: x * 0.5)
     item, data = _item(load_suite_text(RELU_SUITE))
     result = measure_item(item, data, get_backend("triton"), RunOptions())
-    assert result.status == Status.OK and not result.correct
+    assert result.status == Status.WRONG and not result.correct
     assert result.correctness.rel_l2 > 0.1
 
 
