@@ -50,6 +50,8 @@ def read_plans(path: Path) -> dict[PlanKey, Mapping[str, Any]]:
         raise InputError(f"cannot read the plans: {exc.strerror or exc}", where) from None
     except ValueError as exc:
         raise InputError(f"the plans are not valid JSON: {exc}", where) from None
+    except RecursionError:
+        raise InputError("the plans are JSON nested too deep to read", where) from None
     if isinstance(data, dict) and "opbench_plans" in data:
         if data["opbench_plans"] != PLANS_FORMAT or not isinstance(data.get("plans"), list):
             raise InputError(f"not a plan file of format {PLANS_FORMAT}", where)

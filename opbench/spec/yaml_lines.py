@@ -13,6 +13,8 @@ level, and expand every alias in full.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
@@ -126,15 +128,28 @@ def _last_line(file: str, text: str) -> Location:
     return Location(file=file, line=len(lines), column=len(lines[-1]) + 1)
 
 
+@contextmanager
+def _reading(text: str, file: str) -> Iterator[yaml.SafeLoader]:
+    """A SafeLoader over `text`, its errors as one InputError naming the file (and line)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        yield loader
+    except yaml.MarkedYAMLError as exc:
+        raise syntax_error(exc, file, text) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"YAML error: {exc}", Location(file=file)) from None
+    finally:
+        loader.dispose()
+
+
 def check_bounds(text: str, file: str) -> None:
     """Refuse, as one InputError naming the line, YAML nested deeper than MAX_DEPTH or holding
     more than MAX_NODES values once its aliases are expanded. Reads events only: the parser
     keeps its own stack, so this never recurses, and nothing is expanded."""
-    loader = yaml.SafeLoader(text)
     sizes: dict[str, int] = {}  # anchor -> values it expands to
     # one entry per open collection: [values in it so far, its anchor]
     open_: list[list[Any]] = [[0, None]]
-    try:
+    with _reading(text, file) as loader:
         while (event := loader.get_event()) is not None:
             if isinstance(event, yaml.CollectionStartEvent):
                 if len(open_) > MAX_DEPTH:
@@ -160,26 +175,13 @@ def check_bounds(text: str, file: str) -> None:
                     f"its aliases (*name) expand to more than {MAX_NODES:,} values",
                     _location(file, event.start_mark),
                 )
-    except yaml.MarkedYAMLError as exc:
-        raise syntax_error(exc, file, text) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"YAML error: {exc}", Location(file=file)) from None
-    finally:
-        loader.dispose()
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
     lines: LineMap = {}
     check_bounds(text, file)
-    loader = yaml.SafeLoader(text)
-    try:
+    with _reading(text, file) as loader:
         node = loader.get_single_node()
         if node is None:
             return None, lines
         return construct(loader, node, (), lines, file), lines
-    except yaml.MarkedYAMLError as exc:
-        raise syntax_error(exc, file, text) from None
-    except yaml.YAMLError as exc:
-        raise InputError(f"YAML error: {exc}", Location(file=file)) from None
-    finally:
-        loader.dispose()

@@ -70,3 +70,14 @@ def test_a_map_nested_1000_deep_is_bad_input(tmp_path: Path):
         read_name_map(path)
     assert str(info.value).startswith(f"{path}:1:")
     assert "nested more than" in str(info.value)
+
+
+def test_a_plans_file_nested_too_deep_is_bad_input(tmp_path: Path):
+    from opbench.pipeline.plans import read_plans
+
+    path = tmp_path / "plans.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError) as info:
+        read_plans(path)
+    assert str(info.value).startswith(f"{path}, field '--plans': ")
+    assert "nested too deep" in str(info.value)
