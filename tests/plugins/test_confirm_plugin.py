@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plugin_helpers import CLAMP_BACKEND, invoke, write
+from plugin_helpers import CLAMP_BACKEND, write
 
 from opbench.cli.gate_confirm import rerun_layers
-from opbench.plugins import loading
-from opbench.results.io import read_run
+from opbench.measure.env import fingerprint
+from opbench.plugins import activate, loading, provenance
+from opbench.results.model import LayerResult, RunResult
 
 SUITE = """
     name: plug
@@ -28,17 +29,20 @@ def test_confirm_reruns_a_plugin_backend_after_loading_the_runs_plugin(tmp_path:
     plugin = write(tmp_path / "clamp.py", CLAMP_BACKEND)
     suite = write(tmp_path / "plug.yaml", SUITE)
     before = loading.snapshot()
-    out = tmp_path / "reports"
-    done = invoke(
-        "run", suite, "--plugin", plugin, "--device", "cpu", "--rounds", "2", "--out", out
-    )
-    assert done.exit_code == 0, done.output
-    run = read_run(out / "plug" / "latest" / "run.json")
-    assert [entry["path"] for entry in run.env["plugins"]] == [str(plugin.resolve())]
+    activate([str(plugin)])  # as `opbench run --plugin clamp.py` did
+    recorded = provenance()
     loading.restore(before)  # a fresh `opbench compare`, given no --plugin
-    (result,) = run.layers
-    rerun = rerun_layers(run, [result.key])
+    activate([])
+    timed = LayerResult(
+        model="m", layer="act", op="relu", backend="clamp", status="ok", dtype="float32",
+        input_shape=(1, 8, 32), output_shape=(1, 8, 32), samples_ms=((0.01, 0.011),) * 2,
+    )  # fmt: skip
+    run = RunResult(
+        suite="plug", started_at="2026-11-28T00:00:00Z", device="cpu", suite_source=str(suite),
+        env={**fingerprint("cpu"), "plugins": recorded}, layers=(timed,),
+    )  # fmt: skip
+    rerun = rerun_layers(run, [timed.key])
     (again,) = rerun.layers
     assert again.key == ("m", "act", "clamp") and again.correct
     assert len(again.samples_ms) == 4  # twice the rounds the run took
-    assert rerun.env["plugins"] == run.env["plugins"]
+    assert rerun.env["plugins"] == recorded == [{"path": str(plugin.resolve()), **recorded[0]}]
