@@ -1,8 +1,8 @@
 """Running one suite across the ranks of `torchrun`.
 
 Every rank takes a deterministic share of the (model, layers, backend) work on its own GPU and
-writes its partial run file into the shared run folder after every result. Rank 0 gathers the
-results through torch.distributed and writes one run.json. When a rank dies, torchrun stops the
+writes its partial run file into the shared run folder after every result. Rank 0 waits for
+every rank's final file and writes one run.json. When a rank dies, torchrun stops the
 others with SIGTERM: rank 0 then merges what the partial files on disk hold and marks the
 unfinished work `error`, so nothing already measured is lost.
 """
@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
-from opbench.results.io import read_run, run_from_dict, run_to_dict
+from opbench.results.io import read_run
 from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
 
+# The process group only shares the run folder's path at the start; a long timeout, since
+# the ranks also wait at the end of the run for the slowest.
 GATHER_TIMEOUT = timedelta(minutes=30)
 
 # run.env keys saying how the ranks timed. A run without TIMING_MODE is a single-process run, or
@@ -107,13 +109,23 @@ def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.json"
 
 
-def gather(world: World, run: RunResult) -> list[RunResult] | None:
-    """All ranks' runs on rank 0 (None elsewhere). Raises if a rank is gone."""
-    import torch.distributed as dist
+def wait_for(done, poll_s: float = 0.25) -> None:
+    """Sleep until `done()` holds. In Python, so torchrun's SIGTERM (a peer died) interrupts
+    it as Terminated, where a collective would block in C++ and be killed with what it held."""
+    import time
 
-    box = [None] * world.size if world.rank == 0 else None
-    dist.gather_object(run_to_dict(run), box, dst=0)
-    return [run_from_dict(d) for d in box] if world.rank == 0 else None
+    while not done():
+        time.sleep(poll_s)
+
+
+def done_file(run_dir: Path, rank: int) -> Path:
+    """Written by a rank once its partial file is final (its turns recorded too)."""
+    return run_dir / f"rank-{rank}.done"
+
+
+def all_finished(run_dir: Path, world_size: int) -> bool:
+    """Every other rank has written its final partial file."""
+    return all(done_file(run_dir, rank).is_file() for rank in range(1, world_size))
 
 
 def runs_from_disk(run_dir: Path, world_size: int) -> dict[int, RunResult]:

@@ -81,25 +81,26 @@ def run_distributed(
         except dist_run.Terminated:
             failure = failure or "terminated by torchrun after another rank failed"
 
+    # No collective from here on: a rank blocked in one (C++) would not see torchrun's SIGTERM
+    # when a peer dies, and could not save what was measured. The ranks wait on the shared
+    # run folder instead, in Python.
     if world.rank != 0:
         if run is not None:
+            dist_run.done_file(run_dir, world.rank).touch()
             try:
-                dist_run.gather(world, run)
-            except Exception:
-                pass  # rank 0 falls back to the files on disk
+                dist_run.wait_for(lambda: (run_dir / RUN_FILE).is_file())
+            except dist_run.Terminated:
+                pass  # rank 0 is gone or stopping; this rank's file holds its results
         dist_run.shutdown()
         bad = run is None or bool(failures(run))
         raise typer.Exit(ExitCode.LAYER_ERROR if bad else ExitCode.OK)
 
-    runs = None
-    if run is not None:
+    if run is not None and failure is None:
         try:
-            runs = dict(enumerate(dist_run.gather(world, run)))
-        except (dist_run.Terminated, Exception) as exc:  # a rank died mid-gather
-            failure = f"gather failed: {type(exc).__name__}"
-    dist_run.shutdown()
-    if runs is None:
-        runs = dist_run.runs_from_disk(run_dir, world.size)
+            dist_run.wait_for(lambda: dist_run.all_finished(run_dir, world.size))
+        except dist_run.Terminated:
+            failure = "terminated by torchrun after another rank failed"
+    runs = dist_run.runs_from_disk(run_dir, world.size)
     template = runs.get(0) or run
     if template is None:
         template = dist_run.read_run(dist_run.rank_file(run_dir, 0))
@@ -115,6 +116,7 @@ def run_distributed(
     run_path = run_dir / RUN_FILE
     write_run(merged, run_path)
     point_latest(run_dir)
+    dist_run.shutdown()
     if failure:
         console.print(
             f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
