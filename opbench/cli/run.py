@@ -155,9 +155,10 @@ def run_command(
         )
 
     from opbench.pipeline import RunOptions, default_device, prepare_device
-    from opbench.pipeline.plans import read_plans
+    from opbench.pipeline.plans import read_costs, read_plans
 
     recorded = read_plans(plans) if plans is not None else {}
+    costs = read_costs(plans) if plans is not None else {}
 
     chosen = device or default_device()
     if chosen.startswith("cuda"):
@@ -189,6 +190,7 @@ def run_command(
         rounds=rounds,
         shard=shard_kn,
         plans=recorded,
+        costs=costs,
         model_data=model_data,
         origin=origin,
     )
@@ -212,12 +214,21 @@ def run_command(
 
 def _set_threads(device: str, threads: int | None) -> None:
     """CPU timing with a sane thread count (see default_threads); on a GPU run only if asked."""
+    from opbench.distributed import current_world
     from opbench.measure.timer_cpu import default_threads, load_warning
 
-    if threads is None and device != "cpu":
+    world = current_world()
+    if threads is None and device != "cpu" and world is None:
         return
     import torch
 
+    if threads is None and world is not None and device != "cpu":
+        # The GPU ranks of a host share its cores: each gets its share for the CPU-side work
+        # (references, weights), so the checks of N ranks neither fight over the same cores
+        # nor run on the one thread torchrun's OMP_NUM_THREADS=1 leaves them.
+        from opbench.measure.timer_cpu import usable_cores
+
+        threads = max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads or default_threads())
     if device == "cpu":
         loaded = load_warning()

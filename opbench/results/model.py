@@ -251,6 +251,7 @@ class EndToEnd:
         by liveness (the output arena and the shared scratch, pipeline/arena.py); None where
         no group writes planned buffers (torch backends).
     separate_bytes: from the same plan, what those outputs took as one buffer each.
+    gpu: the device that ran it, with its rank under torchrun (as LayerResult.gpu).
     """
 
     model: str
@@ -267,6 +268,7 @@ class EndToEnd:
     live_bytes: int | None = None
     planned_bytes: int | None = None
     separate_bytes: int | None = None
+    gpu: str | None = None
 
     def __post_init__(self) -> None:
         _wrong_if_failed(self)

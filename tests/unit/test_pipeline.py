@@ -185,7 +185,9 @@ def test_run_suite_writes_a_complete_run(tmp_path: Path) -> None:
     assert all(r.status == Status.OK and r.correct for r in run.layers)
     assert read_run(path) == run
     assert run.env == {"k": "v"} and run.suite_spec["name"] == "tiny"
-    assert [e for e, _ in events] == ["plan"] + ["start", "done"] * 6
+    layer_events = [e for e, _ in events if e != "end_to_end"]
+    assert layer_events == ["plan"] + ["start", "done"] * 6
+    assert [p for e, p in events if e == "end_to_end"] == list(run.end_to_end)
     assert events[0][1] == 6
     assert [p for e, p in events if e == "done"] == list(run.layers)
     # Both modes per model and backend; on the CPU the graph mode says why it has no figure.
