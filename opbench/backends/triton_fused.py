@@ -47,9 +47,19 @@ def _by_name(layers: Sequence[LayerSpec], bind: Callable[..., Any]) -> LayerKern
     return LayerKernel(bind_all, takes_out=True)
 
 
-def _skip_of(add: LayerSpec, inner: str) -> str:
-    (skip,) = [v for v in add.inputs if v != inner]
-    return skip
+def _skip_of(add: LayerSpec, head: Sequence[LayerSpec]) -> str:
+    """The add's operand read in the epilogue (the residual): the one no member of the group
+    makes. The other must be the output of the member just before the add, the value the
+    epilogue holds; any other wiring is not this kernel's."""
+    made = {layer.name for layer in head}
+    inner = [v for v in add.inputs if v in made]
+    skip = [v for v in add.inputs if v not in made]
+    if inner != [head[-1].name] or len(skip) != 1:
+        raise Unsupported(
+            f"add {add.name!r} reads {list(add.inputs)}: a fused epilogue adds one outside "
+            f"value to {head[-1].name!r}"
+        )
+    return skip[0]
 
 
 def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
@@ -59,15 +69,13 @@ def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKerne
     p = conv.params
     batchnorm = add = None
     activation = "none"
-    inner = conv.name
-    for layer, w in zip(layers[1:], weights[1:], strict=True):
+    for k, (layer, w) in enumerate(zip(layers[1:], weights[1:], strict=True), 1):
         if layer.op == "batchnorm2d":
             batchnorm = {**{k: v.float() for k, v in w.items()}, "eps": layer.params["eps"]}
         elif layer.op == "add":
-            add = _skip_of(layer, inner)
+            add = _skip_of(layer, layers[:k])
         else:
             activation = activation_name(layer)
-        inner = layer.name
     w = cast_weights(weights[0], conv.dtype)
     geometry = dict(stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
     if p["groups"] != 1:
@@ -135,14 +143,14 @@ def _linear_add(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
     """linear → add: the add's other operand read in the GEMM's epilogue."""
     linear, add = layers
     kernel = _epilogue_linear(linear, weights[0], linear.params["activation"])
-    source, skip = linear.inputs[0], _skip_of(add, linear.name)
+    source, skip = linear.inputs[0], _skip_of(add, (linear,))
     return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out, residual=v[skip]))
 
 
 def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
-    """linear → relu/gelu/silu: the activation in the GEMM's epilogue."""
+    """linear → an activation with an epilogue (ops/kinds.py): it runs in the GEMM's epilogue."""
     linear, act = layers
-    kernel = _epilogue_linear(linear, weights[0], act.op)
+    kernel = _epilogue_linear(linear, weights[0], activation_name(act))
     source = linear.inputs[0]
     return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
 
@@ -189,7 +197,7 @@ def _residual_of(layers: Sequence[LayerSpec]) -> tuple[Sequence[LayerSpec], str 
     if layers[-1].op != "add":
         return layers, None
     *head, add = layers
-    return head, _skip_of(add, head[-1].name)
+    return head, _skip_of(add, head)
 
 
 def _norm_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
@@ -246,7 +254,7 @@ def _glu_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Layer
     mode = "mul"
     if front:  # silu(gate) * up, the silu's input read instead of its output
         (silu,) = front
-        up = _skip_of(mul, silu.name)
+        up = _skip_of(mul, (silu,))
         gate, mode = silu.inputs[0], "silu_mul"
 
     def bind(v, out, _):

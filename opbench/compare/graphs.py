@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from opbench.spec.wiring import recorded_graph
+
 
 @dataclass(frozen=True)
 class GraphLayer:
@@ -25,22 +27,18 @@ def model_graphs(
     suite_spec: Mapping[str, Any], models: Iterable[str]
 ) -> dict[str, tuple[GraphLayer, ...]]:
     """model name → its layers (walk order), for the named models the suite spec lists with
-    their layers. A run.json from before graphs (no `inputs`) reads as a chain."""
+    their layers, as `recorded_graph` reads them."""
     wanted = set(models)
     out: dict[str, tuple[GraphLayer, ...]] = {}
     spec_models = suite_spec.get("models") if isinstance(suite_spec, Mapping) else None
     for model in spec_models or ():
         if not isinstance(model, Mapping) or model.get("name") not in wanted:
             continue
-        layers: list[GraphLayer] = []
-        for layer in model.get("layers") or ():
-            if not isinstance(layer, Mapping) or not isinstance(layer.get("name"), str):
-                continue
-            inputs = layer.get("inputs")
-            if not isinstance(inputs, (list, tuple)) or not inputs:
-                inputs = [layers[-1].name] if layers else ["input"]
-            layers.append(GraphLayer(layer["name"], str(layer.get("op") or "?"),
-                                     tuple(str(v) for v in inputs)))  # fmt: skip
+        graph = recorded_graph(model)  # spec/wiring.py: the one reader of older run.json
+        ops = {la.get("name"): la.get("op") for la in model.get("layers") or ()
+               if isinstance(la, Mapping)}  # fmt: skip
+        layers = tuple(GraphLayer(name, str(ops.get(name) or "?"), graph.reads[i])
+                       for i, name in enumerate(graph.names))  # fmt: skip
         if layers:
-            out[str(model["name"])] = tuple(layers)
+            out[str(model["name"])] = layers
     return out

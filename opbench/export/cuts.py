@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError
+from opbench.spec.graph import Graph, Row
 
 # Tensors smaller than this stay inside each .onnx file (shapes, axes, scalars such as a
 # Clip's bounds, which export reads without loading the weights file).
@@ -50,20 +52,11 @@ class LayerGraph:
     def index(self, name: str) -> int:
         return self.names.index(name)
 
-    def producers(self, k: int) -> tuple[int, ...]:
-        """The layers layer k reads (indices), in read order."""
-        position = {name: i for i, name in enumerate(self.names)}
-        return tuple(position[r] for r in self.reads[k] if r in position)
-
-    def ancestors(self) -> tuple[frozenset[int], ...]:
-        """A(k) for every layer: k and all layers it depends on."""
-        sets: list[frozenset[int]] = []
-        for k in range(len(self.names)):
-            members = {k}
-            for p in self.producers(k):
-                members |= sets[p]
-            sets.append(frozenset(members))
-        return tuple(sets)
+    @cached_property
+    def graph(self) -> Graph:
+        """The layer-level graph (spec/graph.py), from these rows: its ancestor sets are the
+        cuts."""
+        return Graph.from_rows([Row(n, r) for n, r in zip(self.names, self.reads, strict=True)])
 
     def graph_inputs_of(self, members: Iterable[int]) -> tuple[str, ...]:
         """The graph inputs a set of layers reads, in graph order."""
@@ -165,7 +158,7 @@ def ancestor_cuts(graph: LayerGraph) -> tuple[Cut, ...]:
             inputs=graph.graph_inputs_of(members),
             output=graph.outputs[k],
         )
-        for k, members in enumerate(graph.ancestors())
+        for k, members in enumerate(graph.graph.ancestor_sets)
     )
 
 

@@ -8,9 +8,7 @@ Layers are connected as the model's graph says: each layer reads the values name
 `inputs` (earlier layers' outputs, or model inputs), in that order. A value that is not made
 inside the graph (a model input, or the output of a layer left out of this graph) becomes a
 graph input fed with the suite's fixed data for that layer. Every layer whose output no kept
-layer reads is a graph output, so no engine can drop a layer as dead code. (Before suites had
-`inputs`, a layer read the one before it, or fresh data where it set its own `input`: that is
-what `layer_reads` gives for such a layer.)
+layer reads is a graph output, so no engine can drop a layer as dead code.
 
 Two naming schemes (`Naming`):
 - LAYER_NAMES, for the files `opbench export` writes: a layer's first node is named exactly
@@ -28,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for, layer_hint
-from opbench.spec.graph import chain_inputs
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 MODEL_INPUT = "input"  # the model input of the one-input form
@@ -76,14 +73,6 @@ class Part:
 
     model: ModelSpec
     layers: tuple[LayerSpec, ...]
-
-
-def layer_reads(model: ModelSpec, layer: LayerSpec) -> tuple[str, ...]:
-    """The values a layer reads, in order: its `inputs` (the loader writes them for every
-    layer); a model built by hand without them reads what `spec.graph.chain_inputs` says."""
-    if layer.inputs:
-        return tuple(layer.inputs)
-    return tuple(chain_inputs(model.layers)[model.layers.index(layer)].inputs)
 
 
 def _input_shape(layer: LayerSpec, position: int) -> tuple[int, ...]:
@@ -173,9 +162,10 @@ def build_graph(
         names = {layer.name for layer in part.model.layers}
         tensor_of: dict[str, str] = {}  # value (layer or model input name) -> ONNX tensor
         read: set[str] = set()
+        graph = part.model.graph
         for layer in part.layers:
             xs = []
-            for position, value in enumerate(layer_reads(part.model, layer)):
+            for position, value in enumerate(graph.reads[graph.index(layer.name)]):
                 if value not in tensor_of:  # a model input, or a layer left out of the graph
                     left_out = value in names
                     x = naming.graph_input(model, value, layer.name, position, left_out)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.ops.registry import OPS
+from opbench.spec.wiring import recorded_graph
 
 
 @dataclass(frozen=True)
@@ -22,9 +23,9 @@ class SuiteLayer:
     op: str | None = None
     output_shape: tuple[int, ...] | None = None
     reference_name: str | None = None
-    #: The values the layer reads (earlier layers' names, model inputs'), from the suite spec;
-    #: None where the run does not say (older runs: layers then read the one before).
-    inputs: tuple[str, ...] | None = None
+    #: The values the layer reads (earlier layers' names, model inputs'): the run's graph, as
+    #: spec/wiring.py's `recorded_graph` reads it (older runs included).
+    inputs: tuple[str, ...] = ()
     #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
     #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
     view: bool | None = None
@@ -33,11 +34,8 @@ class SuiteLayer:
     activation: str | None = None
 
     def reads(self, other: SuiteLayer) -> bool:
-        """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
-        does not record it, by list order: the layer just before)."""
-        if self.inputs is not None:
-            return other.name in self.inputs
-        return other.index == self.index - 1
+        """Whether this layer reads `other`'s output (by the run's graph)."""
+        return other.name in self.inputs
 
     @property
     def moves_data(self) -> bool:
@@ -98,11 +96,13 @@ def suite_models(
     layer results (fused results expand to their members), in execution order."""
     order: dict[str, dict[str, dict[str, Any]]] = {}
     bases: dict[str, str] = {}
+    declared: dict[str, Any] = {}
     spec_models = suite_spec.get("models") if isinstance(suite_spec, Mapping) else None
     for spec_model in spec_models or ():
         if not isinstance(spec_model, Mapping) or not isinstance(spec_model.get("name"), str):
             continue
         name = spec_model["name"]
+        declared[name] = spec_model.get("inputs")
         bases[name] = str(spec_model.get("base_name") or base_name(name))
         layers = order.setdefault(name, {})
         for spec_layer in spec_model.get("layers") or ():
@@ -114,6 +114,7 @@ def suite_models(
                         "output_shape": spec_layer.get("output_shape"),
                         "reference_name": spec_layer.get("reference_name"),
                         "inputs": spec_layer.get("inputs"),
+                        "starts_chain": spec_layer.get("starts_chain"),
                         "view": _view_of(spec_layer),
                         "activation": _activation_of(spec_layer),
                     },
@@ -138,6 +139,8 @@ def suite_models(
     for name, layers in order.items():
         if name not in with_results:
             continue  # in the suite but not in this run (e.g. run with --model)
+        rows = [{"name": layer, **info} for layer, info in layers.items()]
+        graph = recorded_graph({"inputs": declared.get(name), "layers": rows})
         models.append(
             SuiteModel(
                 name=name,
@@ -151,7 +154,7 @@ def suite_models(
                         if info.get("output_shape")
                         else None,
                         reference_name=info.get("reference_name"),
-                        inputs=tuple(info["inputs"]) if info.get("inputs") else None,
+                        inputs=graph.reads[i],
                         view=info.get("view"),
                         activation=info.get("activation"),
                     )

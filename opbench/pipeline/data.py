@@ -183,38 +183,33 @@ class ModelData:
             sum(numel(s) for s in lay.input_shapes) + numel(lay.output_shape) for lay in layers
         )
         if not self.device.startswith("cuda"):
-            return self._walk(order, layers, sources, keep, "cpu", torch.float64), "float64-cpu"
+            return self._walk(order, sources, keep, "cpu", torch.float64), "float64-cpu"
         if flops > GPU_FLOAT64_FLOPS or big > GPU_FLOAT64_ELEMENTS:
-            found = self._walk(order, layers, sources, keep, self.device, torch.float32)
+            found = self._walk(order, sources, keep, self.device, torch.float32)
             return found, "float32-cuda"
         try:
-            found = self._walk(order, layers, sources, keep, self.device, torch.float64)
+            found = self._walk(order, sources, keep, self.device, torch.float64)
             return found, "float64-cuda"
         except (RuntimeError, NotImplementedError):
             # An op with no float64 kernel on the GPU: the CPU computes it, as before.
-            return self._walk(order, layers, sources, keep, "cpu", torch.float64), "float64-cpu"
+            return self._walk(order, sources, keep, "cpu", torch.float64), "float64-cpu"
 
-    def _walk(self, order, layers, sources, keep, dev, dtype) -> dict[int, Any]:
+    def _walk(self, order, sources, keep, dev, dtype) -> dict[int, Any]:
         import torch
 
-        last_use = {v: i for i in order for v in self.model.layers[i].inputs}
+        def step(i: int, args: tuple[Any, ...]) -> tuple[Any, Any]:
+            layer = self.model.layers[i]
+            op = get_op(layer.op)
+            want = torch_dtype(layer.dtype)
+            xs = [x.to(arrives).to(want).to(dev, dtype) for x, arrives in args]
+            rounded = {k: v.to(want).to(dev, dtype) for k, v in self.weights(i).items()}
+            return op.reference(op.input_arg(xs), rounded, layer), want
+
         # Each source as the reader sees it: rounded to the dtype it arrives in.
-        env: dict[str, Any] = {v: (x, x.dtype) for v, x in sources.items()}
-        found: dict[int, Any] = {}
+        env = {v: (x, x.dtype) for v, x in sources.items()}
         with torch.no_grad(), _no_tf32():
-            for i, layer in zip(order, layers, strict=True):
-                op = get_op(layer.op)
-                want = torch_dtype(layer.dtype)
-                args = [env[v][0].to(env[v][1]).to(want).to(dev, dtype) for v in layer.inputs]
-                rounded = {k: v.to(want).to(dev, dtype) for k, v in self.weights(i).items()}
-                out = op.reference(op.input_arg(args), rounded, layer)
-                if i in keep:
-                    found[i] = out
-                env[layer.name] = (out, want)
-                for v in set(layer.inputs):
-                    if last_use[v] == i:
-                        del env[v]
-        return found
+            found = self.graph.run(step, env, order, keep)
+        return {i: out for i, (out, _) in found.items()}
 
 
 class _no_tf32:

@@ -73,8 +73,8 @@ def eager_forward(
     graph = model.graph
     order = graph.order_groups(built)
     dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
-    # The last group (in `order`) that reads each value: it may drop the value.
-    last_group = {v: k for k, g in enumerate(order) for v in graph.external_inputs(g)}
+    # The values each group (in `order`) reads for the last time: it may drop them.
+    last_reads = graph.frees(order)
     outputs = tuple(graph.names[i] for i in graph.outputs)
     fixed: dict[str, Any] = {}  # values that are the same tensor on every call
     steps: list[Step] = []
@@ -104,9 +104,7 @@ def eager_forward(
             else:
                 x = None
             sources.append((value, x, want))
-        frees = tuple(
-            dict.fromkeys(v for v, _, _ in sources if last_group[v] == k and not graph.is_input(v))
-        )
+        frees = tuple(v for v in last_reads[k] if not graph.is_input(v))
         if all(x is not None for _, x, _ in sources):
             xs = tuple(x for _, x, _ in sources)
             bound, bind, planned = _binder(group_built, xs, memory, name, others)
@@ -292,25 +290,22 @@ def compiled_forward(model: ModelSpec, implementation: Any, data: ModelData, dev
                 feeds[key] = layers[i].prepared([x])[0]
     keys = list(feeds)
     dtypes = [torch_dtype(layer.dtype) for layer in model.layers]
-    last = {v: i for i in graph.walk() for v in graph.reads[i]}
-    outputs = [graph.names[i] for i in graph.outputs]
+    outputs = tuple(graph.outputs)
 
     def model_forward(*fed):
         given = dict(zip(keys, fed, strict=True))
-        env: Env = {}
-        for i, layer in enumerate(layers):
+
+        def step(i: int, args: tuple[Any, ...]) -> Any:
             xs = []
-            for value in graph.reads[i]:
+            for value, x in zip(graph.reads[i], args, strict=True):
                 if graph.is_input(value):
                     x = given[(value, i)] if (value, i) in given else given[(value, None)]
-                else:
-                    x = env[value]
                 xs.append(x if x.dtype == dtypes[i] else x.to(dtypes[i]))
-            env[graph.names[i]] = layer.fn(*xs)
-            for value in graph.reads[i]:
-                if last[value] == i and not graph.is_input(value):
-                    env.pop(value, None)
-        return tuple(env[o] for o in outputs)
+            return layers[i].fn(*xs)
+
+        # A model input stands in the walk as its name: each reader takes its own feed.
+        found = graph.run(step, {v: v for v in graph.inputs})
+        return tuple(found[i] for i in outputs)
 
     inputs = [feeds[k] for k in keys]
     compiled = implementation.compile_model(model_forward, inputs)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from opbench.errors import InputError
+from opbench.spec.graph import Graph, OrderError, Row
 
 
 @dataclass(frozen=True)
@@ -60,29 +61,20 @@ class Solution:
 
 def solve(rows: Sequence[CutRow], path: str = "") -> Solution:
     """Derive every layer's time it can from the cut times of `rows` (file order)."""
-    layer_rows = {r.name: i for i, r in enumerate(rows) if not r.is_input}
+    layers = [r for r in rows if not r.is_input]
     baselines = {r.name: r for r in rows if r.is_input}
-    ancestors: dict[str, frozenset[str]] = {}
-    inputs_of: dict[str, frozenset[str]] = {}
-    for i, row in enumerate(rows):
-        if row.is_input:
-            continue
-        members, reached = {row.name}, set()
-        for read in row.reads:
-            j = layer_rows.get(read)
-            if j is None:
-                reached.add(read)  # a model input
-            elif j >= i:
-                where = f"{path}, line {row.line}: " if row.line is not None else f"{path}: "
-                raise InputError(
-                    f"{where}layer {row.name!r} reads {read!r}, which comes at or after it: the "
-                    "rows of a cut file must be in the graph's walk order"
-                )
-            else:
-                members |= ancestors[read]
-                reached |= inputs_of[read]
-        ancestors[row.name] = frozenset(members)
-        inputs_of[row.name] = frozenset(reached)
+    try:
+        graph = Graph.from_rows([Row(r.name, r.reads) for r in layers])
+    except OrderError as e:
+        row = layers[e.layer]
+        where = f"{path}, line {row.line}: " if row.line is not None else f"{path}: "
+        raise InputError(
+            f"{where}layer {row.name!r} reads {e.value!r}, which comes at or after it: the "
+            "rows of a cut file must be in the graph's walk order"
+        ) from None
+    ancestors = {graph.names[k]: frozenset(graph.names[m] for m in members)
+                 for k, members in enumerate(graph.ancestor_sets)}  # fmt: skip
+    inputs_of = {name: graph.inputs_reached(k) for k, name in enumerate(graph.names)}
 
     solution = Solution()
     missing_baselines: set[str] = set()

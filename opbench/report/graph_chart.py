@@ -21,6 +21,7 @@ from html import escape
 from opbench.compare.graphs import GraphLayer
 from opbench.compare.model import Comparison, ComparisonRow
 from opbench.report.style import fmt_ms, fmt_x, verdict_colour
+from opbench.spec.graph import Graph, Row
 
 ROW, LANE, RADIUS = 14, 14, 4.5
 LABEL_WIDTH, BAR_WIDTH = 250, 160
@@ -39,12 +40,9 @@ class Placed:
 
 def layout(layers: Sequence[GraphLayer]) -> tuple[list[Placed], list[tuple[str, str]]]:
     """Nodes (model inputs, then layers) with rows and lanes, and the edges (value → reader)."""
-    made = {layer.name for layer in layers}
-    sources = list(dict.fromkeys(v for layer in layers for v in layer.inputs if v not in made))
-    last: dict[str, int] = {}
-    for i, layer in enumerate(layers):
-        for value in layer.inputs:
-            last[value] = i
+    graph = Graph.from_rows([Row(layer.name, layer.inputs) for layer in layers])
+    sources = list(graph.inputs)
+    last = graph.last_reader
     lanes: list[str | None] = []  # the value each lane carries, None when free
     placed: list[Placed] = []
 

@@ -12,16 +12,21 @@ per model, everything a stage needs to know about edges:
 - the connected pieces of the model, and whether a set of layers is connected (fusion);
 - a group's external inputs and outputs, and an order in which fused groups can run.
 
-Pure Python: no torch, no triton. Nothing else re-derives order or assumes "the previous
-layer"; the loader (spec/resolve.py) writes every layer's `inputs`, and a model built by hand
-gets them from `chain_inputs`.
+The graph is built from plain rows (`Row`: name, reads, shape), so the stages that read a
+run.json (match, compare, report) and those that read an ONNX file (export's cuts, the cut-time
+solver) build the same graph as the GPU side, from what they have. `Graph.run` is the one walker
+(torch.fx's Interpreter): each stage's pass is a `step` per layer, and values are dropped after
+their last reader. Pure Python: no torch, no triton. Nothing else re-derives order, ancestors or
+last readers, and nothing assumes "the previous layer": every layer names what it reads (the
+suite loader, spec/wiring.py, writes `inputs`; an older run.json is read through its adapter).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from opbench.spec.model import LayerSpec, ModelSpec
@@ -38,22 +43,25 @@ def fresh_input(layer: str) -> str:
     return f"{layer}/input"
 
 
-def chain_inputs(layers: Sequence[LayerSpec]) -> tuple[LayerSpec, ...]:
-    """Layers made by hand, without `inputs`, as the chain the suite format means by default:
-    each reads the layer before it; the first, and any `starts_chain` layer, fresh data (the
-    first layer `input`, a later one `<name>/input`)."""
-    out: list[LayerSpec] = []
-    for i, layer in enumerate(layers):
-        if not layer.inputs:
-            if i == 0:
-                names: tuple[str, ...] = (INPUT,)
-            elif layer.starts_chain:
-                names = (fresh_input(layer.name),)
-            else:
-                names = (layers[i - 1].name,)
-            layer = replace(layer, inputs=names, starts_chain=i == 0 or layer.starts_chain)
-        out.append(layer)
-    return tuple(out)
+@dataclass(frozen=True)
+class Row:
+    """One layer as the graph needs it: its name, the values it reads (earlier rows' names or
+    model inputs), in order, its output shape (batch first; () where unknown) and, where known,
+    the shape of each value it reads (a model input's shape comes from its first reader)."""
+
+    name: str
+    reads: tuple[str, ...]
+    shape: Shape = ()
+    read_shapes: tuple[Shape, ...] = ()
+
+
+class OrderError(ValueError):
+    """A row reads a value made at or after it: rows must stand in walk order. layer: the
+    index of the row; value: the name it reads."""
+
+    def __init__(self, layer: int, name: str, value: str) -> None:
+        super().__init__(f"layer {name!r} reads {value!r}, which comes at or after it")
+        self.layer, self.value = layer, value
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,6 @@ class Graph:
         model input.
     consumers: for each layer, the layers that read its output (each once), in walk order.
     outputs: the layers nothing reads: the model's outputs, in walk order.
-    last_reader: value → index of the last layer that reads it (values nothing reads absent).
     pieces: the connected pieces (layers joined by an edge or by reading one model input),
         each as its layer indices in walk order; pieces in order of their first layer.
     out_shapes: each layer's output shape (batch first).
@@ -81,13 +88,19 @@ class Graph:
     producers: tuple[tuple[int | None, ...], ...]
     consumers: tuple[tuple[int, ...], ...]
     outputs: tuple[int, ...]
-    last_reader: Mapping[str, int]
     pieces: tuple[tuple[int, ...], ...]
     out_shapes: tuple[Shape, ...]
 
     @staticmethod
     def of(model: ModelSpec) -> Graph:
         return build_graph(model.layers, dict(model.inputs))
+
+    @staticmethod
+    def from_rows(rows: Sequence[Row], declared: Mapping[str, Shape] = {}) -> Graph:  # noqa: B006
+        """The graph of `rows` (walk order) and the declared model inputs (name → shape); a
+        read that names no earlier row is a model input. OrderError when a row reads itself
+        or a later row."""
+        return _from_rows(rows, declared)
 
     # ---- looking things up ---------------------------------------------------------------
     def __len__(self) -> int:
@@ -112,20 +125,74 @@ class Graph:
         """The model inputs layer `index` reads directly."""
         return tuple(v for v in self.reads[index] if v in self.inputs)
 
+    @cached_property
+    def last_reader(self) -> Mapping[str, int]:
+        """value → index of the last layer that reads it (values nothing reads absent)."""
+        each = self.frees([(i,) for i in self.walk()])
+        return {value: i for i, drop in enumerate(each) for value in drop}
+
     def freed_after(self, index: int) -> tuple[str, ...]:
         """The values whose last reader is layer `index`: a forward can drop them after it."""
         return tuple(v for v, last in self.last_reader.items() if last == index)
 
+    def frees(self, steps: Sequence[Sequence[int]]) -> tuple[tuple[str, ...], ...]:
+        """For each step of a walk (a group of layers run as one; the steps in the order they
+        run), the values it reads from outside itself for the last time in that walk: what the
+        walker drops after it. The one last-reader computation (`run`, the eager forward)."""
+        last: dict[str, int] = {}
+        for k, group in enumerate(steps):
+            for value in self.external_inputs(tuple(group)):
+                last[value] = k
+        out: list[list[str]] = [[] for _ in steps]
+        for value, k in last.items():
+            out[k].append(value)
+        return tuple(tuple(v) for v in out)
+
+    def run(
+        self,
+        step: Callable[[int, tuple[Any, ...]], Any],
+        sources: Mapping[str, Any],
+        layers: Iterable[int] | None = None,
+        keep: Iterable[int] = (),
+    ) -> dict[int, Any]:
+        """The one walker (torch.fx's Interpreter): run `layers` (default every layer; walk
+        order) from `sources` (value name → what a step gets for it: every model input and
+        outside value they read). `step(i, args)` computes layer i from its `inputs:` values,
+        in order; each value is dropped after its last reader among `layers`. Returns the
+        values of the layers in `keep` (default: the model outputs), by index."""
+        order = list(self.walk()) if layers is None else sorted(layers)
+        kept = set(self.outputs if layers is None and not keep else keep)
+        env: dict[str, Any] = dict(sources)
+        found: dict[int, Any] = {}
+        for i, drop in zip(order, self.frees([(i,) for i in order]), strict=True):
+            out = step(i, tuple(env[v] for v in self.reads[i]))
+            env[self.names[i]] = out
+            if i in kept:
+                found[i] = out
+            for value in drop:
+                del env[value]
+        return found
+
     def ancestors(self, index: int) -> frozenset[int]:
         """Every layer whose output reaches layer `index` (itself excluded)."""
-        seen: set[int] = set()
-        todo = [p for p in self.producers[index] if p is not None]
-        while todo:
-            p = todo.pop()
-            if p not in seen:
-                seen.add(p)
-                todo += [q for q in self.producers[p] if q is not None]
-        return frozenset(seen)
+        return self.ancestor_sets[index] - {index}
+
+    @cached_property
+    def ancestor_sets(self) -> tuple[frozenset[int], ...]:
+        """A(k) for every layer k: k and every layer whose output reaches it (a cut of the
+        model after k, export/cuts.py; the cut-time solver, reference/prefix_graph.py)."""
+        sets: list[frozenset[int]] = []
+        for k in self.walk():
+            members = {k}
+            for p in self.producers[k]:
+                if p is not None:
+                    members |= sets[p]
+            sets.append(frozenset(members))
+        return tuple(sets)
+
+    def inputs_reached(self, index: int) -> frozenset[str]:
+        """The model inputs layer `index` depends on, directly or through its ancestors."""
+        return frozenset(v for k in self.ancestor_sets[index] for v in self.model_inputs_of(k))
 
     # ---- groups of layers (fusion, work items) -------------------------------------------
     def is_connected(self, indices: Iterable[int]) -> bool:
@@ -217,49 +284,53 @@ class Graph:
 
 
 def build_graph(layers: Sequence[LayerSpec], declared: Mapping[str, Shape]) -> Graph:
-    """The graph of `layers` (each with `inputs` set) and the declared model inputs. Every
-    input must name a model input or an earlier layer: the loader has checked that
-    (spec/resolve.py); a hand-made model that breaks it gets a ValueError."""
-    names = tuple(layer.name for layer in layers)
+    """The graph of a model's layers (each with `inputs` set: the loader writes them) and its
+    declared model inputs."""
+    rows = [
+        Row(layer.name, tuple(layer.inputs), tuple(layer.output_shape), tuple(layer.input_shapes))
+        for layer in layers
+    ]
+    return _from_rows(rows, declared)
+
+
+def _from_rows(rows: Sequence[Row], declared: Mapping[str, Shape]) -> Graph:
+    names = tuple(row.name for row in rows)
     position = {name: i for i, name in enumerate(names)}
     inputs: dict[str, Shape] = {k: tuple(v) for k, v in declared.items()}
     producers: list[tuple[int | None, ...]] = []
-    consumers: list[list[int]] = [[] for _ in layers]
-    last_reader: dict[str, int] = {}
-    for i, layer in enumerate(layers):
-        row: list[int | None] = []
-        for value, shape in zip(layer.inputs, layer.input_shapes, strict=True):
+    consumers: list[list[int]] = [[] for _ in rows]
+    for i, row in enumerate(rows):
+        shapes = tuple(row.read_shapes) or ((),) * len(row.reads)
+        line: list[int | None] = []
+        for value, shape in zip(row.reads, shapes, strict=True):
             at = position.get(value)
             if at is not None and at < i:
-                row.append(at)
+                line.append(at)
                 if i not in consumers[at]:
                     consumers[at].append(i)
             elif at is not None:
-                raise ValueError(f"layer {layer.name!r} reads {value!r}, which comes after it")
+                raise OrderError(i, row.name, value)
             else:
                 inputs.setdefault(value, tuple(shape))
-                row.append(None)
-            last_reader[value] = i
-        producers.append(tuple(row))
-    outputs = tuple(i for i in range(len(layers)) if not consumers[i])
+                line.append(None)
+        producers.append(tuple(line))
     return Graph(
         names=names,
-        reads=tuple(tuple(layer.inputs) for layer in layers),
+        reads=tuple(tuple(row.reads) for row in rows),
         inputs=inputs,
         producers=tuple(producers),
         consumers=tuple(tuple(c) for c in consumers),
-        outputs=outputs,
-        last_reader=last_reader,
-        pieces=_pieces(layers, producers),
-        out_shapes=tuple(tuple(layer.output_shape) for layer in layers),
+        outputs=tuple(i for i in range(len(rows)) if not consumers[i]),
+        pieces=_pieces([row.reads for row in rows], producers),
+        out_shapes=tuple(tuple(row.shape) for row in rows),
     )
 
 
 def _pieces(
-    layers: Sequence[LayerSpec], producers: Sequence[Sequence[int | None]]
+    reads: Sequence[Sequence[str]], producers: Sequence[Sequence[int | None]]
 ) -> tuple[tuple[int, ...], ...]:
     """Connected pieces: union-find over edges, and over layers reading one model input."""
-    parent = list(range(len(layers)))
+    parent = list(range(len(reads)))
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -273,13 +344,13 @@ def _pieces(
             parent[max(ra, rb)] = min(ra, rb)
 
     first_reader: dict[str, int] = {}
-    for i, layer in enumerate(layers):
-        for value, producer in zip(layer.inputs, producers[i], strict=True):
+    for i, values in enumerate(reads):
+        for value, producer in zip(values, producers[i], strict=True):
             if producer is not None:
                 join(i, producer)
             else:
                 join(i, first_reader.setdefault(value, i))
     pieces: dict[int, list[int]] = {}
-    for i in range(len(layers)):
+    for i in range(len(reads)):
         pieces.setdefault(root(i), []).append(i)
     return tuple(tuple(p) for p in sorted(pieces.values(), key=lambda p: p[0]))

@@ -203,14 +203,6 @@ class ModelSpec:
     line: int | None = None
     inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
-    def __post_init__(self) -> None:
-        # A hand-made model (tests, tools) may leave `inputs` out: its layers form a chain,
-        # each reading the layer before it, the first the model input.
-        if any(not layer.inputs for layer in self.layers):
-            from opbench.spec.graph import chain_inputs
-
-            object.__setattr__(self, "layers", chain_inputs(self.layers))
-
     @cached_property
     def graph(self) -> Graph:
         from opbench.spec.graph import Graph

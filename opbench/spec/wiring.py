@@ -16,16 +16,65 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from opbench.errors import InputError
 from opbench.ops.base import VARIADIC
 from opbench.ops.registry import OPS, suggest
-from opbench.spec.graph import INPUT, fresh_input
-from opbench.spec.model import ModelSpec
+from opbench.spec.graph import INPUT, Graph, Row, fresh_input
 from opbench.spec.problems import Locator, SuiteWarning
-from opbench.spec.schema import ModelModel
+
+if TYPE_CHECKING:  # pydantic stays at the YAML boundary: match and compare import this module
+    from opbench.spec.model import ModelSpec
+    from opbench.spec.schema import ModelModel
 
 Dims = tuple[int, ...]
+
+
+def default_reads(i: int, names: Sequence[str], declared: Sequence[str]) -> tuple[str, ...] | None:
+    """The suite format's rule for layer `i` when it names no `inputs:` (nor its own `input:`):
+    it reads the layer before it; the first layer reads the model's one declared input. None
+    where the rule gives nothing (a first layer of a model declaring none or several). The one
+    place the rule is written: the loader reads by it, `spells_out` inverts it for writers."""
+    if i > 0:
+        return (names[i - 1],)
+    if len(declared) == 1:
+        return (declared[0],)
+    return None
+
+
+def spells_out(i: int, names: Sequence[str], declared: Sequence[str], reads: Sequence[str]) -> bool:
+    """The rule inverted, for a writer of suite files (the ONNX importer): whether layer `i`
+    must write `inputs:` to read `reads` (the default would read something else)."""
+    return default_reads(i, names, declared) != tuple(reads)
+
+
+def recorded_graph(model: Mapping[str, Any]) -> Graph:
+    """The graph of a model as run.json records it (the suite spec's model: `inputs` and
+    `layers`, each layer with `inputs`, `output_shape`, `input_shapes`). The one adapter for a
+    run.json from before graphs: a layer without `inputs` reads as the suite format's default
+    says, or its own fresh input where it set one (`starts_chain` after the first layer)."""
+    layers = [la for la in model.get("layers") or () if isinstance(la, Mapping)]
+    layers = [la for la in layers if isinstance(la.get("name"), str)]
+    names = [la["name"] for la in layers]
+    declared = model.get("inputs")
+    declared = dict(declared) if isinstance(declared, Mapping) and declared else {INPUT: ()}
+    rows = []
+    for i, layer in enumerate(layers):
+        given = layer.get("inputs")
+        if isinstance(given, (list, tuple)) and given:
+            reads = tuple(str(v) for v in given)
+        elif i > 0 and layer.get("starts_chain"):
+            reads = (fresh_input(names[i]),)
+        else:
+            reads = default_reads(i, names, list(declared)) or (INPUT,)
+        shapes = layer.get("input_shapes")
+        shapes = tuple(tuple(s) for s in shapes) if isinstance(shapes, (list, tuple)) else ()
+        out = layer.get("output_shape")
+        rows.append(Row(names[i], reads, tuple(out) if isinstance(out, (list, tuple)) else (),
+                        shapes if len(shapes) == len(reads) else ()))  # fmt: skip
+    shaped = {k: tuple(v) if isinstance(v, (list, tuple)) else () for k, v in declared.items()}
+    return Graph.from_rows(rows, shaped)
 
 
 @dataclass(frozen=True)
@@ -85,10 +134,8 @@ def wire_model(
             reads.append(
                 _named(layer.inputs, i, names, position, declared, where, locate, problems)
             )
-        elif i > 0:
-            reads.append((names[i - 1],))
-        elif len(declared) == 1:
-            reads.append((next(iter(declared)),))
+        elif (implied := default_reads(i, names, list(declared))) is not None:
+            reads.append(implied)
         elif not declared:
             reads.append(None)  # the model's missing input is reported at the model
         else:

@@ -21,6 +21,7 @@ import yaml
 
 from opbench.errors import ExitCode, InputError, OpbenchError
 from opbench.export.onnx_import.model import Imported, Layer
+from opbench.spec.wiring import spells_out
 
 
 def portable_name(text: str, fallback: str) -> str:
@@ -35,10 +36,9 @@ def _comment(text: str, indent: str) -> list[str]:
     return [f"{indent}# {line}" for line in textwrap.wrap(text, 96 - len(indent))]
 
 
-def _entry(layer: Layer, previous: str | None, one_input: bool) -> dict[str, Any]:
+def _entry(layer: Layer, i: int, names: list[str], declared: list[str]) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": layer.name, "op": layer.op, **layer.params}
-    implied = [previous] if previous else (["input"] if one_input else None)
-    if list(layer.inputs) != implied:
+    if spells_out(i, names, declared, layer.inputs):  # the loader's own rule, inverted
         entry["inputs"] = list(layer.inputs)
     if layer.reference_name:
         entry["reference_name"] = layer.reference_name
@@ -77,9 +77,9 @@ def suite_text(imp: Imported, suite_name: str, model_name: str, source: str, dty
             lines.append(f"      {item.name}: {_flow(list(item.shape[1:]))}{note}")
     lines += ["    fuse: true", "    layers:"]
     unsupported = {u.node: u for u in imp.unsupported}
-    one_input = len(imp.inputs) == 1 and imp.inputs[0].name == "input"
-    previous = None
-    for layer in imp.layers:
+    names = [layer.name for layer in imp.layers]
+    declared = [item.name for item in imp.inputs]
+    for i, layer in enumerate(imp.layers):
         indent = "      "
         if layer.placeholder_for:
             why = unsupported.get(layer.nodes[0])
@@ -92,8 +92,7 @@ def suite_text(imp: Imported, suite_name: str, model_name: str, source: str, dty
             lines += _comment(f"also computes {', '.join(layer.nodes[1:])}", indent)
         if layer.absorbed:
             lines += _comment(f"reads through {_ops(list(layer.absorbed), op_of)}", indent)
-        lines.append(f"{indent}- {_flow(_entry(layer, previous, one_input))}")
-        previous = layer.name
+        lines.append(f"{indent}- {_flow(_entry(layer, i, names, declared))}")
     for why, title in (("constant", "folded into constants"), ("unused", "unused, removed")):
         names = [a.node for a in imp.absorbed if a.why == why]
         if names:

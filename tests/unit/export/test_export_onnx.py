@@ -50,7 +50,6 @@ def float64_outputs(suite: SuiteSpec, model: ModelSpec) -> list:
     import torch
 
     from opbench.backends.base import torch_dtype
-    from opbench.export.graph import layer_reads
     from opbench.ops.registry import get_op
     from opbench.pipeline.data import ModelData
 
@@ -60,7 +59,7 @@ def float64_outputs(suite: SuiteSpec, model: ModelSpec) -> list:
     with torch.no_grad():
         for i, layer in enumerate(model.layers):
             xs = []
-            for position, value in enumerate(layer_reads(model, layer)):
+            for position, value in enumerate(model.graph.reads[i]):
                 if value not in values:  # a model input: first read here, as input 0
                     assert position == 0, (layer.name, value)
                     values[value] = data.input(i).to(torch.float64)

@@ -41,7 +41,7 @@ def row(
 
 
 def model(name: str, *layers: tuple, base: str | None = None) -> SuiteModel:
-    """layers: (name, op, output_shape[, reference_name])."""
+    """layers: (name, op, output_shape[, reference_name]), a chain: each reads the one before."""
     return SuiteModel(
         name=name,
         base_name=base or name.split("[")[0],
@@ -52,6 +52,7 @@ def model(name: str, *layers: tuple, base: str | None = None) -> SuiteModel:
                 op=spec[1],
                 output_shape=spec[2],
                 reference_name=spec[3] if len(spec) > 3 else None,
+                inputs=(layers[i - 1][0],) if i else ("input",),
             )
             for i, spec in enumerate(layers)
         ),

@@ -13,7 +13,6 @@ from opbench.cli.main import app
 from opbench.errors import ExitCode
 from opbench.spec.graph import INPUT, fresh_input
 from opbench.spec.load import load_suite_text
-from opbench.spec.model import LayerSpec, ModelSpec, TimingSpec
 from opbench.spec.problems import SuiteErrors
 
 pytestmark = pytest.mark.usefixtures("join_ops")
@@ -147,19 +146,6 @@ models:
     (warning,) = suite.warnings
     assert "falls apart into 2 disconnected pieces" in str(warning)
     assert str(warning).startswith("g.yaml:7:9, model 'm', layer 'b'")
-
-
-def test_a_hand_made_model_is_a_chain() -> None:
-    def layer(name: str, starts: bool = False) -> LayerSpec:
-        return LayerSpec(
-            name, "relu", {}, "float32", ("torch",), None, 1.5, TimingSpec(), (2, 3), (2, 3),
-            starts_chain=starts,
-        )  # fmt: skip
-
-    model = ModelSpec("m", "m", 2, (layer("a"), layer("b"), layer("c", starts=True)))
-    assert [la.inputs for la in model.layers] == [(INPUT,), ("a",), ("c/input",)]
-    assert model.graph.pieces == ((0, 1), (2,))
-    assert model.layers[0].input_shapes == ((2, 3),)
 
 
 def test_dead_branches_and_unread_inputs_are_warnings_not_errors() -> None:
