@@ -20,16 +20,6 @@ if TYPE_CHECKING:
 
 Factory = Callable[[], "Backend"]
 
-# The built-in backends: name -> "module:attribute" of a zero-argument factory.
-_BUILTINS: dict[str, str] = {
-    "torch": "opbench.backends.torch_eager:TorchEager",
-    "torch-compile": "opbench.backends.torch_compile:TorchCompile",
-    "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
-    "torch-int8": "opbench.backends.torch_int8:TorchInt8",
-    "torch-fp8": "opbench.backends.torch_fp8:TorchFp8",
-    "triton": "opbench.backends.triton:TritonBackend",
-}
-
 # The built-in names only (the spec's vocabulary lists them); `backend_names()` adds plugins.
 BACKEND_NAMES = vocabulary.BUILTIN_BACKENDS
 
@@ -85,5 +75,5 @@ def restore(state: tuple[dict[str, Factory], set[str]]) -> None:
     _triton.update(triton)
 
 
-for _name, _target in _BUILTINS.items():
+for _name, _target in vocabulary.BUILTIN_BACKEND_FACTORIES.items():
     register_backend(_name, _lazy(_target), BUILTIN, triton=_name == "triton")

@@ -4,7 +4,7 @@ A fused group is a connected piece of the graph (spec/graph.py) whose inner valu
 outside the group reads, so they never need to exist in memory. With `fuse: true` on a model,
 these pieces become one kernel each (kernels named in brackets):
 
-- **conv**: conv2d → [batchnorm2d] → [add(skip)] → [relu | gelu | silu | relu6]: a residual
+- **conv**: conv2d → [batchnorm2d] → [add(skip)] → [an op with an epilogue]: a residual
   block's tail. The batchnorm folds into the weights, the skip tile is read in the epilogue,
   then the activation (conv.py; depthwise.py without the add).
 - **norm_fp8**: layernorm/rmsnorm → `quant: fp8` linear(s): the norm writes the e4m3 codes
@@ -30,7 +30,8 @@ these pieces become one kernel each (kernels named in brackets):
   (decode sizes). Measured on an H100 (docs/perf/fusion.md): 1.14x the two GEMMs + silu·mul
   at M = 16, but 0.80x at M = 2048, where the GEMM is compute-bound and the pair epilogue costs
   the mainloop registers (255 against 156); larger M take the next rule for the gate instead.
-- **linear + activation**: a projection whose only reader is relu/gelu/silu: the activation
+- **linear + activation**: a projection whose only reader is an op with an epilogue (relu,
+  gelu, silu, relu6: `Op.epilogue`, listed by ops/kinds.py): the activation
   runs in the GEMM's epilogue (the SwiGLU gate at prefill sizes: silu(gate) in one GEMM, then
   the mul).
 - **linear + add**: a projection whose only reader is a residual add: the epilogue adds the
@@ -53,12 +54,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from opbench.ops.base import numel
+from opbench.ops.kinds import epilogue_ops
 from opbench.spec.model import LayerSpec, ModelSpec
 
-# The activations a conv's epilogue applies (epilogue.apply_activation).
-CONV_ACTIVATIONS = ("relu", "gelu", "silu", "relu6")
-# The activations a linear layer's epilogue takes (its `activation` parameter's values).
-LINEAR_ACTIVATIONS = ("relu", "gelu", "silu")
 # SwiGLU as one GEMM up to this many rows (tokens): the decode regime, where the weights'
 # bytes bound the GEMM (kernels/linear_plans.SMALL_M; see the module docstring).
 SWIGLU_MAX_ROWS = 64
@@ -188,7 +186,7 @@ class _Planner:
                 and self.other_operand(nxt, group[-1]) is not None):  # fmt: skip
             group.append(nxt)
             nxt = self.sole_reader(nxt)
-        if nxt is not None and self.op(nxt) in CONV_ACTIVATIONS and self.same_kind(i, nxt):
+        if nxt is not None and self.op(nxt) in epilogue_ops() and self.same_kind(i, nxt):
             group.append(nxt)
         return tuple(group) if len(group) > 1 else None
 
@@ -252,7 +250,7 @@ class _Planner:
                 layer.quant not in EPILOGUE_QUANTS:  # fmt: skip
             return None
         act = self.sole_reader(i)
-        if act is None or self.op(act) not in LINEAR_ACTIVATIONS or not self.same_kind(i, act):
+        if act is None or self.op(act) not in epilogue_ops() or not self.same_kind(i, act):
             return None
         if self.layers[act].params.get("approximate", "none") != "none":
             return None  # the GEMM epilogue has GELU's erf form only

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from opbench.kernels import Unsupported
+from opbench.ops.kinds import epilogue_ops
 from opbench.spec.model import LayerSpec
 
 Binder = Callable[..., Any]  # *torch.Tensor -> kernels.launch.BoundKernels
 
-ACTIVATION_OPS = ("relu", "gelu", "silu", "relu6")
 QUANTS = ("none", "int8")  # conv2d; attention: ATTENTION_QUANTS; linear: ops.quant.LINEAR_QUANTS
 ATTENTION_QUANTS = ("none", "int8", "fp8")
 # Test-only: demonstrates the CI regression gate on a GPU with unchanged kernel code
@@ -207,11 +207,14 @@ def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def activation_name(layer: LayerSpec) -> str:
-    """The kernels' name of an activation layer's function (kernels/epilogue.py): its op, or
-    gelu_tanh for `gelu` with `approximate: tanh`."""
-    if layer.op == "gelu" and layer.params.get("approximate") == "tanh":
-        return "gelu_tanh"
-    return layer.op
+    """The kernels' name of an activation layer's function (kernels/epilogue.py), as its op
+    declares it (`Op.epilogue_name`: gelu_tanh for `gelu` with `approximate: tanh`)."""
+    from opbench.ops.registry import get_op
+
+    name = get_op(layer.op).epilogue_name(layer.params)
+    if name is None:
+        raise Unsupported(f"op {layer.op!r} has no epilogue function")
+    return name
 
 
 def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -318,10 +321,8 @@ BUILDERS: dict[str, Builder] = {
     "softmax": _softmax,
     "layernorm": _layernorm,
     "rmsnorm": _rmsnorm,
-    "relu": _activation,
-    "gelu": _activation,
-    "silu": _activation,
-    "relu6": _activation,
+    # Every op an epilogue can apply runs alone on the epilogue's elementwise kernel.
+    **dict.fromkeys(epilogue_ops(), _activation),
     "sigmoid": unary("sigmoid", "bind_sigmoid"),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),

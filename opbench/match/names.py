@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from opbench.ops.kinds import activation_ops
 from opbench.ops.registry import engine_families, family_of
 from opbench.reference.model import ReferenceTiming
 
@@ -159,7 +160,6 @@ _ANY_POOL = frozenset({"pooling", "pool", "tiledpooling"})
 POOL = "pool"
 # A fused activation whose kind the engine does not say (ONNX Runtime's NCHWc conv).
 ACTIVATION = "activation"
-_ACTIVATION_OPS = frozenset({"relu", "relu6", "gelu", "silu", "sigmoid"})
 _POOL_OPS = ("maxpool2d", "avgpool2d")
 
 
@@ -187,7 +187,7 @@ def families_agree(row_family: str | None, suite_op: str | None) -> bool:
     if row_family == POOL:
         return suite_family in _POOL_OPS
     if row_family == ACTIVATION:
-        return suite_family in _ACTIVATION_OPS
+        return suite_family in activation_ops()
     return row_family == suite_family
 
 

@@ -10,6 +10,7 @@ from opbench.ops.functional import activate, activate_reference
 class _Activation(Op):
     reference_written_out = True
     flops_per_element = 1
+    is_activation = True
 
     def flops(self, in_shape, out_shape, p):
         return self.flops_per_element * numel(in_shape)
@@ -23,6 +24,7 @@ class _Activation(Op):
 
 class ReLU(_Activation):
     name = "relu"
+    epilogue = "relu"
     summary = "max(x, 0)"
     engine_names = "relu aten::relu"
     torch_calls = ("torch.nn.functional.relu",)
@@ -31,6 +33,7 @@ class ReLU(_Activation):
 
 class GELU(_Activation):
     name = "gelu"
+    epilogue = "gelu"
     summary = "x·Φ(x): erf form, or the tanh approximation (approximate: tanh)"
     engine_names = "gelu biasgelu fastgelu aten::gelu"
     torch_calls = ("torch.nn.functional.gelu",)
@@ -48,6 +51,9 @@ class GELU(_Activation):
         """The activation's name in ops/functional.py and kernels/epilogue.py."""
         return "gelu_tanh" if p.get("approximate") == "tanh" else "gelu"
 
+    def epilogue_name(self, params):
+        return self.function(params)
+
     def forward(self, x, weights, layer):
         return activate(x, self.function(layer.params))
 
@@ -57,6 +63,7 @@ class GELU(_Activation):
 
 class SiLU(_Activation):
     name = "silu"
+    epilogue = "silu"
     summary = "x·sigmoid(x)"
     engine_names = "silu swish aten::silu"
     torch_calls = ("torch.nn.functional.silu",)
@@ -66,6 +73,7 @@ class SiLU(_Activation):
 
 class ReLU6(_Activation):
     name = "relu6"
+    epilogue = "relu6"
     summary = "min(max(x, 0), 6) (MobileNet's activation)"
     engine_names = "relu6 clip clamp aten::relu6 aten::hardtanh"
     torch_calls = ("torch.nn.functional.relu6",)

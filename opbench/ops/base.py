@@ -22,7 +22,7 @@ Two computations per op, kept apart on purpose:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -120,7 +120,31 @@ def coerce_param(param: Param, value: Any) -> Any:
     raise AssertionError(f"unknown parameter kind {kind}")
 
 
-ACTIVATION = Param("activation", "choice", "none", ("none", "relu", "gelu", "silu"))
+class DerivedChoices(Sequence[str]):
+    """A parameter's choices computed from the registered ops each time they are read: the ops
+    are not all defined when this module is, and an op registered later (a plugin's) counts."""
+
+    def __init__(self, compute: Callable[[], tuple[str, ...]]) -> None:
+        self._compute = compute
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self._compute()[i]
+
+    def __len__(self) -> int:
+        return len(self._compute())
+
+    def __repr__(self) -> str:
+        return repr(self._compute())
+
+
+def _activation_choices() -> tuple[str, ...]:
+    from opbench.ops.kinds import activation_choices
+
+    return activation_choices()
+
+
+#: A linear's or conv's own activation: "none", or any op's `epilogue` name (ops/kinds.py).
+ACTIVATION = Param("activation", "choice", "none", DerivedChoices(_activation_choices))
 QUANT = Param("quant", "choice", "none", ("none", "int8"))
 EPS = Param("eps", "pos_float", 1e-5)
 
@@ -198,6 +222,14 @@ class Op:
     #: The ONNX operator the op is when it is one node without attributes (export uses it
     #: when export/onnx_ops.py has no emitter of its own for the op).
     onnx_op: str = ""
+    #: An elementwise activation: engines fuse it into the layer before it, so an engine's row
+    #: that says only "activation" may be this op (match/names.py, the ONNX Runtime reader).
+    is_activation: bool = False
+    #: The name of the op's function in the kernels' epilogue (kernels/epilogue.py keeps the
+    #: table of them), for an activation a GEMM or conv can apply to its output; None where
+    #: none can. It makes the op fusable after a conv or linear (backends/triton_fusion.py)
+    #: and a value of their `activation:` parameter. `epilogue_name(params)` gives a layer's.
+    epilogue: str | None = None
     #: A small layer for the tests that run every op; every built-in op has one.
     example: Example | None = None
     #: False for an op that computes nothing (`placeholder`, which stands for an ONNX node
@@ -206,6 +238,11 @@ class Op:
     #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
     #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
     arity: int = 1
+
+    def epilogue_name(self, params: Mapping[str, Any]) -> str | None:
+        """The epilogue function a layer of this op with these parameters applies (`epilogue`
+        unless a parameter picks a variant: gelu's tanh approximation)."""
+        return self.epilogue
 
     # ---- inputs: one per edge of the graph ----------------------------------------------
     def input_count(self, params: Mapping[str, Any]) -> int:

@@ -13,6 +13,7 @@ class Sigmoid(Op):
     onnx_op = "Sigmoid"
     example = Example((5, 7), (5, 7))
     reference_written_out = True
+    is_activation = True  # no epilogue applies it (yet): it fuses into no GEMM or conv
 
     def flops(self, in_shape, out_shape, p):
         return 4 * numel(in_shape)  # negate, exp, add, divide

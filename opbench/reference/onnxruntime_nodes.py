@@ -10,6 +10,7 @@ import json
 import re
 from typing import Any
 
+from opbench.ops.kinds import activation_engine_names
 from opbench.reference.interface import Flag
 
 _OVERHEAD_OPS = frozenset(
@@ -26,21 +27,6 @@ _INSERTED_NAME = re.compile(
     r"^(reorder|memcpy|gemm_(input|output)_reshape)|_token_\d+$"
     r"|^(Reshape|Transpose|Squeeze|Unsqueeze|Identity|Flatten)$",
     re.IGNORECASE,
-)
-_ACTIVATIONS = frozenset(
-    {
-        "Relu",
-        "LeakyRelu",
-        "Sigmoid",
-        "Tanh",
-        "Clip",
-        "HardSigmoid",
-        "Gelu",
-        "FastGelu",
-        "Silu",
-        "Elu",
-        "Selu",
-    }
 )
 _NODE_OP = re.compile(r"^(?:.*/)?([A-Za-z]+)(?:_\d+)?$")
 
@@ -86,6 +72,11 @@ def _input_shapes(args: dict[str, Any]) -> tuple[tuple[int, ...] | None, ...]:
     return tuple(_shape_list(args, "input_type_shape"))
 
 
+def _is_activation(name_op: str | None) -> bool:
+    """Whether a node name's op part is an activation opbench has (an op's `engine_names`)."""
+    return name_op is not None and name_op.casefold() in activation_engine_names()
+
+
 def node_members(
     name: str,
     op: str | None,
@@ -96,15 +87,15 @@ def node_members(
     match = _NODE_OP.match(name)
     name_op = match.group(1) if match else None
     flags: tuple[str, ...] = ()
-    if name.endswith("_nchwc") or (op in ("FusedConv", "FusedGemm") and name_op in _ACTIVATIONS):
+    if name.endswith("_nchwc") or (op in ("FusedConv", "FusedGemm") and _is_activation(name_op)):
         flags = (Flag.RENAMED_BY_ENGINE,)
     if op in ("Conv", "FusedConv") and len(inputs) == 4 and shape and inputs[3] == shape:
         # X, W, B and Z: the NCHWc and fused convs add Z, a residual of the output's shape,
         # before their activation (ResNet's conv3 + Add + Relu is one such node).
-        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+        activation = name_op if _is_activation(name_op) else "Activation"
         return ("Conv", "Add", activation), flags
     if op in ("FusedConv", "FusedGemm"):
-        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+        activation = name_op if _is_activation(name_op) else "Activation"
         return (op.removeprefix("Fused"), activation), flags
     if "MatMulAddFusion" in name:
         return ("MatMul", "Add"), flags

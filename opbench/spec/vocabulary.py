@@ -20,15 +20,18 @@ from pathlib import Path
 
 BUILTIN = "built-in"
 
-# The built-in backends, in the order reports show them.
-BUILTIN_BACKENDS: tuple[str, ...] = (
-    "torch",
-    "torch-compile",
-    "torch-compile-max-autotune",
-    "torch-int8",
-    "torch-fp8",
-    "triton",
-)
+# The built-in backends, in the order reports show them: name -> "module:attribute" of a
+# zero-argument factory (backends/registry.py imports it when the backend is used; the spec
+# knows the names without importing any backend). The one list of them.
+BUILTIN_BACKEND_FACTORIES: dict[str, str] = {
+    "torch": "opbench.backends.torch_eager:TorchEager",
+    "torch-compile": "opbench.backends.torch_compile:TorchCompile",
+    "torch-compile-max-autotune": "opbench.backends.torch_compile:TorchCompileMaxAutotune",
+    "torch-int8": "opbench.backends.torch_int8:TorchInt8",
+    "torch-fp8": "opbench.backends.torch_fp8:TorchFp8",
+    "triton": "opbench.backends.triton:TritonBackend",
+}
+BUILTIN_BACKENDS: tuple[str, ...] = tuple(BUILTIN_BACKEND_FACTORIES)
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

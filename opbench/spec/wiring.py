@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from opbench.errors import InputError
 from opbench.ops.base import VARIADIC
 from opbench.ops.registry import OPS, suggest
-from opbench.spec.graph import INPUT, Graph, Row, fresh_input
+from opbench.spec.graph import INPUT, Graph, OrderError, Row, fresh_input
 from opbench.spec.problems import Locator, SuiteWarning
 
 if TYPE_CHECKING:  # pydantic stays at the YAML boundary: match and compare import this module
@@ -53,7 +53,8 @@ def recorded_graph(model: Mapping[str, Any]) -> Graph:
     """The graph of a model as run.json records it (the suite spec's model: `inputs` and
     `layers`, each layer with `inputs`, `output_shape`, `input_shapes`). The one adapter for a
     run.json from before graphs: a layer without `inputs` reads as the suite format's default
-    says, or its own fresh input where it set one (`starts_chain` after the first layer)."""
+    says, or its own fresh input where it set one (`starts_chain` after the first layer).
+    InputError when a layer reads itself or a later layer."""
     layers = [la for la in model.get("layers") or () if isinstance(la, Mapping)]
     layers = [la for la in layers if isinstance(la.get("name"), str)]
     names = [la["name"] for la in layers]
@@ -74,7 +75,10 @@ def recorded_graph(model: Mapping[str, Any]) -> Graph:
         rows.append(Row(names[i], reads, tuple(out) if isinstance(out, (list, tuple)) else (),
                         shapes if len(shapes) == len(reads) else ()))  # fmt: skip
     shaped = {k: tuple(v) if isinstance(v, (list, tuple)) else () for k, v in declared.items()}
-    return Graph.from_rows(rows, shaped)
+    try:
+        return Graph.from_rows(rows, shaped)
+    except OrderError as e:  # a hand-edited run.json: one line, not a traceback
+        raise InputError(f"the run's suite spec, model {model.get('name')!r}: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from opbench.export.onnx_import.model import ModelInput
 from opbench.export.onnx_import.rules import _const, _scalar
 from opbench.export.onnx_import.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
 from opbench.export.onnx_import.walk import Canon, Step, Walker
+from opbench.ops.kinds import epilogue_ops
+from opbench.ops.registry import OPS
 
 
 class Refused(ValueError):
@@ -80,7 +82,7 @@ def unary(w: Walker, node: Any, op: str, params: dict[str, Any] | None = None) -
     if (
         producer is not None
         and not params
-        and op in ("relu", "gelu", "silu")
+        and op in epilogue_ops()  # the conv's or linear's epilogue applies it (ops/kinds.py)
         and producer.op in ("conv2d", "linear")
         and producer.params.get("activation", "none") == "none"
         and w.chains[x.name][1] == ()
@@ -91,7 +93,12 @@ def unary(w: Walker, node: Any, op: str, params: dict[str, Any] | None = None) -
 
         nodes = (*producer.nodes, *w.body(node))
         w.replace_layer(
-            index, replace(producer, params={**producer.params, "activation": op}, nodes=nodes)
+            index,
+            replace(
+                producer,
+                params={**producer.params, "activation": OPS[op].epilogue},
+                nodes=nodes,
+            ),
         )
         w.views[node.outputs[0].name] = view
         w.chains[node.outputs[0].name] = (node.outputs[0].name, ())

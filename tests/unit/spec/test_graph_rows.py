@@ -92,3 +92,11 @@ def test_writers_spell_out_exactly_what_the_default_would_not_read() -> None:
     assert not spells_out(1, names, declared, ("a",))
     assert spells_out(1, names, declared, ("input",))
     assert spells_out(0, names, ["x", "y"], ("x",))
+
+
+def test_a_recorded_layer_reading_a_later_one_is_one_clear_input_error() -> None:
+    from opbench.errors import InputError
+
+    model = {"name": "m", "layers": [{"name": "a", "inputs": ["b"]}, {"name": "b"}]}
+    with pytest.raises(InputError, match="model 'm': layer 'a' reads 'b'"):
+        recorded_graph(model)

@@ -1,0 +1,38 @@
+"""The lists other stages keep about ops, derived from what each op declares (ops/base.py:
+`is_activation`, `epilogue`, `engine_names`), never written again: adding an activation is one
+op module (and its kernel), and it appears in every list below.
+
+Computed from the registry on every call: an op registered later (a plugin's, a test's) counts.
+"""
+
+from __future__ import annotations
+
+
+def _ops():
+    from opbench.ops.registry import OPS  # the registry imports every module here, this one too
+
+    return OPS.values()
+
+
+def activation_ops() -> frozenset[str]:
+    """The elementwise activations (an engine's unnamed "activation" row may be any of them)."""
+    return frozenset(op.name for op in _ops() if op.is_activation)
+
+
+def epilogue_ops() -> tuple[str, ...]:
+    """The ops a conv's or linear's epilogue can apply: the triton backend fuses them into the
+    layer before, and builds them alone with the epilogue's elementwise kernel."""
+    return tuple(op.name for op in _ops() if op.epilogue)
+
+
+def activation_choices() -> tuple[str, ...]:
+    """The values of a conv's or linear's `activation:` parameter: none, or an epilogue."""
+    return ("none", *dict.fromkeys(op.epilogue for op in _ops() if op.epilogue))
+
+
+def activation_engine_names() -> frozenset[str]:
+    """Engine op types (case-folded) that are an activation: each activation op's
+    `engine_names` (ONNX Runtime writes a fused conv's activation by them)."""
+    return frozenset(
+        n.casefold() for op in _ops() if op.is_activation for n in op.engine_names.split()
+    )
