@@ -1,0 +1,174 @@
+"""`opbench export sas` of a transformer: the cuts DLPy's ONNX import refuses are built with
+DLPy's layer API, and the generated script times them against the stand-in CAS server with the
+real swat and sas-dlpy.
+
+The model is tests/data/suites/transformer_tiny.yaml: suites/transformer.yaml's BERT-base
+encoder layer (packed qkv, attention, output projection, residual, layer norm, GELU FFN,
+residual, layer norm) at hidden 16, 2 heads, 8 tokens. The stand-in cannot score (it answers
+dlScore with canned times), so DLPy's computation is checked in numpy: what DLPy's layer
+definitions imply (Dense y = A·x + b with A as BERT_Model stores it, MultiHeadAttention from its
+packed (E, 3E + n) kernel, LayerNormalization, Res), from the HDF5 weights the script loads,
+against the layer's output (ONNX Runtime on the cut's ONNX file).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from opbench.cli.main import app
+from opbench.reference.interface import ReaderOptions
+from opbench.reference.sas_prefix import READER
+
+pytest.importorskip("swat")
+pytest.importorskip("dlpy")
+h5py = pytest.importorskip("h5py")
+ort = pytest.importorskip("onnxruntime")
+
+from tests.unit.export.test_export_sas_graph import (  # noqa: E402
+    StandIn,
+    canned_times,
+    run_script,
+)
+
+SUITE = Path(__file__).parents[2] / "data" / "suites" / "transformer_tiny.yaml"
+# DLPy's layer type per cut's last layer, as addLayer receives them.
+TYPES = {"qkv": "fc", "attn_out": "mhattention", "attn_res": "residual", "ln1": "layernorm",
+         "ffn_up": "fc", "ffn_down": "fc", "ffn_res": "residual", "ln2": "layernorm"}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sas_layers") / "sas"
+    done = CliRunner().invoke(app, ["export", "sas", str(SUITE), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    assert "SAS can time 8 of 9 layers" in " ".join(done.output.split())
+    return out
+
+
+def _model(out: Path) -> dict:
+    return json.loads((out / "manifest.json").read_text())["models"][0]
+
+
+def _helper(out: Path):
+    spec = importlib.util.spec_from_file_location("sas_layer_api_test", out / "sas_layer_api.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_cut_is_built_by_dlpy_and_its_summary_has_the_layers(bundle: Path):
+    model = _model(bundle)
+    helper = _helper(bundle)
+    cuts = {c["layer"]: c for c in model["cuts"]}
+    assert cuts["attn"]["sas"]["status"] == "refused"  # inside the MultiHeadAttention
+    h5 = h5py.File(bundle / model["sas_layer_api"]["weights"], "r")
+    for name, kind in TYPES.items():
+        sas = cuts[name]["sas"]
+        assert sas["api"] == "layers", name
+        layers = helper.dlpy_layers(sas)
+        assert layers[0].type == "input" and layers[-1].type == "output"
+        assert layers[-2].type == kind and layers[-2].name == name
+        for layer in layers[1:-1]:  # DLPy's summary: type, output size, parameters
+            row = layer.summary.iloc[0]
+            assert row["Type"] == layer.type
+            size = {"qkv": 48, "ffn_up": 32}.get(layer.name, 16)
+            assert row["Output Size"] == size, (name, layer.name)
+            if layer.type in ("fc", "mhattention", "layernorm"):  # the HDF5 holds them
+                kernel = h5[layer.name][f"{layer.name}/kernel:0"]
+                assert kernel.size == layer.num_weights, (layer.name, kernel.shape)
+    # GELU on the FFN's Dense (folded as BERT_Model does), attention's q/k/v in the MHA
+    ffn = helper.dlpy_layers(cuts["ffn_up"]["sas"])[-2]
+    assert ffn.config["act"] == "gelu"
+    mha = helper.dlpy_layers(cuts["attn_out"]["sas"])[-2]
+    assert mha.config["n_attn_heads"] == 2 and h5["attn_out"]["attn_out/kernel:0"].shape == (16, 64)
+    names = [n.decode() if isinstance(n, bytes) else n for n in h5.attrs["layer_names"]]
+    assert names == ["qkv", "attn_out", "ln1", "ffn_up", "ffn_down", "ln2"]
+
+
+def test_script_times_every_cut_and_compare_reads_every_layer(bundle: Path, tmp_path: Path):
+    by_model, truth = canned_times(bundle)
+    standin = StandIn(lambda model, call: by_model[model] + 0.01 * (call % 3))
+    done = run_script(bundle, tmp_path, standin)
+    assert done.returncode == 1, done.stdout + done.stderr  # attn's own cut: not timed
+    added = [c.params for c in standin.calls if c.action == "deeplearn.addlayer"]
+    for name, kind in TYPES.items():
+        cut = next(c for c in _model(bundle)["cuts"] if c["layer"] == name)
+        model = f"opb_bert_layer_{cut['cut']:03d}"
+        mine = {p["name"]: p["layer"]["type"] for p in added if p["model"] == model}
+        assert mine[name] == kind and mine["input"] == "input" and mine["output"] == "output"
+    built = {c.params["model"]["name"]: c.params["type"] for c in standin.calls
+             if c.action == "deeplearn.buildmodel"}  # fmt: skip
+    assert set(built.values()) == {"RNN"} and len(built) == 9  # baseline and 8 cuts
+    loads = [c.params for c in standin.calls if c.action == "deeplearn.dlimportmodelweights"]
+    assert len(loads) == 8 and loads[0]["formatType"] == "KERAS"
+    assert loads[0]["dataSpecs"][0]["numericnominalparms"]["tokensize"] == 16
+
+    path = bundle / "sas_prefix_bert_layer.csv"
+    rows = {r["layer"]: r for r in csv.DictReader(
+        line for line in path.read_text().splitlines() if not line.startswith("#"))}  # fmt: skip
+    assert rows["attn_out"]["status"].startswith("stand-in: attention and its output projection")
+    profile = READER.read(path, ReaderOptions())
+    derived = {t.name: t for t in profile.layers if t.status == "timed"}
+    assert set(derived) == {*TYPES, "attn + attn_out"} - {"attn_out"}
+    for name, row in derived.items():  # attention with its output projection: one row
+        want = sum(truth["bert_layer"][part] for part in name.split(" + "))
+        assert row.time_ms == pytest.approx(want, abs=1e-6), name
+    assert any("timed with a stand-in in SAS: attn_out" in n for n in profile.notes)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+def _dlpy_forward(spec: dict, h5, x: np.ndarray) -> np.ndarray:
+    """What DLPy's layer definitions compute, from the HDF5 weights BERT_Model's way."""
+    values = {spec["input"]["name"]: x}
+    for entry in spec["layers"]:
+        name, c = entry["name"], entry["config"]
+        src = [values[s] for s in entry["sources"]]
+        group = h5[name] if name in h5 else None
+        kernel = group[f"{name}/kernel:0"][()] if group is not None else None
+        bias = group[f"{name}/bias:0"][()] if group is not None else None
+        if entry["type"] == "dense":  # kernel (out, in)
+            y = src[0] @ kernel.T + bias
+        elif entry["type"] == "mha":  # kernel (E, 3E + n): Wqᵀ | Wkᵀ | Wvᵀ | Woᵀ
+            e, heads = src[0].shape[-1], c["n_attn_heads"]
+            q, k, v = (src[0] @ kernel[:, i * e : (i + 1) * e] + bias[i * e : (i + 1) * e]
+                       for i in range(3))  # fmt: skip
+            split = [
+                t.reshape(*t.shape[:-1], heads, e // heads).swapaxes(-2, -3) for t in (q, k, v)
+            ]
+            scores = split[0] @ split[1].swapaxes(-1, -2) / math.sqrt(e // heads)
+            weights = np.exp(scores - scores.max(-1, keepdims=True))
+            weights /= weights.sum(-1, keepdims=True)
+            ctx = (weights @ split[2]).swapaxes(-2, -3).reshape(q.shape)
+            y = ctx @ kernel[:, 3 * e :] + bias[3 * e :]
+        elif entry["type"] == "layernorm":
+            mean = src[0].mean(-1, keepdims=True)
+            var = src[0].var(-1, keepdims=True)
+            y = (src[0] - mean) / np.sqrt(var + c["epsilon"]) * kernel + bias
+        else:  # res
+            y = sum(src)
+        values[name] = _gelu(y) if c.get("act") == "gelu" else y
+    return values[spec["output"]]
+
+
+def test_dlpy_computation_of_each_cut_is_the_layers_output(bundle: Path):
+    model = _model(bundle)
+    h5 = h5py.File(bundle / model["sas_layer_api"]["weights"], "r")
+    x = np.load(bundle / model["inputs"][0]["file"]).astype(np.float64)
+    for cut in model["cuts"]:
+        if cut["sas"].get("api") != "layers":
+            continue
+        session = ort.InferenceSession(str(bundle / cut["file"]))
+        want = session.run(None, {"input": x.astype(np.float32)})[0]
+        got = _dlpy_forward(cut["sas"], h5, x)
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), cut["layer"]
