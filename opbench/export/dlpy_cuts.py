@@ -92,6 +92,7 @@ def plan(
     blocked: dict[str, str] = {}
     inputs = {n: list(s) for n, s in model_inputs.items() if len(s) in (2, 3)}
     boundaries: dict[str, str] = {}
+    starts: dict[str, set[str]] = {}  # the inputs each layer's cut reads
     for layer in layers:
         name = layer["name"]
         form = found[name]
@@ -116,14 +117,11 @@ def plan(
                 why = blocked[r] if blocked[r].startswith("its cut holds") else (
                     f"its cut holds {r!r}: {blocked[r]}")  # fmt: skip
         reads[name] = mine
+        starts[name] = {r for r in mine if r not in by}.union(*(starts[r] for r in mine if r in by))
+        if not why and len(starts[name]) != 1:  # one input per DLPy model
+            why = f"a DLPy model has one input; this cut reads {', '.join(sorted(starts[name]))}"
         blocked[name] = why
-    result = Plan(found, reads, inputs, blocked, tuple(by))
-    for layer in layers:  # one input per DLPy model
-        name = layer["name"]
-        starts = result.cut_inputs(name)
-        if not blocked[name] and len(starts) != 1:
-            blocked[name] = f"a DLPy model has one input; this cut reads {', '.join(starts)}"
-    return result
+    return Plan(found, reads, inputs, blocked, tuple(by))
 
 
 def cut_layers(p: Plan, name: str) -> tuple[dict[str, Any] | None, str]:
