@@ -143,14 +143,14 @@ def cut_layers(p: Plan, name: str) -> tuple[dict[str, Any] | None, str]:
         return carrier(f.host) if f.kind == "act" else dlpy_name(r)
 
     built: list[dict[str, Any]] = []
-    acts: dict[str, str] = {}
+    acts: dict[str, tuple[str, str]] = {}  # host -> (act, the activation layer)
     notes: list[str] = []
     for m in members:
         f = p.forms[m]
         if f.why:
             notes.append(f"{m}: {f.why}")
         if f.kind == "act":
-            acts[dlpy_name(f.host)] = f.config["act"]
+            acts[dlpy_name(f.host)] = (f.config["act"], m)
             continue
         if f.kind == "inside" or (m in absorbed and f.kind != "mha"):
             continue
@@ -159,8 +159,9 @@ def cut_layers(p: Plan, name: str) -> tuple[dict[str, Any] | None, str]:
                       "sources": [carrier(s) for s in sources],
                       "covers": [*(a for a in f.absorbs if a in members), m]})  # fmt: skip
     for entry in built:
-        if entry["name"] in acts:
-            entry["config"]["act"] = acts[entry["name"]]
+        if entry["name"] in acts:  # the activation layer is part of what its host times
+            entry["config"]["act"], folded = acts[entry["name"]]
+            entry["covers"].append(folded)
     shape = p.inputs[start]
     tokens, width = (shape[1], shape[2]) if len(shape) == 3 else (1, shape[1])
     return {

@@ -167,6 +167,17 @@ def _api_notices(
     return notices
 
 
+def _qualify_rows(model: dict[str, Any]) -> None:
+    """Name the CSV's rows `/<model>/<layer>` when the suite's layers carry the names of another
+    engine (reference_name, as `suite from-onnx` writes them): compare then matches the rows to
+    the layers by the model-qualified name, as it does for opbench's own ONNX Runtime profile
+    (opbench/match/links.py, rule 3), and not by the other engine's names."""
+    if not any(layer.get("reference_name") for layer in model["layers"]):
+        return
+    for layer in model["layers"]:
+        layer["sas"]["row"] = f"/{model['name']}/{layer['name']}"
+
+
 def annotate_for_sas(manifest_path: Path) -> tuple[list[Notice], dict[str, tuple[int, int]]]:
     """Check every cut of an export against DLPy's rules and write the `sas` entries into
     its manifest; the notices for the user and, per model, (layers SAS can time, layers)."""
@@ -178,6 +189,7 @@ def annotate_for_sas(manifest_path: Path) -> tuple[list[Notice], dict[str, tuple
         found = _check_model(out, model)
         reasons = add_layer_api(out, model, _load(out / model["file"]))
         notices += _api_notices(model, found, reasons) if "sas_layer_api" in model else found
+        _qualify_rows(model)
         ok = sum(layer["sas"]["status"] in ("timed", "stand-in") for layer in model["layers"])
         timed[model["name"]] = (ok, len(model["layers"]))
     manifest["sas"] = (

@@ -12,6 +12,7 @@ ONNX reason, with the layer API's after it.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,13 @@ def add_layer_api(out: Path, model: dict[str, Any], whole: Any) -> dict[str, str
             api_cuts[cut["layer"]] = built
         elif cut["sas"]["status"] == "refused":
             reasons[cut["layer"]] = why
+    pieces = {b["input"]["tensor"] for b in api_cuts.values()} - set(model_inputs)
+    if pieces and importlib.util.find_spec("onnxruntime") is None:
+        for layer, built in list(api_cuts.items()):
+            if built["input"]["tensor"] in pieces:
+                del api_cuts[layer]
+                reasons[layer] = (f"it starts from {built['input']['tensor']!r}, whose values "
+                                  "export computes with ONNX Runtime (not installed)")  # fmt: skip
     if not api_cuts:
         return reasons
     import onnx

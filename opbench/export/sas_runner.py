@@ -266,10 +266,12 @@ def jobs(model):
     for i, base in enumerate(model.get("baselines", [])):
         out.append((base["input"], "input", "", base, cas_name(f"opb_{stem}_in{i}"), None))
     layers = {layer["name"]: layer for layer in model["layers"]}
+    rows = {n: layer.get("sas", {}).get("row") or n for n, layer in layers.items()}
     for cut in model["cuts"]:
         layer = layers[cut["layer"]]
         reads = layer.get("sas", {}).get("reads") or layer.get("inputs", [])
-        out.append((layer["name"], layer["op"], " ".join(reads), cut,
+        reads = [rows.get(r, r) for r in reads]  # a layer by its row name, an input as it is
+        out.append((rows[layer["name"]], layer["op"], " ".join(reads), cut,
                     cas_name(f"opb_{stem}_{cut['cut']:03d}"), layer.get("sas", {})))  # fmt: skip
     return out
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +31,7 @@ pytest.importorskip("dlpy")
 h5py = pytest.importorskip("h5py")
 ort = pytest.importorskip("onnxruntime")
 
+from tests.unit.export.dlpy_numpy import dlpy_forward  # noqa: E402
 from tests.unit.export.test_export_sas_graph import (  # noqa: E402
     StandIn,
     canned_times,
@@ -124,43 +124,6 @@ def test_script_times_every_cut_and_compare_reads_every_layer(bundle: Path, tmp_
     assert any("timed with a stand-in in SAS: attn_out" in n for n in profile.notes)
 
 
-def _gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
-
-
-def _dlpy_forward(spec: dict, h5, x: np.ndarray) -> np.ndarray:
-    """What DLPy's layer definitions compute, from the HDF5 weights BERT_Model's way."""
-    values = {spec["input"]["name"]: x}
-    for entry in spec["layers"]:
-        name, c = entry["name"], entry["config"]
-        src = [values[s] for s in entry["sources"]]
-        group = h5[name] if name in h5 else None
-        kernel = group[f"{name}/kernel:0"][()] if group is not None else None
-        bias = group[f"{name}/bias:0"][()] if group is not None else None
-        if entry["type"] == "dense":  # kernel (out, in)
-            y = src[0] @ kernel.T + bias
-        elif entry["type"] == "mha":  # kernel (E, 3E + n): Wqᵀ | Wkᵀ | Wvᵀ | Woᵀ
-            e, heads = src[0].shape[-1], c["n_attn_heads"]
-            q, k, v = (src[0] @ kernel[:, i * e : (i + 1) * e] + bias[i * e : (i + 1) * e]
-                       for i in range(3))  # fmt: skip
-            split = [
-                t.reshape(*t.shape[:-1], heads, e // heads).swapaxes(-2, -3) for t in (q, k, v)
-            ]
-            scores = split[0] @ split[1].swapaxes(-1, -2) / math.sqrt(e // heads)
-            weights = np.exp(scores - scores.max(-1, keepdims=True))
-            weights /= weights.sum(-1, keepdims=True)
-            ctx = (weights @ split[2]).swapaxes(-2, -3).reshape(q.shape)
-            y = ctx @ kernel[:, 3 * e :] + bias[3 * e :]
-        elif entry["type"] == "layernorm":
-            mean = src[0].mean(-1, keepdims=True)
-            var = src[0].var(-1, keepdims=True)
-            y = (src[0] - mean) / np.sqrt(var + c["epsilon"]) * kernel + bias
-        else:  # res
-            y = sum(src)
-        values[name] = _gelu(y) if c.get("act") == "gelu" else y
-    return values[spec["output"]]
-
-
 def test_dlpy_computation_of_each_cut_is_the_layers_output(bundle: Path):
     model = _model(bundle)
     h5 = h5py.File(bundle / model["sas_layer_api"]["weights"], "r")
@@ -170,5 +133,5 @@ def test_dlpy_computation_of_each_cut_is_the_layers_output(bundle: Path):
             continue
         session = ort.InferenceSession(str(bundle / cut["file"]))
         want = session.run(None, {"input": x.astype(np.float32)})[0]
-        got = _dlpy_forward(cut["sas"], h5, x)
+        got = dlpy_forward(cut["sas"], h5, x)
         assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), cut["layer"]
