@@ -5,7 +5,7 @@ The stand-in CAS server cannot score, so the tests hold this against each layer'
 weight layout (dlpy/layers.py, dlpy/transformers/bert_utils.py): Dense y = A·x + b with A
 stored (out, in); MultiHeadAttention with its packed kernel (E, 3E + n) = Wqᵀ | Wkᵀ | Wvᵀ | Woᵀ,
 heads split along the width, softmax(q·kᵀ/√d)·v; LayerNormalization over the token's width;
-Res the sum of its sources; GELU the erf form.
+Res the sum of its sources; GELU the erf form, RELU, TANH, SIGMOID (LOGISTIC).
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ import numpy as np
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+ACTS = {"identity": lambda y: y, "relu": lambda y: np.maximum(y, 0.0), "gelu": lambda y: _gelu(y),
+        "tanh": np.tanh, "sigmoid": lambda y: 1 / (1 + np.exp(-y))}  # fmt: skip
 
 
 def dlpy_forward(spec: dict, h5, x: np.ndarray) -> np.ndarray:
@@ -48,5 +52,8 @@ def dlpy_forward(spec: dict, h5, x: np.ndarray) -> np.ndarray:
             y = (src[0] - mean) / np.sqrt(var + c["epsilon"]) * kernel + bias
         else:  # res
             y = sum(src)
-        values[name] = _gelu(y) if c.get("act") == "gelu" else y
+        act = c.get("act", "identity")
+        if act not in ACTS:
+            raise ValueError(f"no numpy form for DLPy's act {act!r}")
+        values[name] = ACTS[act](y)
     return values[spec["output"]]

@@ -112,16 +112,18 @@ def test_script_times_every_cut_and_compare_reads_every_layer(bundle: Path, tmp_
     assert loads[0]["dataSpecs"][0]["numericnominalparms"]["tokensize"] == 16
 
     path = bundle / "sas_prefix_bert_layer.csv"
-    rows = {r["layer"]: r for r in csv.DictReader(
+    # ffn_down carries a SAS profile's name (reference_name: FC_2): the rows are named
+    # /<model>/<layer>, which compare matches to the layers (docs/sas.md)
+    rows = {r["layer"].removeprefix("/bert_layer/"): r for r in csv.DictReader(
         line for line in path.read_text().splitlines() if not line.startswith("#"))}  # fmt: skip
     assert rows["attn_out"]["status"].startswith("stand-in: attention and its output projection")
     profile = READER.read(path, ReaderOptions())
-    derived = {t.name: t for t in profile.layers if t.status == "timed"}
+    derived = {t.name.replace("/bert_layer/", ""): t for t in profile.layers if t.status == "timed"}
     assert set(derived) == {*TYPES, "attn + attn_out"} - {"attn_out"}
     for name, row in derived.items():  # attention with its output projection: one row
         want = sum(truth["bert_layer"][part] for part in name.split(" + "))
         assert row.time_ms == pytest.approx(want, abs=1e-6), name
-    assert any("timed with a stand-in in SAS: attn_out" in n for n in profile.notes)
+    assert any("timed with a stand-in in SAS: /bert_layer/attn_out" in n for n in profile.notes)
 
 
 def test_dlpy_computation_of_each_cut_is_the_layers_output(bundle: Path):
@@ -135,3 +137,24 @@ def test_dlpy_computation_of_each_cut_is_the_layers_output(bundle: Path):
         want = session.run(None, {"input": x.astype(np.float32)})[0]
         got = dlpy_forward(cut["sas"], h5, x)
         assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), cut["layer"]
+
+
+def test_compare_reads_the_csv_with_no_layer_missing(bundle: Path, tmp_path: Path, monkeypatch):
+    """`opbench run` of the suite (torch, CPU) and `opbench compare` on the script's CSV: every
+    layer has a row and a verdict; the attention shares its output projection's."""
+    by_model, _truth = canned_times(bundle)
+    done = run_script(bundle, tmp_path, StandIn(lambda model, call: by_model[model] + 0.01 * call))
+    assert done.returncode == 1, done.stdout + done.stderr
+    runner = CliRunner()
+    monkeypatch.chdir(tmp_path)
+    done = runner.invoke(app, ["run", str(SUITE), "--backend", "torch", "--quick", "--device",
+                               "cpu"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    done = runner.invoke(app, ["compare", "--reference", str(bundle / "sas_prefix_bert_layer.csv"),
+                               "--model", "bert_layer", "--backend", "torch", "--no-gate"])  # fmt: skip
+    assert done.exit_code in (0, 1), done.output
+    (folder,) = [p for p in (tmp_path / "reports").glob("*/*") if p.is_dir() and not p.is_symlink()]
+    rows = json.loads((folder / "comparison.json").read_text())["rows"]
+    verdicts = {tuple(r["layers"]): [t["verdict"] for t in r["timings"]] for r in rows}
+    assert set(verdicts) == {("attn", "attn_out"), *((n,) for n in TYPES if n != "attn_out")}
+    assert all(v and set(v) <= {"PASS", "FAIL", "UNCERTAIN"} for v in verdicts.values())
