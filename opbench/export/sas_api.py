@@ -81,6 +81,7 @@ def add_layer_api(out: Path, model: dict[str, Any], whole: Any) -> dict[str, str
                 reasons[layer] = (f"it starts from {built['input']['tensor']!r}, whose values "
                                   "export computes with ONNX Runtime (not installed)")  # fmt: skip
     if not api_cuts:
+        _layer_status(model, p, api_cuts, reasons, set())
         return reasons
     import onnx
 
@@ -133,7 +134,7 @@ def _layer_status(
             note = form.why
             layer["sas"].update(status="stand-in" if note else "timed", why=note, remedy="",
                                 api="layers")  # fmt: skip
-        elif form.kind == "inside":
+        elif form.kind == "inside" and form.host in api_cuts:
             layer["sas"].update(status="not timed", remedy="", why=(
                 f"timed together with {form.host!r}: DLPy's MultiHeadAttention holds the "
                 "attention and its output projection"))  # fmt: skip
