@@ -129,6 +129,16 @@ def _tv(name: str) -> Callable[[], nn.Module]:
     return make
 
 
+def _vit_tiny() -> nn.Module:
+    """torchvision's VisionTransformer at test sizes: 16x16 images in 8x8 patches (4 tokens
+    and the class token), one encoder block of width 16 with 2 heads, MLP 32, 5 classes."""
+    vision_transformer = _import_torchvision().models.vision_transformer
+    return vision_transformer.VisionTransformer(
+        image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+        num_classes=5,
+    )  # fmt: skip
+
+
 # The eight exports of issue 27, then the variants it also names. `EIGHT` is what the tests
 # import; every entry of `EXPORTS` can be generated.
 EXPORTS: dict[str, Export] = {
@@ -149,6 +159,7 @@ EXPORTS: dict[str, Export] = {
         # (nn.TransformerEncoderLayer does not export with dynamo=False in torch 2.13: the
         # TorchScript tracer hands SDPA a tensor for `is_causal`, a TypeError inside torch.)
         Export("llama_block_opset18", LlamaBlock, (2, 32, 128), opset=18, seed=6),
+        Export("vit_tiny", _vit_tiny, (1, 3, 16, 16), seed=7),  # the SAS layer-API tests
         Export(
             "llama_block_legacy",
             lambda: LlamaBlock(own_norm=True),
