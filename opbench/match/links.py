@@ -128,6 +128,8 @@ def match_model(
             found.doubt(
                 pos, f"{GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
             )
+    # a fused row paired by kind and shape holds what its kinds say, as one linked by name
+    absorb_fused(model, rows, found, frozenset({MatchSource.SIGNATURE}))
     doubt_unaccounted(model, rows, found)
     return ModelMatch(
         model=model.name,

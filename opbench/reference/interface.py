@@ -45,6 +45,8 @@ class Flag:
     ACTIVATION_AUTO = "activation_auto"  # SAS act=AUTO, members guessed from the layer type
     ASYNC_HOST_TIME = "async_host_time"  # host time of an asynchronous GPU launch
     RENAMED_BY_ENGINE = "renamed_by_engine"  # the engine named this node after a fused tensor
+    # ONNX Runtime's NCHWc kernels: channels padded to a whole block (24 → 32 on AVX-512)
+    BLOCKED_LAYOUT = "blocked_layout"
 
 
 @dataclass(frozen=True)
