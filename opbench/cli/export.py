@@ -33,7 +33,9 @@ def _say(msg: str) -> None:
     console.print(msg, markup=False)
 
 
-SUITE_ARG = typer.Argument(..., metavar="SUITE", help="Suite YAML file.")
+SUITE_ARG = typer.Argument(
+    ..., metavar="SUITE", help="Suite YAML file, or an ONNX model (imported as `opbench run` does)."
+)
 MODEL_OPT = typer.Option([], "--model", "-m", help="Only these models (repeatable).")
 
 
@@ -46,9 +48,9 @@ def export_onnx_command(
 ) -> None:
     """Each model as ONNX with the suite's seeded weights (written once), one file per cut
     (a layer and everything it depends on), and a manifest."""
-    from opbench.spec.load import load_suite
+    from opbench.cli.onnx_input import suite_or_onnx
 
-    suite = load_suite(suite_path)
+    suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.files import export_suite
 
@@ -66,9 +68,9 @@ def export_sas_command(
 ) -> None:
     """The ONNX export plus time_sas_prefixes.py, which times each cut in SAS Viya; names
     every layer DLPy's ONNX import cannot take, with what can be done."""
-    from opbench.spec.load import load_suite
+    from opbench.cli.onnx_input import suite_or_onnx
 
-    suite = load_suite(suite_path)
+    suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.sas import export_sas
 
