@@ -38,6 +38,7 @@ from typing import Any
 from opbench.errors import ExitCode, InputError, OpbenchError
 from opbench.export.files import select_models
 from opbench.export.graph import PATH_NAMES, BuiltGraph, Part, SeededData, build_graph
+from opbench.reference.sidecar import meta_path_for
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 __all__ = [
@@ -304,10 +305,6 @@ def _one_line(exc: Exception) -> str:
 
 def _engine_error(what: str, exc: Exception) -> OpbenchError:
     return OpbenchError(f"{what}: {_one_line(exc)}", exit_code=ExitCode.LAYER_ERROR)
-
-
-def meta_path_for(profile: Path) -> Path:
-    return profile.with_name(profile.stem + ".meta.json")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
