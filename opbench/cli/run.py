@@ -61,9 +61,25 @@ def load_run_suite(suite_path: Path, batch: int | None, dtype: str | None, backe
     console.print(
         f"{suite_path.name}: {len(imported.layers)} layers from {imported.node_count} nodes "
         f"({len(counts['absorbed'])} absorbed as views or constants), the file's own weights; "
-        "whole-model outputs checked against ONNX Runtime"
+        f"whole-model outputs checked against {whole_model_check(imported, dtype)}",
+        markup=False,
     )
     return suite, file_model_data(imported, str(suite_path)), {"onnx_import": counts}
+
+
+def whole_model_check(imported, dtype: str | None) -> str:
+    """What the whole model's outputs are checked against, and why not ONNX Runtime where it
+    cannot be (pipeline/file_data.py decides the same way)."""
+    if imported.static_batch and imported.file_batch != imported.batch:
+        return (
+            f"float64 (ONNX Runtime not run: the file fixes its batch at {imported.file_batch}, "
+            f"the run is at batch {imported.batch})"
+        )
+    if dtype not in (None, "float32"):
+        return (
+            f"float64 rounded as the {dtype} run rounds (ONNX Runtime's float32 output beside it)"
+        )
+    return "ONNX Runtime"
 
 
 @handles_errors

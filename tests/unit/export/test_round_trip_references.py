@@ -121,3 +121,19 @@ def test_sas_script_of_the_file_matches_every_layer(runs, name, tmp_path: Path):
     data = compared(run_dir, out / f"sas_prefix_{name}.csv")
     all_matched(data)
     assert data["how_matched"] == "only model"
+
+
+def test_the_run_header_says_what_the_whole_model_is_checked_against():
+    from types import SimpleNamespace
+
+    from opbench.cli.run import whole_model_check
+
+    fixed = SimpleNamespace(static_batch=True, file_batch=1, batch=1)
+    assert whole_model_check(fixed, None) == "ONNX Runtime"
+    other = SimpleNamespace(static_batch=True, file_batch=1, batch=2)
+    assert whole_model_check(other, None) == (
+        "float64 (ONNX Runtime not run: the file fixes its batch at 1, the run is at batch 2)"
+    )
+    symbolic = SimpleNamespace(static_batch=False, file_batch=4, batch=2)
+    assert whole_model_check(symbolic, "float32") == "ONNX Runtime"
+    assert whole_model_check(symbolic, "float16").startswith("float64 rounded as the float16")
