@@ -6,6 +6,7 @@ opbench export sas suites/cnn.yaml --out export/cnn_sas   # + a script a SAS use
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -75,12 +76,8 @@ def export_sas_command(
     from opbench.export.sas import export_sas
 
     done = export_sas(suite, out, models=model, log=_say)
-    for notice in done.notices:
-        console.print(
-            f"{notice.level}: {notice.model}: {notice.text}",
-            style="yellow" if notice.level == "warning" else None,
-            markup=False,
-        )
+    for level, line in grouped_notices(done.notices):
+        console.print(line, style="yellow" if level == "warning" else None, markup=False)
     for name, (timed, layers) in done.timed.items():
         rest = (
             ""
@@ -96,3 +93,28 @@ def export_sas_command(
         f"next, where SAS Viya is reachable: cd {done.onnx.out} && "
         f"python {done.script.name} --host HOST --port PORT --server-weights-dir DIR"
     )
+
+
+_LAYER = re.compile(r"^layer '([^']*)' ")
+
+
+def grouped_notices(notices) -> list[tuple[str, str]]:
+    """(level, line) per notice; notices that say the same of several layers (35 ReLU6 timed
+    as ReLU) are one line with the count and the first few layers."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for notice in notices:
+        found = _LAYER.match(notice.text)
+        rest = notice.text[found.end() :] if found else notice.text
+        key = (notice.level, notice.model, rest if found else notice.text)
+        groups.setdefault(key, []).append(found.group(1) if found else "")
+    lines = []
+    for (level, model, rest), layers in groups.items():
+        if len(layers) == 1:
+            text = f"layer {layers[0]!r} {rest}" if layers[0] else rest
+        else:
+            shown = ", ".join(layers[:4]) + (
+                f" and {len(layers) - 4} more" if len(layers) > 4 else ""
+            )
+            text = f"{len(layers)} layers {rest} ({shown})"
+        lines.append((level, f"{level}: {model}: {text}"))
+    return lines

@@ -134,6 +134,11 @@ def run_command(
     dtype: str | None = typer.Option(
         None, "--dtype", help="ONNX model: float32 (default), float16 or bfloat16."
     ),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        help="Every column and whole layer names; one line per result even without a terminal.",
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     load_plugins(plugin)
@@ -221,7 +226,20 @@ def run_command(
         console.print(
             "[dim]--exclusive-timing has no effect outside torchrun: one process times alone[/]"
         )
-    run_with_progress(suite, options, out, plans_out)
+    run_with_progress(suite, options, out, plans_out, wide=wide)
+
+
+def log_progress(result, done: int, planned: int, every: bool) -> None:
+    """Progress without a terminal (a CI log): a result that did not end ok, and a count at
+    each tenth of the run; with `every` (--wide) one line per result."""
+    step = max(1, planned // 10)
+    if every or result.outcome != "ok":
+        console.print(
+            f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.outcome}",
+            markup=False,
+        )
+    elif done % step == 0 or done == planned:
+        console.print(f"  {done}/{planned} results", markup=False)
 
 
 def _set_threads(device: str, threads: int | None) -> None:
@@ -256,7 +274,9 @@ def _check_selection(suite, options, suite_path: Path) -> None:
     )
 
 
-def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) -> None:
+def run_with_progress(
+    suite, options, out: Path, plans_out: Path | None = None, wide: bool = False
+) -> None:
     from opbench.measure.env import fingerprint
     from opbench.pipeline import gpu_label, run_suite
     from opbench.plugins import provenance as plugin_provenance
@@ -277,23 +297,21 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
         disable=not console.is_terminal and os.environ.get("OPBENCH_PROGRESS") != "1",
     )
     task = None
+    counts = {"planned": 0, "done": 0}
 
     def on_event(event: str, payload) -> None:
         nonlocal task
         if event == "plan":
             task = progress.add_task("layers × backends", total=payload)
+            counts["planned"] = payload
         elif event == "start":
             names = "+".join(layer.name for layer in payload.layers)
             progress.update(task, description=f"{payload.model.name} · {names} · {payload.backend}")
         elif event == "done":
             progress.advance(task)
+            counts["done"] += 1
             if not console.is_terminal:
-                result = payload
-                console.print(
-                    f"  {result.model} · {'+'.join(result.members)} · {result.backend}: "
-                    f"{result.outcome}",
-                    markup=False,
-                )
+                log_progress(payload, counts["done"], counts["planned"], wide)
 
     started = time.perf_counter()
     try:
@@ -310,4 +328,4 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
         raise typer.Exit(130) from None
     point_latest(run_dir)
     report_plans(run, bool(options.plans), plans_out)
-    finish(run, run_path, wall_s=time.perf_counter() - started)
+    finish(run, run_path, wall_s=time.perf_counter() - started, wide=wide)
