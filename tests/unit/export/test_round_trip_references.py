@@ -12,7 +12,6 @@ is, then compared with both references made from the same file, with no --map:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import warnings
@@ -92,7 +91,7 @@ def test_sas_script_of_the_file_matches_every_layer(runs, name, tmp_path: Path):
     pytest.importorskip("swat")
     pytest.importorskip("dlpy")
     pytest.importorskip("h5py")
-    from tests.unit.export.cas_standin import StandIn, serve
+    from tests.unit.export.cas_standin import StandIn, client_env, serve
 
     path, run_dir = runs[name]
     out = tmp_path / "sas"
@@ -103,12 +102,7 @@ def test_sas_script_of_the_file_matches_every_layer(runs, name, tmp_path: Path):
         return 0.5 + (0.0 if tail.startswith("in") else 0.1 * float(tail)) + 0.01 * (call % 3)
 
     server, port = serve(StandIn(score_ms))
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".authinfo").write_text("host 127.0.0.1 user tester password s3cret\n")
-    (home / ".authinfo").chmod(0o600)
-    env = dict(os.environ, HOME=str(home), CASHOST="127.0.0.1", CASPORT=str(port))
-    env["CASPROTOCOL"] = "http"
+    env = client_env(tmp_path / "home", port)
     try:
         done = subprocess.run(
             [sys.executable, str(out / "time_sas_prefixes.py"), "--username", "tester",
