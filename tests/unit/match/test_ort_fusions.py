@@ -141,3 +141,30 @@ def test_the_same_row_matched_by_kind_and_shape_is_in_doubt_too():
     (row, reason), *rest = result.ambiguities
     assert not rest and rows[row].name == "/b/conv1/Conv"
     assert "holds work the run did not time" in reason
+
+
+def test_compare_never_passes_a_fused_row_against_the_conv_alone():
+    """Issue 40: each layer 10× faster than ORT's row, at --target 0.5: the FusedConv row
+    against a conv without its ReLU is UNCERTAIN with the reason, the others PASS."""
+    from opbench.compare.compare import compare_run
+    from opbench.reference.model import ReferenceProfile
+    from opbench.results.model import RunResult
+    from tests.unit.report.test_reports import result
+
+    rows = profile("extended")
+    ops = {"conv": "conv2d", "add": "add", "relu": "relu", "clip": "relu6", "pool": "avgpool2d",
+           "flat": "flatten", "fc": "linear"}  # fmt: skip
+    names = [layer.name for layer in WITHOUT_RELU]
+    layers = tuple(
+        result(name, 0.001, backend="torch", model="b", dtype="float32",
+               op=next(op for prefix, op in ops.items() if name.startswith(prefix)))
+        for name in names
+    )  # fmt: skip
+    run = RunResult(suite="b", started_at="2026-11-28T00:00:00Z", device="cpu", layers=layers)
+    ref = ReferenceProfile(engine="onnxruntime", source="ort.json", format="onnxruntime",
+                           layers=tuple(rows), device="cpu")  # fmt: skip
+    comparison = compare_run(run, ref, backend="torch", target=0.5, allow_cpu_times=True)
+    verdicts = {tuple(r.layers): r.timings[0] for r in comparison.rows}
+    conv1 = verdicts[("conv1",)]
+    assert conv1.verdict == "UNCERTAIN" and "work the run did not time" in conv1.reason
+    assert verdicts[("conv3", "clip")].verdict == "PASS"
