@@ -7,6 +7,7 @@ opbench compare --reference ref.json
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -66,6 +67,13 @@ def onnxruntime_command(
         if batch is not None:
             raise InputError("--batch is for an ONNX model; a suite sets its own")
         suite = load_suite(suite_path)
+        imported_from = _imported_from(suite_path)
+        if imported_from:
+            say(
+                f"note: {suite_path.name} was imported from {imported_from}: this profiles its "
+                f"layers with seeded weights; `opbench reference onnxruntime {imported_from}` "
+                "profiles the file itself, with its weights"
+            )
         require_onnx("onnx", "onnxruntime")
         from opbench.engines.onnxruntime import pick_provider, profile_suite
 
@@ -88,3 +96,16 @@ def onnxruntime_command(
 
 def _default_out(name: str, device: str) -> Path:
     return Path("reports") / "reference" / f"{name}_onnxruntime_{device}.json"
+
+
+_IMPORTED = re.compile(r"^# Written by `opbench suite from-onnx` from (\S+\.onnx)")
+
+
+def _imported_from(path: Path) -> str | None:
+    """The ONNX file a suite was written from (`suite from-onnx` says so on its first line)."""
+    try:
+        with path.open(encoding="utf-8-sig") as fh:
+            found = _IMPORTED.match(fh.readline())
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found.group(1) if found else None

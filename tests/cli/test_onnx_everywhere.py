@@ -67,3 +67,16 @@ def test_reference_profiles_the_file_and_records_its_threads(model: Path, tmp_pa
 def test_a_suite_only_command_names_the_ones_that_take_a_model(model: Path):
     with pytest.raises(InputError, match="ONNX model, not a suite: .*suite from-onnx"):
         load_suite(model)
+
+
+def test_reference_of_an_imported_suite_points_to_its_file(model: Path, tmp_path: Path):
+    suite = tmp_path / "block.yaml"
+    done = runner.invoke(app, ["suite", "from-onnx", str(model), "--out", str(suite)])
+    assert done.exit_code == 0, done.output
+    out = tmp_path / "ref.json"
+    done = runner.invoke(
+        app, ["reference", "onnxruntime", str(suite), "--out", str(out), "--runs", "1"]
+    )
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())
+    assert "`opbench reference onnxruntime block.onnx` profiles the file itself" in text
