@@ -12,22 +12,13 @@ from pathlib import Path
 import typer
 
 from opbench.cli.console import console, handles_errors
-from opbench.errors import InputError
+from opbench.cli.onnx_input import require_onnx, suite_or_onnx
 
 export_app = typer.Typer(
     name="export",
     help="Write a suite's models as ONNX files (and a SAS timing script) for other engines.",
     no_args_is_help=True,
 )
-
-
-def require_onnx(*modules: str) -> None:
-    """InputError naming the first module that is missing."""
-    for module in modules:
-        try:
-            __import__(module)
-        except ImportError:
-            raise InputError(f"{module} is not installed: pip install 'opbench[onnx]'") from None
 
 
 def _say(msg: str) -> None:
@@ -49,8 +40,6 @@ def export_onnx_command(
 ) -> None:
     """Each model as ONNX with the suite's seeded weights (written once), one file per cut
     (a layer and everything it depends on), and a manifest."""
-    from opbench.cli.onnx_input import suite_or_onnx
-
     suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.files import export_suite
@@ -69,8 +58,6 @@ def export_sas_command(
 ) -> None:
     """The ONNX export plus time_sas_prefixes.py, which times each cut in SAS Viya; names
     every layer DLPy's ONNX import cannot take, with what can be done."""
-    from opbench.cli.onnx_input import suite_or_onnx
-
     suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.sas import export_sas

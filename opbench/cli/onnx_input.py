@@ -5,7 +5,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from opbench.errors import InputError
 from opbench.spec.model import SuiteSpec
+
+
+def require_onnx(*modules: str) -> None:
+    """InputError naming the first module that is missing."""
+    for module in modules:
+        try:
+            __import__(module)
+        except ImportError:
+            raise InputError(f"{module} is not installed: pip install 'opbench[onnx]'") from None
 
 
 def is_onnx(path: Path) -> bool:
@@ -19,8 +29,6 @@ def suite_or_onnx(path: Path, batch: int | None = None) -> SuiteSpec:
         from opbench.spec.load import load_suite
 
         return load_suite(path)
-    from opbench.cli.export import require_onnx
-
     require_onnx("onnx", "onnxscript")
     from opbench.export.onnx_import.as_suite import onnx_suite
 
