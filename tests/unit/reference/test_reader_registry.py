@@ -53,6 +53,8 @@ FIXTURES = {
     "trt_googlenet_fp16.profile.json": "tensorrt",
     "trt_googlenet_dla.profile.json": "tensorrt",
     "trt_alexnet_caffe.profile.json": "tensorrt",
+    "ort_fused_extended.json": "onnxruntime",
+    "ort_fused_all.json": "onnxruntime",
 }
 # Files of a known format that hold no layer to compare: reading them is bad input.
 UNREADABLE = {"torch_profiler_no_annotations.trace.json": "torch-profiler"}
