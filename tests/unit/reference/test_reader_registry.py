@@ -55,6 +55,9 @@ FIXTURES = {
     "trt_alexnet_caffe.profile.json": "tensorrt",
     "ort_fused_extended.json": "onnxruntime",
     "ort_fused_all.json": "onnxruntime",
+    "sas_fc_relu_fused.csv": "sas",
+    "sas_zero_time.csv": "sas",
+    "sas_cut_mid_number.csv": "sas",
 }
 # Files of a known format that hold no layer to compare: reading them is bad input.
 UNREADABLE = {"torch_profiler_no_annotations.trace.json": "torch-profiler"}
