@@ -145,7 +145,8 @@ def run_columns(run: RunResult) -> list[Column]:
         Column("rel. error", [Text(_error(r)) for r in results], 6, "right"),
         Column("status", [status_text(r) for r in results], max_width=48),
     ]
-    return columns
+    # a column with nothing in it (× torch in a torch-only run) says nothing
+    return [c for c in columns if c.drop == 0 or any(x.plain not in ("", "—") for x in c.cells)]
 
 
 def _peer_column(run: RunResult, peer: QuantPeer) -> Column:
@@ -159,16 +160,50 @@ def _peer_column(run: RunResult, peer: QuantPeer) -> Column:
     return Column(peer.header, cells, 2, "right")
 
 
-def run_table(run: RunResult, full: bool = False) -> FittedTable:
-    """The run's table, fitted to the console's width when printed (`full`: every column)."""
+def run_table(run: RunResult, full: bool = False, wide: bool = False) -> FittedTable:
+    """The run's table, fitted to the console's width when printed (`full`: every column;
+    `wide`: names unwrapped too)."""
+    columns = run_columns(run)
+    if wide:
+        for column in columns:
+            column.max_width = None
     return FittedTable(
-        run_columns(run),
+        columns,
         full,
         title=f"opbench run · {escape(run.suite)} · {run.device}",
         title_justify="left",
         caption=escape(legend(list(run.layers))) or None,
         caption_justify="left",
     )
+
+
+def run_summary(run: RunResult) -> list[str]:
+    """A few lines for a log: per model and backend, how many results and how they ended, the
+    summed median time, and the slowest layer."""
+    lines = []
+    keys = dict.fromkeys((r.model, r.backend) for r in run.layers)
+    for model, backend in keys:
+        mine = [r for r in run.layers if r.model == model and r.backend == backend]
+        outcomes: dict[str, int] = {}
+        for r in mine:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        ended = ", ".join(f"{n} {word}" for word, n in outcomes.items())
+        timed = [r for r in mine if r.median_ms is not None]
+        total = sum(r.median_ms or 0.0 for r in timed)
+        line = f"{model} · {short_backend(backend)}: {len(mine)} results ({ended})"
+        if timed:
+            slowest = max(timed, key=lambda r: r.median_ms or 0.0)
+            line += (
+                f"; {total:.4f} ms summed; slowest {'+'.join(slowest.members)} "
+                f"{slowest.median_ms:.4f} ms"
+            )
+        lines.append(line + marks_note(mine))
+    return lines
+
+
+def marks_note(results: list[LayerResult]) -> str:
+    interpreted = sum(1 for r in results if r.interpreted)
+    return f"; {interpreted} interpreted (not performance figures)" if interpreted else ""
 
 
 def _e2e_time(e2e: EndToEnd) -> float | None:

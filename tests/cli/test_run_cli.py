@@ -90,8 +90,21 @@ def test_filters_and_shards(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     (shard_dir,) = run_dirs(tmp_path / "s", "tiny")
     shard = read_run(shard_dir)
-    assert shard.shard == (2, 4) and shard.planned == 2 and shard.complete
-    assert [(r.model, r.layer) for r in shard.layers] == [("mlp", "fc1"), ("cnn", "pool")]
+    assert shard.shard == (2, 4) and shard.complete
+    from opbench.backends.registry import all_backends
+    from opbench.pipeline import RunOptions
+    from opbench.pipeline.plan import plan_run
+    from opbench.spec.load import load_suite
+
+    share = plan_run(load_suite(SUITES / "tiny.yaml"), RunOptions(shard=(2, 4)), all_backends())
+    assert shard.planned == len(share.items) == len(shard.layers)
+    assert [(r.model, r.layer) for r in shard.layers] == [
+        (i.model.name, i.layers[0].name) for i in share.items
+    ]
+    # Whole-model rows come from the share that owns each forward, never from the others.
+    assert {(e.model, e.backend) for e in shard.end_to_end} == {
+        (u.model.name, u.backend) for u in share.end_to_end
+    }
 
 
 def test_two_runs_get_two_folders_and_latest_moves(tmp_path: Path) -> None:
