@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.export.dlpy_layers import Form, dlpy_name, forms
+from opbench.spec.graph import Graph, Row
 
 PIECE_SUFFIX = ".output"
 
@@ -42,15 +43,8 @@ class Plan:
 
     def members(self, name: str) -> list[str]:
         """The layers of `name`'s cut, through the reads (pieces stop at their input)."""
-        seen: set[str] = set()
-        stack = [name]
-        while stack:
-            m = stack.pop()
-            if m in seen or m not in self.forms:
-                continue
-            seen.add(m)
-            stack.extend(self.reads[m])
-        return [m for m in self.order if m in seen]
+        graph = Graph.from_rows([Row(n, tuple(self.reads[n])) for n in self.order])
+        return [graph.names[m] for m in sorted(graph.ancestor_sets[graph.index(name)])]
 
     def cut_inputs(self, name: str) -> list[str]:
         members = self.members(name)
@@ -59,14 +53,12 @@ class Plan:
 
 
 def _ancestors(layers: Sequence[Mapping[str, Any]]) -> dict[str, set[str]]:
-    names = {layer["name"] for layer in layers}
-    out: dict[str, set[str]] = {}
-    for layer in layers:
-        members = {layer["name"]} | {r for r in layer["inputs"] if r not in names}
-        for r in layer["inputs"]:
-            members |= out.get(r, set())
-        out[layer["name"]] = members
-    return out
+    """A(k) of every layer (spec/graph.py), with the model inputs it reaches."""
+    graph = Graph.from_rows([Row(layer["name"], tuple(layer["inputs"])) for layer in layers])
+    return {
+        name: {graph.names[m] for m in graph.ancestor_sets[k]} | set(graph.inputs_reached(k))
+        for k, name in enumerate(graph.names)
+    }
 
 
 def _articulation(name: str, layers: Sequence[Mapping[str, Any]], anc: Mapping[str, set]) -> bool:
