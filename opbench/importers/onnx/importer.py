@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.file_data import constant_reader
-from opbench.export.onnx_import.model import Absorbed, Imported, ModelInput, Output
-from opbench.export.onnx_import.names import NodeInfo, assign, node_info
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.file_data import constant_reader
+from opbench.importers.onnx.model import Absorbed, Imported, ModelInput, Output
+from opbench.importers.onnx.names import NodeInfo, assign, node_info
 
 
 def _infos(model: Any) -> tuple[dict[str, NodeInfo], Counter]:
@@ -72,9 +72,9 @@ def _input_name(value: Any, single: bool) -> str:
 
 
 def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
-    from opbench.export.onnx_import.handlers import Refused, placeholder
-    from opbench.export.onnx_import.handlers_ops import handle
-    from opbench.export.onnx_import.walk import Walker
+    from opbench.importers.onnx.handlers import Refused, placeholder
+    from opbench.importers.onnx.handlers_ops import handle
+    from opbench.importers.onnx.walk import Walker
 
     model = loaded.model
     graph = model.graph
@@ -155,7 +155,7 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
 
 
 def _output_problem(name: str, exc: Exception) -> Any:
-    from opbench.export.onnx_import.model import Unsupported
+    from opbench.importers.onnx.model import Unsupported
 
     return Unsupported(name, "output", "", f"the output cannot be made: {exc}")
 
@@ -177,12 +177,12 @@ def import_onnx(
     dims: Mapping[str, int] | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> Imported:
-    from opbench.export.onnx_import.load import load
+    from opbench.importers.onnx.load import load
 
     loaded = load(path, batch=batch, dims=dims or {}, log=log)
     model = loaded.model
     from_opbench = model.producer_name == "opbench"
-    from opbench.export.onnx_import.handlers import Refused
+    from opbench.importers.onnx.handlers import Refused
 
     best = None
     problem = ""

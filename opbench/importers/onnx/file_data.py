@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.export.onnx_import.model import Imported, Layer, ModelInput, Output
+from opbench.importers.onnx.model import Imported, Layer, ModelInput, Output
 
 ABSENT = -1  # views.ABSENT: a batch of 1 with no dim of its own
 

@@ -143,7 +143,7 @@ def load(
     dims: Mapping[str, int],
     log: Callable[[str], None] = lambda _m: None,
 ) -> Loaded:
-    from opbench.export.onnx_import.rules import apply_rules
+    from opbench.importers.onnx.rules import apply_rules
 
     model = read(path)
     for i, node in enumerate(model.graph):  # every node needs a name to be accounted for

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.file_data import canonical_constant
-from opbench.export.onnx_import.model import ModelInput
-from opbench.export.onnx_import.rules import _const, _scalar
-from opbench.export.onnx_import.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
-from opbench.export.onnx_import.walk import Canon, Step, Walker
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.file_data import canonical_constant
+from opbench.importers.onnx.model import ModelInput
+from opbench.importers.onnx.rules import _const, _scalar
+from opbench.importers.onnx.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
+from opbench.importers.onnx.walk import Canon, Step, Walker
 
 
 class Refused(ValueError):

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from opbench.errors import ExitCode, InputError, OpbenchError
-from opbench.export.onnx_import.model import Imported, Layer
+from opbench.importers.onnx.model import Imported, Layer
 
 
 def portable_name(text: str, fallback: str) -> str:

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.export.onnx_import.views import (
+from opbench.importers.onnx.views import (
     Atom,
     NotAView,
     Run,

@@ -17,6 +17,6 @@ keeps the reading with the fewest unsupported nodes: the batch is the axis the g
 through without mixing it, which is how a sequence-first model is told from a batch-first one.
 """
 
-from opbench.export.onnx_import.importer import import_onnx
+from opbench.importers.onnx.importer import import_onnx
 
 __all__ = ["import_onnx"]

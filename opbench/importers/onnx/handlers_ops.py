@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opbench.export.onnx_import import attention as A
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.handlers import (
+from opbench.importers.onnx import attention as A
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.handlers import (
     Refused,
     binary,
     clip,
@@ -22,9 +22,9 @@ from opbench.export.onnx_import.handlers import (
     view_node,
     with_batch,
 )
-from opbench.export.onnx_import.rules import _const
-from opbench.export.onnx_import.steps import _cax, attr, out_shape
-from opbench.export.onnx_import.walk import Canon, Walker
+from opbench.importers.onnx.rules import _const
+from opbench.importers.onnx.steps import _cax, attr, out_shape
+from opbench.importers.onnx.walk import Canon, Walker
 
 
 def _eps(value: Any) -> float:

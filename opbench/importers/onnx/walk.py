@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.model import Absorbed, Layer, ModelInput, Unsupported
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.model import Absorbed, Layer, ModelInput, Unsupported
 
 Shape = tuple[int, ...]
 
@@ -117,7 +117,7 @@ class Walker:
                 canon, pos = self.tensor(self.views[step.out]), there
                 self.canon_of[step.out] = (canon, pos)
                 begin = k + 1
-        from opbench.export.onnx_import.steps import step_layers
+        from opbench.importers.onnx.steps import step_layers
 
         for step in steps[begin:]:
             canon, pos = step_layers(self, step, canon, pos)
@@ -127,7 +127,7 @@ class Walker:
     def _reshaped(self, value: str) -> tuple[Canon, int]:
         """A layer's output whose view is its tensor reshaped (a linear on [1, 1, 1, E] whose
         ONNX output is [1, N]): a reshape layer (a view) gives the tensor the value's shape."""
-        from opbench.export.onnx_import.steps import reshape_layer
+        from opbench.importers.onnx.steps import reshape_layer
 
         view = self.views[value]
         canon = self.tensor(view)
