@@ -1,0 +1,193 @@
+"""Hugging Face `transformers` models as a user exports them, made on the CPU from seeded
+random weights (no downloads), for the import tests of issue 41.
+
+    python tests/data/hf_models.py OUT_DIR [NAME ...]     # all of them, or the ones named
+    python tests/data/hf_models.py --list
+
+Each model is built from a small config (2 layers, hidden 128) with random weights and exported
+with a plain `torch.onnx.export(model, (input_ids,), f)`: the dynamo exporter at its default
+opset. transformers imports torchvision, whose CPU-torch import onnx_models.py mends. Text models take int64 token ids [batch, seq]; ViT takes pixels [batch, 3, 32, 32]. The
+files are test material, generated into a temporary folder per test session, never committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_models import _import_torchvision, _no_constant_tensors  # noqa: E402
+
+BATCH, SEQ, VOCAB = 2, 16, 512
+
+
+def _llama() -> nn.Module:
+    from transformers import LlamaConfig, LlamaModel
+
+    return LlamaModel(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            use_cache=False,
+        )
+    )
+
+
+def _qwen2() -> nn.Module:
+    from transformers import Qwen2Config, Qwen2Model
+
+    return Qwen2Model(
+        Qwen2Config(
+            vocab_size=VOCAB,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            max_position_embeddings=64,
+            use_cache=False,
+        )
+    )
+
+
+def _bert() -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    return BertModel(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=64,
+        ),
+        add_pooling_layer=False,
+    )
+
+
+def _distilbert() -> nn.Module:
+    from transformers import DistilBertConfig, DistilBertModel
+
+    return DistilBertModel(
+        DistilBertConfig(
+            vocab_size=VOCAB,
+            dim=128,
+            hidden_dim=256,
+            n_layers=2,
+            n_heads=4,
+            max_position_embeddings=64,
+        )
+    )
+
+
+def _vit() -> nn.Module:
+    from transformers import ViTConfig, ViTModel
+
+    return ViTModel(
+        ViTConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            image_size=32,
+            patch_size=8,
+        ),
+        add_pooling_layer=False,
+    )
+
+
+@dataclass(frozen=True)
+class HFExport:
+    """One ONNX file: the model, its example input shape, whether that input is token ids."""
+
+    name: str
+    make: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]
+    token_ids: bool
+    seed: int
+
+
+EXPORTS: dict[str, HFExport] = {
+    e.name: e
+    for e in (
+        HFExport("hf_llama", _llama, (BATCH, SEQ), True, seed=11),
+        HFExport("hf_qwen2", _qwen2, (BATCH, SEQ), True, seed=12),
+        HFExport("hf_bert", _bert, (BATCH, SEQ), True, seed=13),
+        HFExport("hf_distilbert", _distilbert, (BATCH, SEQ), True, seed=14),
+        HFExport("hf_vit", _vit, (BATCH, 3, 32, 32), False, seed=15),
+    )
+}
+
+
+def model_and_input(name: str) -> tuple[nn.Module, torch.Tensor]:
+    """The seeded model in eval mode and its seeded input."""
+    spec = EXPORTS[name]
+    _import_torchvision()  # transformers imports it; on a CPU torch it needs nms declared first
+    torch.manual_seed(spec.seed)
+    model = spec.make().eval()
+    generator = torch.Generator().manual_seed(2000 + spec.seed)
+    _no_constant_tensors(model, generator)
+    if spec.token_ids:
+        x = torch.randint(0, VOCAB, spec.input_shape, generator=generator)
+    else:
+        x = torch.randn(spec.input_shape, generator=generator)
+    return model, x
+
+
+def export(name: str, out_dir: Path) -> Path:
+    """Write OUT_DIR/NAME.onnx (one file, weights inside) and return its path."""
+    model, x = model_and_input(name)
+    path = Path(out_dir) / f"{name}.onnx"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # The exporter prints progress and warnings meant for an interactive user.
+    with (
+        warnings.catch_warnings(),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        torch.no_grad(),
+    ):
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), external_data=False)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", nargs="?", type=Path, help="folder to write NAME.onnx into")
+    parser.add_argument("names", nargs="*", help="which exports (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the exports and stop")
+    args = parser.parse_args(argv)
+    if args.list or args.out is None:
+        for spec in EXPORTS.values():
+            print(f"{spec.name:16} input {list(spec.input_shape)}")
+        return 0
+    unknown = [n for n in args.names if n not in EXPORTS]
+    if unknown:
+        print(f"unknown export(s): {', '.join(unknown)} (--list shows them)", file=sys.stderr)
+        return 2
+    for name in args.names or EXPORTS:
+        started = time.perf_counter()
+        path = export(name, args.out)
+        took = time.perf_counter() - started
+        print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {took:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
