@@ -247,14 +247,23 @@ def matmul(w: Walker, node: Any) -> None:
 
 
 def _attention_layer(
-    w: Walker, node: Any, splits: list[A.HeadSplit], values: list[str], causal: bool
+    w: Walker,
+    node: Any,
+    splits: list[A.HeadSplit],
+    values: list[str],
+    causal: bool,
+    repeats: tuple[Any, ...] = (),
 ) -> Canon:
     """One attention layer; its first node (what names it and what a profile row of the
-    file matches) is the node that makes the output, the P·V MatMul."""
+    file matches) is the node that makes the output, the P·V MatMul. `repeats`: the
+    repeat_kv nodes of k and v, computed by the layer as its kv_heads."""
     q, k, v = splits
     body = w.body(node)
-    nodes = [body[-1], *body[:-1]]
+    nodes = [body[-1], *body[:-1], *(n for r in repeats for n in w.body(r))]
+    also = [r.inputs[0].name for r in repeats]
     params: dict[str, Any] = {"heads": q.heads}
+    if k.heads != q.heads:
+        params["kv_heads"] = k.heads
     if causal:
         params["causal"] = True
     out = (w.batch, q.seq, q.heads * q.head_dim)
@@ -263,18 +272,27 @@ def _attention_layer(
         params["packed_qkv"] = True
         canon = w.tensors[q.tensor]
         return w.add_layer(
-            "attention", params, [(canon, values[0])], out, w.body(node), also_reads=values[1:]
+            "attention", params, [(canon, values[0])], out, nodes, also_reads=[*values[1:], *also]
         )
     if any(s.packed for s in splits):
         raise Refused("q, k and v are parts of a packed tensor in another order")
     if same:
         canon = w.tensors[q.tensor]
         return w.add_layer(
-            "attention", params, [(canon, values[0])], out, w.body(node), also_reads=values[1:]
+            "attention", params, [(canon, values[0])], out, nodes, also_reads=[*values[1:], *also]
         )
     inputs = [(w.tensors[s.tensor], value) for s, value in zip(splits, values, strict=True)]
     params["separate_qkv"] = True
-    return w.add_layer("attention", params, inputs, out, nodes)
+    return w.add_layer("attention", params, inputs, out, nodes, also_reads=also)
+
+
+def _unrepeated(w: Walker, value: str) -> V.View:
+    """The value's view; one of repeat_kv's output read back as a view of the kv heads."""
+    view = w.views[value]
+    if view.tensor not in w.repeats:
+        return view
+    source, groups, _ = w.repeats[view.tensor]
+    return A.through_repeat(view, w.tensors[view.tensor].shape, w.views[source], groups)
 
 
 def attention_core(w: Walker, node: Any) -> None:
@@ -282,9 +300,9 @@ def attention_core(w: Walker, node: Any) -> None:
     q, kt, v = (x.name for x in node.inputs[:3])
     try:
         splits = [
-            A.head_split(w.views[q]),
-            A.head_split(w.views[kt], seq_last=True),
-            A.head_split(w.views[v]),
+            A.head_split(_unrepeated(w, q)),
+            A.head_split(_unrepeated(w, kt), seq_last=True),
+            A.head_split(_unrepeated(w, v)),
         ]
         A.same_split(*splits)
         A.check_scale(attr(node, "scale"), splits[0].head_dim)
@@ -297,7 +315,10 @@ def attention_core(w: Walker, node: Any) -> None:
             causal = A.causal_from_mask(_const(node.inputs[3]), splits[0].seq, "keep", fill)
     except V.NotAView as exc:
         raise Refused(f"attention: {exc}") from None
-    made = _attention_layer(w, node, splits, [q, kt, v], causal)
+    repeats = tuple(dict.fromkeys(
+        w.repeats[w.views[x].tensor][2] for x in (kt, v) if w.views[x].tensor in w.repeats
+    ))  # fmt: skip
+    made = _attention_layer(w, node, splits, [q, kt, v], causal, repeats)
     w.set_view_of(node.outputs[0].name, A.output_view(splits[0], made.id, w.batch), made)
 
 
@@ -387,9 +408,14 @@ HANDLERS[("", "Gelu")] = _gelu
 
 def handle(w: Walker, node: Any) -> None:
     """Make the node's layers, or raise Refused / NotAView saying why not."""
+    from opbench.importers.onnx.handlers_transformer import TRANSFORMER_HANDLERS, is_embedding
+
+    if is_embedding(node):
+        return TRANSFORMER_HANDLERS[("", "Gather")](w, node)
     if is_view_node(node):
         return view_node(w, node)
-    handler = HANDLERS.get((node.domain or "", node.op_type))
+    key = (node.domain or "", node.op_type)
+    handler = HANDLERS.get(key) or TRANSFORMER_HANDLERS.get(key)
     if handler is None:
         raise Refused("not a supported op")
     handler(w, node)

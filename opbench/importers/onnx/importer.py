@@ -118,7 +118,9 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
             raise Refused(f"input {value.name!r} {list(shape)} has no batch dim")
         name = _input_name(value, len(data) == 1)
         canon_shape = (batch, *shape[:pos], *shape[pos + 1 :])
-        w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos))
+        ints = value.dtype is not None and value.dtype.is_integer()
+        dtype = "int64" if ints else None
+        w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos, dtype=dtype))
         w.set_canonical(value.name, w.new_tensor(canon_shape, name), pos)
     for node in graph:
         w.current = node

@@ -56,6 +56,9 @@ class Walker:
     reads: list[tuple[str, ...]] = field(default_factory=list)  # per layer: ONNX values read
     output_reads: list[str] = field(default_factory=list)  # model outputs read through views
     current: Any = None  # the node being handled
+    # repeat_kv outputs (handlers_transformer.repeat_kv): their stand-in tensor's id → (the
+    # repeated value, groups, the node). Only attention reads them, as kv_heads.
+    repeats: dict[int, tuple[str, int, Any]] = field(default_factory=dict)
 
     # ---- canonical tensors and views ----------------------------------------------------
 
@@ -164,6 +167,8 @@ class Walker:
         """A layer reading `inputs` (canonical tensor, the ONNX value it was read for, None for
         a tensor made on the way) and making a new canonical tensor of `out_shape` (batch
         first). The view nodes between the two are absorbed into the layer (`finish`)."""
+        if any(c.id in self.repeats for c, _ in inputs):
+            raise V.NotAView("reads repeat_kv's copies of the kv heads (only attention reads them)")
         layer_id = f"#{len(self.layers)}"
         self.reads.append((*(v for _, v in inputs if v is not None), *also_reads))
         layer = Layer(
