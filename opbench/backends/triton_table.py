@@ -149,6 +149,8 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)
+    if p["layout"] != "rows" or p["mask"] or p["append"]:
+        raise Unsupported("attention with layout bhsd, a mask or a cache append: no kernel yet")
     heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
     if p["separate_qkv"]:
         from opbench.kernels.attention_qkv import SeparateAttention
