@@ -6,8 +6,11 @@ random weights (no downloads), for the import tests of issue 41.
 
 Each model is built from a small config (2 layers, hidden 128) with random weights and exported
 with a plain `torch.onnx.export(model, (input_ids,), f)`: the dynamo exporter at its default
-opset. transformers imports torchvision, whose CPU-torch import onnx_models.py mends. Text models take int64 token ids [batch, seq]; ViT takes pixels [batch, 3, 32, 32]. The
-files are test material, generated into a temporary folder per test session, never committed.
+opset. LLaMA and Qwen2 set `use_cache=False` (the KV cache object is no tensor the exporter can
+return). Text models take int64 token ids [batch, seq]; ViT takes pixels [batch, 3, 28, 28]
+(patches of 7: Triton's conv kernel takes sizes up to 7). transformers imports torchvision,
+whose import on a CPU torch onnx_models.py mends. The files are test material, generated into
+a temporary folder per test session, never committed.
 """
 
 from __future__ import annotations
@@ -105,8 +108,8 @@ def _vit() -> nn.Module:
             intermediate_size=256,
             num_hidden_layers=2,
             num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
+            image_size=28,
+            patch_size=7,
         ),
         add_pooling_layer=False,
     )
@@ -130,7 +133,7 @@ EXPORTS: dict[str, HFExport] = {
         HFExport("hf_qwen2", _qwen2, (BATCH, SEQ), True, seed=12),
         HFExport("hf_bert", _bert, (BATCH, SEQ), True, seed=13),
         HFExport("hf_distilbert", _distilbert, (BATCH, SEQ), True, seed=14),
-        HFExport("hf_vit", _vit, (BATCH, 3, 32, 32), False, seed=15),
+        HFExport("hf_vit", _vit, (BATCH, 3, 28, 28), False, seed=15),
     )
 }
 
