@@ -124,6 +124,9 @@ class HFExport:
     input_shape: tuple[int, ...]
     token_ids: bool
     seed: int
+    # Also an `attention_mask` input [batch, seq] (int64 0/1); exported with padding in the
+    # second sequence, so that the exporter keeps the mask (all ones lets HF skip it).
+    with_mask: bool = False
 
 
 EXPORTS: dict[str, HFExport] = {
@@ -133,6 +136,8 @@ EXPORTS: dict[str, HFExport] = {
         HFExport("hf_qwen2", _qwen2, (BATCH, SEQ), True, seed=12),
         HFExport("hf_bert", _bert, (BATCH, SEQ), True, seed=13),
         HFExport("hf_distilbert", _distilbert, (BATCH, SEQ), True, seed=14),
+        HFExport("hf_llama_mask", _llama, (BATCH, SEQ), True, seed=11, with_mask=True),
+        HFExport("hf_bert_mask", _bert, (BATCH, SEQ), True, seed=13, with_mask=True),
         HFExport("hf_vit", _vit, (BATCH, 3, 28, 28), False, seed=15),
     )
 }
@@ -153,6 +158,14 @@ def model_and_input(name: str) -> tuple[nn.Module, torch.Tensor]:
     return model, x
 
 
+def _mask(name: str, ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if not EXPORTS[name].with_mask:
+        return ()
+    mask = torch.ones_like(ids)
+    mask[1, ids.shape[1] * 2 // 3 :] = 0
+    return (mask,)
+
+
 def export(name: str, out_dir: Path) -> Path:
     """Write OUT_DIR/NAME.onnx (one file, weights inside) and return its path."""
     model, x = model_and_input(name)
@@ -166,7 +179,7 @@ def export(name: str, out_dir: Path) -> Path:
         torch.no_grad(),
     ):
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), str(path), external_data=False)
+        torch.onnx.export(model, (x, *_mask(name, x)), str(path), external_data=False)
     return path
 
 

@@ -122,8 +122,12 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
         dtype = "int64" if ints else None
         w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos, dtype=dtype))
         w.set_canonical(value.name, w.new_tensor(canon_shape, name), pos)
+    _find_masks(w, graph, {v.name for v in data})
+    w.opsets = dict(model.opset_imports)
     for node in graph:
         w.current = node
+        if node.name in w.mask_nodes:
+            continue  # the attention layer reading the mask computes it
         if node.op_type == "Constant" or all(
             o.const_value is not None for o in node.outputs if o is not None
         ):
@@ -144,6 +148,10 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
             placeholder(w, node)
         except (Refused, V.NotAView, KeyError):
             pass  # its readers say so in turn
+    taken = {n for layer in w.layers for n in layer.nodes}
+    for node in graph:
+        if node.name in w.mask_nodes and node.name not in taken:
+            w.unsupported_node(node, "part of an attention mask no attention layer reads")
     outputs = []
     for value in graph.outputs:
         try:
@@ -154,6 +162,25 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
             w.unsupported.append(_output_problem(value.name, exc))
     w.finish()
     return w, outputs
+
+
+def _find_masks(w: Any, graph: Any, inputs: set[str]) -> None:
+    """The attention cores whose additive mask is computed from a model input (masks.py)."""
+    from opbench.importers.onnx import masks as M
+
+    order = {id(n): i for i, n in enumerate(graph)}
+    for node in graph:
+        if node.domain != "opbench" or node.op_type != "AttentionCore" or len(node.inputs) < 4:
+            continue
+        mask = node.inputs[3]
+        if mask is None or mask.const_value is not None:
+            continue
+        try:
+            found = M.mask_graph(mask, inputs, order)
+        except V.NotAView:
+            continue  # the attention handler says why
+        w.masks[node.name] = found
+        w.mask_nodes.update(n.name for n in found.nodes)
 
 
 def _output_problem(name: str, exc: Exception) -> Any:

@@ -83,6 +83,8 @@ def suite_text(imp: Imported, suite_name: str, model_name: str, source: str, dty
             shape = list(item.shape[1:])
             # integer ids: drawn in range of the embedding that reads them
             value = {"shape": shape, "dtype": item.dtype} if item.dtype else shape
+            if item.padding_mask:
+                value["padding_mask"] = True
             lines.append(f"      {item.name}: {_flow(value)}{note}")
     lines += ["    fuse: true", "    layers:"]
     unsupported = {u.node: u for u in imp.unsupported}

@@ -59,6 +59,11 @@ class Walker:
     # repeat_kv outputs (handlers_transformer.repeat_kv): their stand-in tensor's id → (the
     # repeated value, groups, the node). Only attention reads them, as kv_heads.
     repeats: dict[int, tuple[str, int, Any]] = field(default_factory=dict)
+    # Masks computed from a model input (masks.py): attention call node → its mask graph;
+    # their nodes are left to the attention layer that reads them (mask_nodes: skipped).
+    masks: dict[str, Any] = field(default_factory=dict)
+    mask_nodes: set[str] = field(default_factory=set)
+    opsets: dict[str, int] = field(default_factory=dict)
 
     # ---- canonical tensors and views ----------------------------------------------------
 

@@ -98,7 +98,22 @@ def _checked_against_ort(run: dict, backends: tuple[str, ...]) -> None:
         assert not row["correctness"]["failures"], row["correctness"]
 
 
-@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize(("name", "causal"), [("hf_bert_mask", False), ("hf_llama_mask", True)])
+def test_the_attention_mask_input_is_the_key_padding_mask(hf_models, name: str, causal: bool):
+    imported = _imported(hf_models, name)
+    assert imported.unsupported == []
+    mask = next(i for i in imported.inputs if i.source == "attention_mask")
+    assert mask.dtype == "int64" and mask.padding_mask
+    attentions = [layer for layer in imported.layers if layer.op == "attention"]
+    assert len(attentions) == 2
+    for layer in attentions:
+        assert layer.params["mask"] is True and layer.inputs[-1] == mask.name
+        assert layer.params.get("causal", False) is causal
+    # the nodes computing the 4-D mask from the input are the first attention layer's
+    assert any(n.startswith("node_GatherND") for n in attentions[0].nodes)
+
+
+@pytest.mark.parametrize("name", [*MODELS, "hf_bert_mask", "hf_llama_mask"])
 def test_run_checks_the_torch_model_against_onnxruntime(hf_models, name: str, tmp_path: Path):
     _checked_against_ort(_run(hf_models[name], tmp_path / "runs", "torch"), ("torch",))
 
