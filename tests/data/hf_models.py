@@ -16,103 +16,50 @@ a temporary folder per test session, never committed.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
-import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onnx_models import _import_torchvision, _no_constant_tensors  # noqa: E402
+from onnx_models import (  # noqa: E402
+    _import_torchvision,
+    _no_constant_tensors,
+    quiet,
+    write_exports,
+)
 
 BATCH, SEQ, VOCAB = 2, 16, 512
 
 
-def _llama() -> nn.Module:
-    from transformers import LlamaConfig, LlamaModel
+def _hf(kind: str, without_pooler: bool = False, **config: Any) -> Callable[[], nn.Module]:
+    """A maker of transformers' `<kind>Model` from `<kind>Config(**config)`."""
 
-    return LlamaModel(
-        LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            use_cache=False,
-        )
-    )
+    def make() -> nn.Module:
+        import transformers
+
+        made = getattr(transformers, f"{kind}Config")(**config)
+        extra = {"add_pooling_layer": False} if without_pooler else {}
+        return getattr(transformers, f"{kind}Model")(made, **extra)
+
+    return make
 
 
-def _qwen2() -> nn.Module:
-    from transformers import Qwen2Config, Qwen2Model
-
-    return Qwen2Model(
-        Qwen2Config(
-            vocab_size=VOCAB,
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=8,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            use_cache=False,
-        )
-    )
-
-
-def _bert() -> nn.Module:
-    from transformers import BertConfig, BertModel
-
-    return BertModel(
-        BertConfig(
-            vocab_size=VOCAB,
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=64,
-        ),
-        add_pooling_layer=False,
-    )
-
-
-def _distilbert() -> nn.Module:
-    from transformers import DistilBertConfig, DistilBertModel
-
-    return DistilBertModel(
-        DistilBertConfig(
-            vocab_size=VOCAB,
-            dim=128,
-            hidden_dim=256,
-            n_layers=2,
-            n_heads=4,
-            max_position_embeddings=64,
-        )
-    )
-
-
-def _vit() -> nn.Module:
-    from transformers import ViTConfig, ViTModel
-
-    return ViTModel(
-        ViTConfig(
-            hidden_size=128,
-            intermediate_size=256,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            image_size=28,
-            patch_size=7,
-        ),
-        add_pooling_layer=False,
-    )
+# 2 layers, hidden 128, MLP 256 each; LLaMA and Qwen2 with 8 query heads sharing 2 kv heads.
+_TEXT = {"vocab_size": VOCAB, "max_position_embeddings": 64}
+_ENCODER = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+            "num_attention_heads": 4}  # fmt: skip
+_DECODER = {**_TEXT, **_ENCODER, "num_attention_heads": 8, "num_key_value_heads": 2,
+            "use_cache": False}  # fmt: skip
+_llama = _hf("Llama", **_DECODER)
+_qwen2 = _hf("Qwen2", **_DECODER)
+_bert = _hf("Bert", True, **_TEXT, **_ENCODER)
+_distilbert = _hf("DistilBert", **_TEXT, dim=128, hidden_dim=256, n_layers=2, n_heads=4)
+_vit = _hf("ViT", True, **_ENCODER, image_size=28, patch_size=7)
 
 
 @dataclass(frozen=True)
@@ -171,14 +118,7 @@ def export(name: str, out_dir: Path) -> Path:
     model, x = model_and_input(name)
     path = Path(out_dir) / f"{name}.onnx"
     path.parent.mkdir(parents=True, exist_ok=True)
-    # The exporter prints progress and warnings meant for an interactive user.
-    with (
-        warnings.catch_warnings(),
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-        torch.no_grad(),
-    ):
-        warnings.simplefilter("ignore")
+    with quiet():
         torch.onnx.export(model, (x, *_mask(name, x)), str(path), external_data=False)
     return path
 
@@ -193,16 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in EXPORTS.values():
             print(f"{spec.name:16} input {list(spec.input_shape)}")
         return 0
-    unknown = [n for n in args.names if n not in EXPORTS]
-    if unknown:
-        print(f"unknown export(s): {', '.join(unknown)} (--list shows them)", file=sys.stderr)
-        return 2
-    for name in args.names or EXPORTS:
-        started = time.perf_counter()
-        path = export(name, args.out)
-        took = time.perf_counter() - started
-        print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {took:.1f} s")
-    return 0
+    return write_exports(args.out, args.names or EXPORTS, EXPORTS, export)
 
 
 if __name__ == "__main__":

@@ -51,20 +51,12 @@ def _attention_layer(
         params["mask"] = True
     out = (w.batch, q.seq, q.heads * q.head_dim)
     same = q.tensor == k.tensor == v.tensor
-    if same and q.packed == (3, 0) and k.packed == (3, 1) and v.packed == (3, 2):
-        params["packed_qkv"] = True
-        canon = w.tensors[q.tensor]
-        return w.add_layer(
-            "attention",
-            params,
-            [(canon, values[0]), *extra],
-            out,
-            nodes,
-            also_reads=[*values[1:], *also],
-        )
-    if any(s.packed for s in splits):
+    packed = same and q.packed == (3, 0) and k.packed == (3, 1) and v.packed == (3, 2)
+    if any(s.packed for s in splits) and not packed:
         raise Refused("q, k and v are parts of a packed tensor in another order")
-    if same:
+    if same:  # one input: the packed q|k|v tensor, or self-attention on one tensor
+        if packed:
+            params["packed_qkv"] = True
         canon = w.tensors[q.tensor]
         return w.add_layer(
             "attention",
