@@ -75,3 +75,27 @@ def test_decode_step_appends_to_the_cache_then_attends_over_it(dtype) -> None:
     assert torch.equal(state["v_cache"][:, :-1], caches["v_cache"][:, :-1])
     bound.out.fill_(float("nan"))  # the same step again: same answer
     check(bound.launch(), ref, dtype)
+
+
+def test_rope_fused_with_the_cache_append_matches_the_two_layers() -> None:
+    """rope (packed) → attention(append) as one group: rope writes k and v into the cache."""
+    from opbench.backends.triton_fused import build_fused
+    from opbench.spec.load import load_suite_text
+
+    suite = load_suite_text(
+        "name: t\nmodels:\n  - name: m\n    batch: 2\n    input: [1, 128]\n    fuse: true\n"
+        "    layers:\n      - {name: rope, op: rope, layout: packed, heads: 4, kv_heads: 2, "
+        "offset: 6, style: interleaved}\n      - {name: attn, op: attention, heads: 4, "
+        "kv_heads: 2, kv_len: 7, packed_qkv: true, append: true, causal: true}\n", "t.yaml")  # fmt: skip
+    model = suite.models[0]
+    from opbench.pipeline.data import ModelData
+
+    data = ModelData(suite, model, "cpu")
+    kernel, note = build_fused(model.layers, [data.weights(0), data.weights(1)])
+    assert "rope" in note and "attn" in note
+    x = data.value("input", "float32")
+    out = kernel.bind(x, out=torch.full((2, 1, 64), float("nan"))).launch()
+    ref, _ = data.reference((0, 1))
+    check(out, ref, torch.float32)
+    rotated_k = data.reference((0,))[0][..., 64:96]  # the rope layer's k heads
+    assert torch.allclose(data.weights(1)["k_cache"][:, -1:].double(), rotated_k, atol=1e-5)
