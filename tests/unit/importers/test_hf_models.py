@@ -118,8 +118,10 @@ def test_run_checks_the_torch_model_against_onnxruntime(hf_models, name: str, tm
     _checked_against_ort(_run(hf_models[name], tmp_path / "runs", "torch"), ("torch",))
 
 
-# Triton in the interpreter, where every op of the model has a kernel (embedding and rope
-# have none yet: the text models' Triton runs are "not every layer was built").
-@pytest.mark.parametrize("name", ["hf_vit"])
+# Triton in the interpreter (slow: a minute or more each on a loaded machine): LLaMA with its
+# attention_mask has every piece of the text models (embedding, rope, grouped-query attention
+# with causal and padding masks, RMS norm, SwiGLU); ViT the vision ones (patch conv, class
+# token concat, layer norm with bias, erf GELU).
+@pytest.mark.parametrize("name", ["hf_llama_mask", "hf_vit"])
 def test_run_checks_the_triton_model_against_onnxruntime(hf_models, name: str, tmp_path: Path):
     _checked_against_ort(_run(hf_models[name], tmp_path / "runs", "triton"), ("triton",))
