@@ -269,6 +269,8 @@ def _integer_problems(model: ModelSpec, index: int, locate: Locator) -> list[Inp
     """An integer input read where an op wants floats, or floats where it wants ids."""
     problems = []
     for i, layer in enumerate(model.layers):
+        if not OPS[layer.op].runs:
+            continue  # a placeholder computes nothing: it stands for any node, ids or not
         wants = OPS[layer.op].integer_inputs(layer.params)
         for position, value in enumerate(layer.inputs):
             integer = model.data_of(value) is not None
