@@ -1,8 +1,8 @@
 """Running one suite across the ranks of `torchrun`.
 
 Every rank takes a deterministic share of the (model, layers, backend) work on its own GPU and
-writes its partial run file into the shared run folder after every result. Rank 0 gathers the
-results through torch.distributed and writes one run.json. When a rank dies, torchrun stops the
+writes its partial run file into the shared run folder after every result. Rank 0 waits for
+every rank's final file and writes one run.json. When a rank dies, torchrun stops the
 others with SIGTERM: rank 0 then merges what the partial files on disk hold and marks the
 unfinished work `error`, so nothing already measured is lost.
 """
@@ -15,9 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 
-from opbench.results.io import read_run, run_from_dict, run_to_dict
-from opbench.results.model import LayerResult, RunResult, Status
+from opbench.results.io import read_run
+from opbench.results.model import EndToEnd, LayerResult, RunResult, Status
 
+# The process group only shares the run folder's path at the start; a long timeout, since
+# the ranks also wait at the end of the run for the slowest.
 GATHER_TIMEOUT = timedelta(minutes=30)
 
 # run.env keys saying how the ranks timed. A run without TIMING_MODE is a single-process run, or
@@ -107,13 +109,23 @@ def rank_file(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank-{rank}.json"
 
 
-def gather(world: World, run: RunResult) -> list[RunResult] | None:
-    """All ranks' runs on rank 0 (None elsewhere). Raises if a rank is gone."""
-    import torch.distributed as dist
+def wait_for(done, poll_s: float = 0.25) -> None:
+    """Sleep until `done()` holds. In Python, so torchrun's SIGTERM (a peer died) interrupts
+    it as Terminated, where a collective would block in C++ and be killed with what it held."""
+    import time
 
-    box = [None] * world.size if world.rank == 0 else None
-    dist.gather_object(run_to_dict(run), box, dst=0)
-    return [run_from_dict(d) for d in box] if world.rank == 0 else None
+    while not done():
+        time.sleep(poll_s)
+
+
+def done_file(run_dir: Path, rank: int) -> Path:
+    """Written by a rank once its partial file is final (its turns recorded too)."""
+    return run_dir / f"rank-{rank}.done"
+
+
+def all_finished(run_dir: Path, world_size: int) -> bool:
+    """Every other rank has written its final partial file."""
+    return all(done_file(run_dir, rank).is_file() for rank in range(1, world_size))
 
 
 def runs_from_disk(run_dir: Path, world_size: int) -> dict[int, RunResult]:
@@ -128,31 +140,69 @@ def runs_from_disk(run_dir: Path, world_size: int) -> dict[int, RunResult]:
     return runs
 
 
+def plans_when_layers_done(world: World, run_dir: Path, poll_s: float = 0.25) -> dict:
+    """Every rank's recorded plans, once every rank's file says its layer results are done: a
+    whole-model unit builds the groups other ranks timed with the plans they tuned, so nothing
+    is tuned twice. Waits by polling the shared run folder, in Python, so torchrun's SIGTERM
+    (another rank died) still interrupts it; a collective would block in C++ instead."""
+    import time
+
+    from opbench.pipeline.plans import plans_of
+    from opbench.pipeline.run import LAYERS_DONE
+
+    plans: dict = {}
+    pending = set(range(world.size))
+    while pending:
+        for rank in sorted(pending):
+            try:
+                run = read_run(rank_file(run_dir, rank))
+            except Exception:
+                continue  # not written yet, or being replaced
+            if run.env.get(LAYERS_DONE):
+                plans.update(plans_of(run.layers))
+                pending.discard(rank)
+        if pending:
+            time.sleep(poll_s)
+    return plans
+
+
 def combine(
     plan: list[LayerResult],
     runs: dict[int, RunResult],
     world_size: int,
     template: RunResult,
     failure: str | None,
+    units: list | None = None,
+    owners: list[int] | None = None,
 ) -> RunResult:
-    """One run from the ranks' runs; work no rank finished becomes an `error` result."""
+    """One run from the ranks' runs; work no rank finished becomes an `error` result, and a
+    whole-model unit (pipeline/plan.EndToEndUnit) no rank finished becomes `error` rows.
+    `owners`: the rank of each planned result, then of each unit (pipeline/plan.deal)."""
+    units = units or []
+    if owners is None:
+        from opbench.pipeline.plan import expected_cost, shares
+
+        owners = shares([(p.model, p.layer) for p in plan], world_size, map(expected_cost, plan))
     done: dict[tuple[str, tuple[str, ...], str], LayerResult] = {}
     for run in runs.values():
         for result in run.layers:
             done[(result.model, result.members, result.backend)] = result
-    from opbench.pipeline.plan import expected_cost, shares
-
-    owners = shares([(p.model, p.layer) for p in plan], world_size, map(expected_cost, plan))
+    why = failure or "did not report"
     layers: list[LayerResult] = []
     missing = 0
-    for owner, planned in zip(owners, plan, strict=True):
+    for owner, planned in zip(owners, plan, strict=False):
         result = done.get((planned.model, planned.members, planned.backend))
         if result is None:
             missing += 1
-            why = failure or "did not report"
             message = f"rank {owner} did not finish this layer: {why}"
             result = replace(planned, status=Status.ERROR, message=message)
         layers.append(result)
+    end_to_end = [e for run in runs.values() for e in run.end_to_end]
+    rows = {(e.model, e.backend) for e in end_to_end}
+    for owner, unit in zip(owners[len(plan) :], units, strict=True):
+        if (unit.model.name, unit.backend) not in rows:
+            missing += 1
+            end_to_end.extend(lost_end_to_end(unit, owner, why))
     complete = (
         missing == 0 and all(run.complete for run in runs.values()) and len(runs) == world_size
     )
@@ -165,9 +215,20 @@ def combine(
     return replace(
         template,
         layers=tuple(layers),
-        end_to_end=tuple(e for run in runs.values() for e in run.end_to_end),
+        end_to_end=tuple(end_to_end),
         planned=len(plan),
         complete=complete,
         shard=None,
         env=env,
     )
+
+
+def lost_end_to_end(unit, owner: int, why: str) -> list[EndToEnd]:
+    """The rows of a whole-model unit whose rank did not finish it: `error`, naming the rank."""
+    from opbench.pipeline.end_to_end import CUDA_GRAPH, EAGER
+
+    message = f"rank {owner} did not finish this model's forward: {why}"
+    return [
+        EndToEnd(unit.model.name, unit.backend, Status.ERROR, message=message, mode=mode)
+        for mode in (EAGER, CUDA_GRAPH)
+    ]

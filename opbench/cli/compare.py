@@ -29,7 +29,7 @@ from opbench.cli.gate import (
     write_updated_baseline,
 )
 from opbench.cli.plugins import load_plugins, plugin_option
-from opbench.cli.runs import resolve_run_path, run_folder
+from opbench.cli.runs import check_out_folder, resolve_run_path, run_folder
 from opbench.cli.target import (
     FULL_TABLES,
     CompareRequest,
@@ -72,8 +72,12 @@ def compare_command(
     map_path: Path | None = typer.Option(
         None, "--map", help="YAML: reference name -> suite layer (or list, or model/layer)."
     ),
-    backend: str = typer.Option(
-        "triton", "--backend", help="The backend the verdicts and the gate are about."
+    backend: str | None = typer.Option(
+        None,
+        "--backend",
+        help="The backend the speed-up verdicts (--reference) are about (default: triton). "
+        "With --baseline it also limits the gate to this backend; without --backend the gate "
+        "judges every backend of the run and the baseline, torch included.",
     ),
     target: float | None = typer.Option(
         None, "--target", help="Speedup every layer must reach (default: the suite's)."
@@ -156,7 +160,7 @@ def compare_command(
         unit=unit,
         skip_runs=skip_runs,
         map_path=map_path,
-        backend=backend,
+        backend=backend or "triton",
         target=target,
         model=model,
         out=out,
@@ -175,6 +179,7 @@ def compare_command(
         update_baseline=update_baseline or baseline_out is not None,
         baseline_out=baseline_out,
         allow_env_change=allow_env_change,
+        backends=(backend,) if backend else None,
     )
     code = compare_and_gate(request, gate_request)
     if code != ExitCode.OK:
@@ -194,6 +199,8 @@ def compare_and_gate(request: CompareRequest, gate_request: GateRequest) -> int:
     )
 
     gating = gate_request.baseline is not None or gate_request.update_baseline
+    if request.out is not None:
+        check_out_folder(request.out)
     if request.reference is None and not gating:
         raise InputError(
             "nothing to compare: give --reference FILE (speed-up target), --baseline BASE "

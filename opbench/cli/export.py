@@ -6,12 +6,13 @@ opbench export sas suites/cnn.yaml --out export/cnn_sas   # + a script a SAS use
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
 
 from opbench.cli.console import console, handles_errors
-from opbench.errors import InputError
+from opbench.cli.onnx_input import require_onnx, suite_or_onnx
 
 export_app = typer.Typer(
     name="export",
@@ -20,20 +21,13 @@ export_app = typer.Typer(
 )
 
 
-def require_onnx(*modules: str) -> None:
-    """InputError naming the first module that is missing."""
-    for module in modules:
-        try:
-            __import__(module)
-        except ImportError:
-            raise InputError(f"{module} is not installed: pip install 'opbench[onnx]'") from None
-
-
 def _say(msg: str) -> None:
     console.print(msg, markup=False)
 
 
-SUITE_ARG = typer.Argument(..., metavar="SUITE", help="Suite YAML file.")
+SUITE_ARG = typer.Argument(
+    ..., metavar="SUITE", help="Suite YAML file, or an ONNX model (imported as `opbench run` does)."
+)
 MODEL_OPT = typer.Option([], "--model", "-m", help="Only these models (repeatable).")
 
 
@@ -46,9 +40,7 @@ def export_onnx_command(
 ) -> None:
     """Each model as ONNX with the suite's seeded weights (written once), one file per cut
     (a layer and everything it depends on), and a manifest."""
-    from opbench.spec.load import load_suite
-
-    suite = load_suite(suite_path)
+    suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.files import export_suite
 
@@ -66,19 +58,13 @@ def export_sas_command(
 ) -> None:
     """The ONNX export plus time_sas_prefixes.py, which times each cut in SAS Viya; names
     every layer DLPy's ONNX import cannot take, with what can be done."""
-    from opbench.spec.load import load_suite
-
-    suite = load_suite(suite_path)
+    suite = suite_or_onnx(suite_path)
     require_onnx("onnx")
     from opbench.export.sas import export_sas
 
     done = export_sas(suite, out, models=model, log=_say)
-    for notice in done.notices:
-        console.print(
-            f"{notice.level}: {notice.model}: {notice.text}",
-            style="yellow" if notice.level == "warning" else None,
-            markup=False,
-        )
+    for level, line in grouped_notices(done.notices):
+        console.print(line, style="yellow" if level == "warning" else None, markup=False)
     for name, (timed, layers) in done.timed.items():
         rest = (
             ""
@@ -94,3 +80,28 @@ def export_sas_command(
         f"next, where SAS Viya is reachable: cd {done.onnx.out} && "
         f"python {done.script.name} --host HOST --port PORT --server-weights-dir DIR"
     )
+
+
+_LAYER = re.compile(r"^layer '([^']*)' ")
+
+
+def grouped_notices(notices) -> list[tuple[str, str]]:
+    """(level, line) per notice; notices that say the same of several layers (35 ReLU6 timed
+    as ReLU) are one line with the count and the first few layers."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for notice in notices:
+        found = _LAYER.match(notice.text)
+        rest = notice.text[found.end() :] if found else notice.text
+        key = (notice.level, notice.model, rest if found else notice.text)
+        groups.setdefault(key, []).append(found.group(1) if found else "")
+    lines = []
+    for (level, model, rest), layers in groups.items():
+        if len(layers) == 1:
+            text = f"layer {layers[0]!r} {rest}" if layers[0] else rest
+        else:
+            shown = ", ".join(layers[:4]) + (
+                f" and {len(layers) - 4} more" if len(layers) > 4 else ""
+            )
+            text = f"{len(layers)} layers {rest} ({shown})"
+        lines.append((level, f"{level}: {model}: {text}"))
+    return lines

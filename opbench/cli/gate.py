@@ -60,6 +60,8 @@ class GateRequest:
     update_baseline: bool = False
     baseline_out: Path | None = None
     allow_env_change: bool = False
+    #: Gate only these backends (`--backend` given); None: every backend on either side.
+    backends: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -86,7 +88,16 @@ def prepare_gate(request: GateRequest, run: RunResult) -> GateInputs:
             threshold = parse_threshold(request.threshold)
         except InputError as exc:
             raise InputError(exc.message, Location(field="--threshold")) from None
-    inputs = GateInputs(GateOptions(threshold=threshold, allow_env_change=request.allow_env_change))
+    if request.backends is not None and not set(request.backends) & set(run.backends):
+        raise InputError(
+            f"no result of backend {', '.join(request.backends)} in this run to gate "
+            f"(backends: {', '.join(run.backends) or 'none'})",
+            Location(field="--backend"),
+        )
+    options = GateOptions(
+        threshold=threshold, allow_env_change=request.allow_env_change, backends=request.backends
+    )
+    inputs = GateInputs(options)
     if request.baseline is not None:
         try:
             inputs.baseline = load_baseline(request.baseline)

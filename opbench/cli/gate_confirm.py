@@ -109,6 +109,7 @@ def _device_for_rerun(run: RunResult) -> tuple[str, dict]:
     """The run's device, here, with a fingerprint equal to the run's (same GPU, driver,
     torch, triton, kernels); else ConfirmUnavailable."""
     from opbench.measure.env import fingerprint
+    from opbench.plugins import provenance as plugin_provenance
 
     device = run.device or "cpu"
     if device.startswith("cuda"):
@@ -121,11 +122,36 @@ def _device_for_rerun(run: RunResult) -> tuple[str, dict]:
         env = fingerprint(device)
     except Exception as exc:
         raise ConfirmUnavailable(f"cannot use device {device} here: {exc}") from None
+    # As `opbench run` records it: the plugins loaded by now (entry points, --plugin, the
+    # suite's and the run's own, _load_recorded_plugins), in the run's order where it has them.
+    env["plugins"] = _in_recorded_order(plugin_provenance(), run.env.get("plugins"))
     diffs = env_differences(env, run.env)
     if diffs:
         what = "; ".join(str(d) for d in diffs)
         raise ConfirmUnavailable(f"this machine is not the one that timed the run ({what})")
     return device, env
+
+
+def _load_recorded_plugins(run: RunResult) -> None:
+    """Load the plugin files the run recorded (env["plugins"] entries with a "path") that
+    exist here, before the fingerprint: their hashes then show whether they are the same
+    code. Installed distributions come with the entry points; a --plugin names the rest."""
+    from opbench.plugins.loading import load_plugin
+
+    for entry in run.env.get("plugins") or ():
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if isinstance(path, str) and Path(path).exists():
+            try:
+                load_plugin(path, Path.cwd())
+            except OpbenchError as exc:
+                raise ConfirmUnavailable(f"the run's plugin {path} does not load: {exc}") from None
+
+
+def _in_recorded_order(loaded: list[dict], recorded: object) -> list[dict]:
+    """`loaded` sorted as the run recorded the same entries (load order differs between
+    `run --plugin a --plugin b` and a compare that loads b first); others after them."""
+    order = [e for e in recorded if isinstance(e, dict)] if isinstance(recorded, list) else []
+    return sorted(loaded, key=lambda e: order.index(e) if e in order else len(order))
 
 
 def rerun_layers(run: RunResult, keys: Sequence[Key]) -> RunResult:
@@ -134,7 +160,8 @@ def rerun_layers(run: RunResult, keys: Sequence[Key]) -> RunResult:
     from opbench.pipeline import RunOptions, gpu_label, now_iso, run_suite
 
     by_key = {r.key: r for r in run.layers}
-    suite = _suite_for_rerun(run, {k[0] for k in keys})
+    _load_recorded_plugins(run)  # before the suite, whose backends they may name
+    suite = _suite_for_rerun(run, {k[0] for k in keys})  # loads the suite's `plugins:`
     device, env = _device_for_rerun(run)
     groups: dict[tuple[str, str, int], list[str]] = {}
     for model, layer, backend in keys:

@@ -16,6 +16,7 @@ from opbench.cli.console import console
 from opbench.cli.gate import GateInputs
 from opbench.compare.baseline import Baseline
 from opbench.compare.gate import GateReport, GateVerdict, Verdict
+from opbench.compare.gate_model import format_interval
 from opbench.compare.model import Comparison
 from opbench.compare.model import Verdict as Target
 from opbench.errors import ExitCode
@@ -39,7 +40,18 @@ VERDICT_STYLES = {
     Verdict.NEW: "cyan",
     Verdict.UNSUPPORTED: "dim",
 }
-STATUS_STYLES = {"PASS": "bold green", "REGRESSED": "bold red", "CRASHED": "bold red"}
+STATUS_STYLES = {
+    "PASS": "bold green",
+    "REGRESSED": "bold red",
+    "CRASHED": "bold red",
+    "INCONCLUSIVE": "bold yellow",
+}
+# What the ms columns hold: the ratio is theirs, not the medians of all samples (those are
+# in the JUnit file), so that the ratio always agrees with the two figures beside it.
+MS_CAPTION = (
+    "baseline/run ms: geometric mean of the round medians, what the ratio compares "
+    "(the median of all samples where nothing was compared)"
+)
 
 
 def _note(v: GateVerdict) -> str:
@@ -65,6 +77,8 @@ def gate_table(report: GateReport) -> Table:
     )
     for name in ("verdict", "model", "layer", "backend"):
         table.add_column(name, overflow="fold")
+    table.caption = MS_CAPTION
+    table.caption_justify = "left"
     for name in ("baseline ms", "run ms", "ratio", f"{level:.0%} CI", "threshold"):
         table.add_column(name, justify="right")
     table.add_column("note", style="dim", overflow="fold")
@@ -72,14 +86,14 @@ def gate_table(report: GateReport) -> Table:
         style = VERDICT_STYLES.get(v.verdict, "")
         if v.verdict is Verdict.REGRESSED and not v.significant:
             style = "yellow"
-        interval = "–" if v.ci_low is None else f"{v.ci_low:.3f}–{v.ci_high:.3f}"
+        interval = "–" if v.ci_low is None else format_interval(v.ci_low, v.ci_high)
         table.add_row(
             Text(v.verdict.value, style=style),
             Text(v.model),
             Text(v.layer),
             Text(v.backend),
-            fmt_ms(v.baseline_ms),
-            fmt_ms(v.current_ms),
+            fmt_ms(v.baseline_ms if v.baseline_gm_ms is None else v.baseline_gm_ms),
+            fmt_ms(v.current_ms if v.current_gm_ms is None else v.current_gm_ms),
             "–" if v.ratio is None else Text(f"{v.ratio:.3f}", style=style),
             interval,
             "–" if v.threshold is None else f"{v.threshold * 100:.1f}%",

@@ -11,16 +11,18 @@ from rich.markup import escape
 from rich.table import Table
 
 from opbench.cli.console import console, err_console, handles_errors
+from opbench.cli.onnx_input import suite_or_onnx
 from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.errors import ExitCode, OpbenchError
-from opbench.spec.load import load_suite
 from opbench.spec.model import SuiteSpec
 from opbench.spec.problems import SuiteErrors
 
 
 @handles_errors
 def validate_command(
-    suite_paths: list[Path] = typer.Argument(..., metavar="SUITE...", help="Suite YAML file(s)."),
+    suite_paths: list[Path] = typer.Argument(
+        ..., metavar="SUITE...", help="Suite YAML file(s), or ONNX models (imported)."
+    ),
     plugin: list[str] = plugin_option(),
 ) -> None:
     """Check suites without running them: structure, ops, parameters, what each layer reads
@@ -30,7 +32,7 @@ def validate_command(
     problems: list[OpbenchError] = []
     for suite_path in suite_paths:
         try:
-            suite = load_suite(suite_path)
+            suite = suite_or_onnx(suite_path)
         except SuiteErrors as exc:
             problems += exc.errors
             continue

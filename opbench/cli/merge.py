@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from opbench.cli.console import console, handles_errors
+from opbench.cli.runs import check_out_folder
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run, write_run
 from opbench.results.merge import merge_runs
 
@@ -24,6 +25,7 @@ def merge_command(
     ),
 ) -> None:
     """Join partial runs (opbench run --shard K/N) into one run."""
+    check_out_folder(out)
     loaded = [read_run(path) for path in runs]
     merged, warnings = merge_runs(loaded, [str(p) for p in runs], allow_partial=allow_partial)
     run_dir = new_run_dir(out, merged.suite)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from opbench.cli.console import handles_errors
-from opbench.cli.runs import resolve_run_path
+from opbench.cli.runs import check_out_folder, resolve_run_path
 from opbench.cli.target import FULL_TABLES, finish
 from opbench.report.csvjson import JSON_FILE, read_comparison
 
@@ -36,6 +36,8 @@ def report_command(
     ),
 ) -> None:
     """Re-render the table, report.md, report.html, comparison.csv and the plots from comparison.json."""
+    if out is not None:
+        check_out_folder(out)
     path = comparison_path(resolve_run_path(run))
     comparison = read_comparison(path)
     FULL_TABLES.set(wide)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from opbench.cli.console import console, handles_errors
 from opbench.cli.plugins import load_plugins, plugin_option
 from opbench.cli.run_output import device_peaks, finish, report_plans
+from opbench.cli.runs import check_out_folder
 from opbench.errors import InputError, Location
 from opbench.results.io import RUN_FILE, new_run_dir, point_latest, read_run
 from opbench.spec.load import load_suite
@@ -61,9 +62,25 @@ def load_run_suite(suite_path: Path, batch: int | None, dtype: str | None, backe
     console.print(
         f"{suite_path.name}: {len(imported.layers)} layers from {imported.node_count} nodes "
         f"({len(counts['absorbed'])} absorbed as views or constants), the file's own weights; "
-        "whole-model outputs checked against ONNX Runtime"
+        f"whole-model outputs checked against {whole_model_check(imported, dtype)}",
+        markup=False,
     )
     return suite, file_model_data(imported, str(suite_path)), {"onnx_import": counts}
+
+
+def whole_model_check(imported, dtype: str | None) -> str:
+    """What the whole model's outputs are checked against, and why not ONNX Runtime where it
+    cannot be (pipeline/file_data.py decides the same way)."""
+    if imported.static_batch and imported.file_batch != imported.batch:
+        return (
+            f"float64 (ONNX Runtime not run: the file fixes its batch at {imported.file_batch}, "
+            f"the run is at batch {imported.batch})"
+        )
+    if dtype not in (None, "float32"):
+        return (
+            f"float64 rounded as the {dtype} run rounds (ONNX Runtime's float32 output beside it)"
+        )
+    return "ONNX Runtime"
 
 
 @handles_errors
@@ -118,10 +135,16 @@ def run_command(
     dtype: str | None = typer.Option(
         None, "--dtype", help="ONNX model: float32 (default), float16 or bfloat16."
     ),
+    wide: bool = typer.Option(
+        False,
+        "--wide",
+        help="Every column and whole layer names; one line per result even without a terminal.",
+    ),
 ) -> None:
     """Build every layer with each backend, check it against the reference, and time it."""
     load_plugins(plugin)
     suite, model_data, origin = load_run_suite(suite_path, batch, dtype, backend)
+    check_out_folder(out)  # before any GPU work: a bad --out must not cost a run
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
@@ -153,9 +176,10 @@ def run_command(
         )
 
     from opbench.pipeline import RunOptions, default_device, prepare_device
-    from opbench.pipeline.plans import read_plans
+    from opbench.pipeline.plans import read_costs, read_plans
 
     recorded = read_plans(plans) if plans is not None else {}
+    costs = read_costs(plans) if plans is not None else {}
 
     chosen = device or default_device()
     if chosen.startswith("cuda"):
@@ -187,6 +211,7 @@ def run_command(
         rounds=rounds,
         shard=shard_kn,
         plans=recorded,
+        costs=costs,
         model_data=model_data,
         origin=origin,
     )
@@ -205,17 +230,39 @@ def run_command(
         console.print(
             "[dim]--exclusive-timing has no effect outside torchrun: one process times alone[/]"
         )
-    run_with_progress(suite, options, out, plans_out)
+    run_with_progress(suite, options, out, plans_out, wide=wide)
+
+
+def log_progress(result, done: int, planned: int, every: bool) -> None:
+    """Progress without a terminal (a CI log): a result that did not end ok, and a count at
+    each tenth of the run; with `every` (--wide) one line per result."""
+    step = max(1, planned // 10)
+    if every or result.outcome != "ok":
+        console.print(
+            f"  {result.model} · {'+'.join(result.members)} · {result.backend}: {result.outcome}",
+            markup=False,
+        )
+    elif done % step == 0 or done == planned:
+        console.print(f"  {done}/{planned} results", markup=False)
 
 
 def _set_threads(device: str, threads: int | None) -> None:
     """CPU timing with a sane thread count (see default_threads); on a GPU run only if asked."""
+    from opbench.distributed import current_world
     from opbench.measure.timer_cpu import default_threads, load_warning
 
-    if threads is None and device != "cpu":
+    world = current_world()
+    if threads is None and device != "cpu" and world is None:
         return
     import torch
 
+    if threads is None and world is not None and device != "cpu":
+        # The GPU ranks of a host share its cores: each gets its share for the CPU-side work
+        # (references, weights), so the checks of N ranks neither fight over the same cores
+        # nor run on the one thread torchrun's OMP_NUM_THREADS=1 leaves them.
+        from opbench.measure.timer_cpu import usable_cores
+
+        threads = max(1, usable_cores() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads or default_threads())
     if device == "cpu":
         loaded = load_warning()
@@ -240,13 +287,21 @@ def _check_selection(suite, options, suite_path: Path) -> None:
     )
 
 
-def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) -> None:
+def run_with_progress(
+    suite, options, out: Path, plans_out: Path | None = None, wide: bool = False
+) -> None:
     from opbench.measure.env import fingerprint
     from opbench.pipeline import gpu_label, run_suite
     from opbench.plugins import provenance as plugin_provenance
     from opbench.report.run_table import run_table
 
-    run_dir = new_run_dir(out, suite.name)
+    try:
+        run_dir = new_run_dir(out, suite.name)
+    except OSError as exc:
+        raise InputError(
+            f"cannot create a run folder here: {exc.strerror or exc}",
+            Location(file=str(out), field="--out"),
+        ) from None
     run_path = run_dir / RUN_FILE
     env = {**fingerprint(options.device), "plugins": plugin_provenance()}
     env["peaks"] = device_peaks(options.device)
@@ -261,23 +316,21 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
         disable=not console.is_terminal and os.environ.get("OPBENCH_PROGRESS") != "1",
     )
     task = None
+    counts = {"planned": 0, "done": 0}
 
     def on_event(event: str, payload) -> None:
         nonlocal task
         if event == "plan":
             task = progress.add_task("layers × backends", total=payload)
+            counts["planned"] = payload
         elif event == "start":
             names = "+".join(layer.name for layer in payload.layers)
             progress.update(task, description=f"{payload.model.name} · {names} · {payload.backend}")
         elif event == "done":
             progress.advance(task)
+            counts["done"] += 1
             if not console.is_terminal:
-                result = payload
-                console.print(
-                    f"  {result.model} · {'+'.join(result.members)} · {result.backend}: "
-                    f"{result.outcome}",
-                    markup=False,
-                )
+                log_progress(payload, counts["done"], counts["planned"], wide)
 
     started = time.perf_counter()
     try:
@@ -294,4 +347,4 @@ def run_with_progress(suite, options, out: Path, plans_out: Path | None = None) 
         raise typer.Exit(130) from None
     point_latest(run_dir)
     report_plans(run, bool(options.plans), plans_out)
-    finish(run, run_path, wall_s=time.perf_counter() - started)
+    finish(run, run_path, wall_s=time.perf_counter() - started, wide=wide)

@@ -29,8 +29,10 @@ def run_distributed(
     --plans-out, writes the plans of every rank's results (the merged run's) to one file."""
     import torch
 
+    from opbench.backends.registry import all_backends
     from opbench.measure.env import fingerprint
     from opbench.pipeline import gpu_label, planned_results, run_suite
+    from opbench.pipeline.plan import deal, plan_run, share_walls
     from opbench.report.run_table import failures
 
     dist_run.raise_on_sigterm()
@@ -52,20 +54,14 @@ def run_distributed(
         **fingerprint(device),
         "plugins": plugin_provenance(),
         "rank": world.rank,
+        # Whoever watches a run (or a test that stops one rank) finds each rank's process.
+        "pid": os.getpid(),
         **dist_run.timing_env(exclusive_timing),
     }
     env["peaks"] = device_peaks(device)
     if world.rank == 0:
         mode = "ranks of a host take turns to time" if turns else "ranks time concurrently"
         console.print(f"torchrun: {world.size} ranks ({mode}), run folder {run_dir}")
-
-    # Test-only: OPBENCH_TEST_KILL_RANK=R makes rank R die after its first result, the way a
-    # crashed GPU process would, so the tests can check that nothing finished is lost.
-    doomed = os.environ.get("OPBENCH_TEST_KILL_RANK") == str(world.rank)
-
-    def progress(event: str, payload) -> None:
-        if doomed and event == "done":
-            os._exit(1)
 
     run = None
     failure = None
@@ -75,7 +71,7 @@ def run_distributed(
             options,
             run_path=dist_run.rank_file(run_dir, world.rank),
             env=env,
-            progress=progress,
+            before_end_to_end=lambda _: dist_run.plans_when_layers_done(world, run_dir),
         )
     except dist_run.Terminated:
         failure = "terminated by torchrun after another rank failed"
@@ -85,33 +81,42 @@ def run_distributed(
         except dist_run.Terminated:
             failure = failure or "terminated by torchrun after another rank failed"
 
+    # No collective from here on: a rank blocked in one (C++) would not see torchrun's SIGTERM
+    # when a peer dies, and could not save what was measured. The ranks wait on the shared
+    # run folder instead, in Python.
     if world.rank != 0:
         if run is not None:
+            dist_run.done_file(run_dir, world.rank).touch()
             try:
-                dist_run.gather(world, run)
-            except Exception:
-                pass  # rank 0 falls back to the files on disk
+                dist_run.wait_for(lambda: (run_dir / RUN_FILE).is_file())
+            except dist_run.Terminated:
+                pass  # rank 0 is gone or stopping; this rank's file holds its results
         dist_run.shutdown()
         bad = run is None or bool(failures(run))
         raise typer.Exit(ExitCode.LAYER_ERROR if bad else ExitCode.OK)
 
-    runs = None
-    if run is not None:
+    if run is not None and failure is None:
         try:
-            runs = dict(enumerate(dist_run.gather(world, run)))
-        except (dist_run.Terminated, Exception) as exc:  # a rank died mid-gather
-            failure = f"gather failed: {type(exc).__name__}"
-    dist_run.shutdown()
-    if runs is None:
-        runs = dist_run.runs_from_disk(run_dir, world.size)
+            dist_run.wait_for(lambda: dist_run.all_finished(run_dir, world.size))
+        except dist_run.Terminated:
+            failure = "terminated by torchrun after another rank failed"
+    runs = dist_run.runs_from_disk(run_dir, world.size)
     template = runs.get(0) or run
     if template is None:
         template = dist_run.read_run(dist_run.rank_file(run_dir, 0))
-    plan = planned_results(suite, replace(options, shard=None, gpu_label=None))
-    merged = dist_run.combine(plan, runs, world.size, template, failure)
+    whole = replace(options, shard=None, gpu_label=None)
+    full = plan_run(suite, whole, all_backends())
+    owners = deal(full.items, full.end_to_end, world.size, whole.device, whole.costs)
+    plan = planned_results(suite, whole)
+    merged = dist_run.combine(plan, runs, world.size, template, failure, full.end_to_end, owners)
+    merged = replace(
+        merged, env={**merged.env, "shares_wall": share_walls(full, owners, runs, whole.costs)}
+    )
+    _print_share_walls(merged.env["shares_wall"])
     run_path = run_dir / RUN_FILE
     write_run(merged, run_path)
     point_latest(run_dir)
+    dist_run.shutdown()
     if failure:
         console.print(
             f"[bold red]a rank failed[/] ({failure}); kept {sum(len(r.layers) for r in runs.values())} "
@@ -119,6 +124,16 @@ def run_distributed(
         )
     report_plans(merged, bool(options.plans), plans_out)
     finish(merged, run_path)
+
+
+def _print_share_walls(walls: dict) -> None:
+    """Expected against actual wall time per rank: how well the shares were balanced."""
+    parts = [
+        f"rank {rank}: expected {w['expected_s']:.1f} s, took "
+        + (f"{w['actual_s']:.1f} s" if w.get("actual_s") is not None else "?")
+        for rank, w in sorted(walls.items(), key=lambda kv: int(kv[0]))
+    ]
+    console.print("[dim]shares: " + "; ".join(parts) + "[/]")
 
 
 def _after_turns(turns: HostTurns, run: RunResult | None, rank_path: Path) -> RunResult | None:

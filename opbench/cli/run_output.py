@@ -54,12 +54,13 @@ def time_split(run, wall_s: float | None = None) -> str | None:
     return text + f"; {len(phases)} results, median {per_result:.2f} s per result"
 
 
-def timing_warnings(run) -> list[str]:
-    """Results whose timer said their samples look pre-empted or the machine was loaded."""
+def timing_warnings(run) -> list[tuple[str, str]]:
+    """(result, note) of the results whose timer said their samples look pre-empted or the
+    machine was loaded."""
     from opbench.measure.stopping import WARNING_MARKERS
 
     return [
-        f"{r.model}/{'+'.join(r.members)}/{r.backend}: {r.note}"
+        (f"{r.model}/{'+'.join(r.members)}/{r.backend}", r.note)
         for r in run.layers
         if r.note and any(marker in r.note for marker in WARNING_MARKERS)
     ]
@@ -83,12 +84,38 @@ def report_plans(run, reused: bool, plans_out: Path | None) -> None:
         console.print(f"{count} plan(s) written to [bold]{escape(str(plans_out))}[/]")
 
 
-def finish(run, run_path: Path, wall_s: float | None = None) -> None:
+# Without a terminal (a CI log, a pipe), a run of more results than this prints a summary
+# instead of one line per result; --wide prints every line and column.
+SUMMARY_OVER = 40
+
+
+def print_wide(table, wide: bool) -> None:
+    """The table; with `wide`, at its natural width even where that is wider than the terminal
+    (rich never prints wider than its console, so the console widens for it)."""
+    width = console.width
+    if wide:
+        console.width = max(width, table.natural_width())
+    try:
+        console.print(table)
+    finally:
+        console.width = width
+
+
+def finish(run, run_path: Path, wall_s: float | None = None, wide: bool = False) -> None:
     """Print the tables and exit 3 when a layer errored or failed correctness, or a whole
     model's output failed its check."""
-    from opbench.report.run_table import end_to_end_table, failures, run_table
+    from opbench.report.grouped import group_notes
+    from opbench.report.run_table import end_to_end_table, failures, run_summary, run_table
 
-    console.print(run_table(run))
+    if not wide and not console.is_terminal and len(run.layers) > SUMMARY_OVER:
+        for line in run_summary(run):
+            console.print(line, markup=False)
+        console.print(
+            f"({len(run.layers)} results: `opbench run … --wide` prints one line each)",
+            markup=False,
+        )
+    else:
+        print_wide(run_table(run, full=wide, wide=wide), wide)
     e2e = end_to_end_table(run)
     if e2e is not None:
         console.print(e2e)
@@ -97,7 +124,7 @@ def finish(run, run_path: Path, wall_s: float | None = None) -> None:
         console.print(
             f"[bold yellow]{len(warned)} timing(s) may be inflated[/] (pre-empted or loaded):"
         )
-        for line in warned:
+        for line in group_notes(warned):
             console.print(f"  {escape(line)}")
     split = time_split(run, wall_s)
     if split:

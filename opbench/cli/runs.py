@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from opbench.errors import InputError
+from opbench.errors import InputError, Location
 from opbench.results.io import find_latest_run
 
 REPORTS_ROOT = Path("reports")
@@ -30,3 +30,36 @@ def run_folder(run: Path) -> Path:
     if folder.is_symlink():
         folder = folder.parent / os.readlink(folder)
     return folder
+
+
+def check_out_folder(path: Path, option: str = "--out") -> None:
+    """`path` is a folder the command can write into, or one it can create: else bad input
+    (exit 2), raised before any work is done, never an OSError after it."""
+    where = Location(file=str(path), field=option)
+    if path.exists():
+        if not path.is_dir():
+            raise InputError("is a file, not a folder", where)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise InputError("is a folder this user cannot write into", where)
+        return
+    for parent in path.absolute().parents:
+        if parent.is_symlink() and not parent.exists():
+            raise InputError(f"cannot be created: {parent} is a link to nothing", where)
+        if not parent.exists():
+            continue
+        if not parent.is_dir():
+            raise InputError(f"cannot be created: {parent} is a file, not a folder", where)
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"cannot be created: this user cannot write into {parent}", where)
+        return
+
+
+def make_folder(path: Path, option: str = "--out") -> Path:
+    """mkdir -p, with a failure (a race, a full disk) as bad input naming the folder."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(
+            f"cannot be created: {exc.strerror or exc}", Location(file=str(path), field=option)
+        ) from None
+    return path

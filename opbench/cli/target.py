@@ -61,6 +61,7 @@ def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Pa
     }
     options = ReaderOptions(**{key: value for key, value in given.items() if value is not None})
     profile = read_reference(request.reference, request.format, options)
+    profile = _with_sidecar(profile, request.reference, run, request.backend)
     name_map = read_name_map(request.map_path) if request.map_path else None
     comparison = compare_run(
         run,
@@ -76,6 +77,19 @@ def load_and_compare(request: CompareRequest) -> tuple[Comparison, RunResult, Pa
         detected=request.format.strip().lower() == "auto",
     )
     return comparison, run, run_folder(run_path)
+
+
+def _with_sidecar(profile, reference: Path, run: RunResult, backend: str | None):
+    """The profile's notes, with a warning for each way the reference ran unlike the run (from
+    the .meta.json `opbench reference` writes beside it)."""
+    from dataclasses import replace
+
+    from opbench.reference.sidecar import read_sidecar, sidecar_warnings
+
+    meta = read_sidecar(reference)
+    if meta is None:
+        return profile
+    return replace(profile, notes=(*profile.notes, *sidecar_warnings(meta, run, backend)))
 
 
 def comparison_outcome(

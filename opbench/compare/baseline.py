@@ -292,6 +292,6 @@ def load_baseline(path: Path | str) -> Baseline:
             return baseline_from_run(run_from_dict(data), str(path))
     except OpbenchError:
         raise
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"not a usable baseline: {exc}", where) from None
     raise InputError("neither an opbench baseline nor a run.json", where)

@@ -37,7 +37,7 @@ from opbench.match.namemap import NameMap, check_name_map
 from opbench.match.select import MatchResult, match_reference
 from opbench.match.suite_layers import SuiteModel, suite_models
 from opbench.reference.model import Device, ReferenceProfile, RefStatus
-from opbench.results.model import RunResult, Status
+from opbench.results.model import RunResult
 
 
 @dataclass(frozen=True)
@@ -302,5 +302,5 @@ def roofline_points(run: RunResult, compared: set[str]) -> tuple[RooflinePoint, 
             measured=not r.interpreted,
         )
         for r in run.layers
-        if r.model in compared and r.status == Status.OK and (r.tflops or r.gbps)
+        if r.model in compared and r.ran and (r.tflops or r.gbps)
     )

@@ -102,7 +102,7 @@ def _prepare(
         had = " (the baseline has a timing)" if entry is not None else ""
         why = f": {result.message}" if result.message else ""
         return replace(base, verdict=Verdict.UNSUPPORTED, message=f"unsupported{had}{why}")
-    if result.status != Status.OK:
+    if not result.ran:
         return replace(
             base,
             verdict=Verdict.CRASHED,
@@ -135,7 +135,10 @@ def _prepare(
         return replace(
             base,
             verdict=Verdict.INCONCLUSIVE,
-            message=f"needs {MIN_ROUNDS}+ timing rounds on each side (baseline {len(old)}, run {len(cur)})",
+            too_few_rounds=True,
+            rounds=(len(old), len(cur)),
+            message=f"not judged: a verdict needs {MIN_ROUNDS}+ timing rounds on each side "
+            f"(baseline {len(old)}, run {len(cur)})",
         )
     cv_b, cv_c = entry.cv, stats.cv
     threshold = _threshold(result, options)
@@ -200,6 +203,8 @@ def _finish(pending: list[_Pending], options: GateOptions) -> list[GateVerdict]:
                 q_value=q_value,
                 significant=sig,
                 message=message,
+                baseline_gm_ms=math.exp(float(p.log_base.mean())),
+                current_gm_ms=math.exp(float(p.log_current.mean())),
             )
         )
     return out
@@ -245,6 +250,13 @@ def gate(
                 message="in the baseline but not in this run",
             )
     notes = []
+    short = [v for v in final.values() if v.too_few_rounds]
+    if short:
+        notes.append(
+            f"{len(short)} layer(s) not judged: a verdict needs {MIN_ROUNDS}+ timing rounds "
+            f"on each side (--quick times 2); time the run and the baseline with --rounds "
+            f"{MIN_ROUNDS} or more"
+        )
     if not current.complete:
         notes.append("this run is incomplete: layers it did not reach are listed as MISSING")
     if baseline.source == "run" and not baseline.complete:

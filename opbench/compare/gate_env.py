@@ -23,7 +23,7 @@ from opbench.results.fingerprint import (
     EnvDifference,
     env_differences,
 )
-from opbench.results.model import LayerResult, RunResult, Status
+from opbench.results.model import LayerResult, RunResult
 
 
 def gate_differences(
@@ -54,7 +54,7 @@ def gate_differences(
 
 
 def _timed(result: LayerResult) -> bool:
-    return result.status == Status.OK and result.stats is not None
+    return result.ran and result.stats is not None
 
 
 def _how(entry: BaselineEntry, result: LayerResult) -> list[tuple[str, str, str]]:

@@ -19,7 +19,13 @@ from opbench.results.fingerprint import EnvDifference
 DEFAULT_THRESHOLD = 0.05
 CV_FLOOR_FACTOR = 3.0  # short layers: T >= 3 x CV of round medians
 SHORT_LAYER_MS = 0.05  # "very short": baseline median under 50 us
-MIN_ROUNDS = 2  # a variance needs two rounds on each side
+# Rounds a verdict needs on each side. Two give a variance, but not one that holds the
+# offsets between two runs: two `--quick` runs of the same code (2 rounds) read as x1.47
+# REGRESSED. Five is what the false-alarm simulations of docs/ci.md were run at, and the
+# least an adaptive run takes (measure/stopping.MIN_ADAPTIVE_ROUNDS).
+MIN_ROUNDS = 5
+# A ratio interval reaching past x1000 either way measures nothing: shown as "unbounded".
+UNBOUNDED_RATIO = 1e3
 
 Key = tuple[str, str, str]
 
@@ -97,7 +103,10 @@ class GateVerdict:
     p_value: one-sided p for "ratio > 1 + T"; q_value: its Benjamini-Hochberg adjustment.
     significant: q_value <= q. Only a layer both REGRESSED and significant fails.
     baseline_ms / current_ms: medians of all samples; cv_*: CV of round medians.
+    baseline_gm_ms / current_gm_ms: geometric means of the round medians, what `ratio`
+        compares (ratio = current_gm_ms / baseline_gm_ms); None where nothing was compared.
     confirmed: this layer's current timing comes from a --confirm re-run.
+    too_few_rounds: INCONCLUSIVE because a side has fewer than MIN_ROUNDS rounds: not judged.
     """
 
     model: str
@@ -118,6 +127,9 @@ class GateVerdict:
     cv_current: float | None = None
     rounds: tuple[int, int] | None = None
     confirmed: bool = False
+    baseline_gm_ms: float | None = None
+    current_gm_ms: float | None = None
+    too_few_rounds: bool = False
 
     @property
     def key(self) -> Key:
@@ -188,8 +200,25 @@ class GateReport:
         return ExitCode.OK
 
     @property
+    def short_of_rounds(self) -> tuple[GateVerdict, ...]:
+        """Layers not judged because a side has fewer than MIN_ROUNDS timing rounds."""
+        return tuple(v for v in self.verdicts if v.too_few_rounds)
+
+    @property
+    def judged(self) -> tuple[GateVerdict, ...]:
+        return self.of(Verdict.OK, Verdict.IMPROVED, Verdict.REGRESSED)
+
+    @property
     def status(self) -> str:
-        return {0: "PASS", 1: "REGRESSED", 3: "CRASHED", 4: "INCOMPARABLE"}[self.exit_code]
+        """PASS, REGRESSED, CRASHED, INCOMPARABLE; or INCONCLUSIVE (exit 0: no regression is
+        shown, and none is ruled out) when layers had too few rounds to be judged, or when
+        every layer compared was inconclusive."""
+        code = self.exit_code
+        if code == ExitCode.OK and (
+            self.short_of_rounds or (self.of(Verdict.INCONCLUSIVE) and not self.judged)
+        ):
+            return "INCONCLUSIVE"
+        return {0: "PASS", 1: "REGRESSED", 3: "CRASHED", 4: "INCOMPARABLE"}[code]
 
     def summary(self) -> str:
         """One line: status and the non-zero counts."""
@@ -201,5 +230,14 @@ def pct(x: float) -> str:
     return f"{x * 100:.1f}%"
 
 
+def format_interval(low: float, high: float) -> str:
+    """`0.981-1.034`, or "unbounded" where the interval reaches past x1000 either way (two
+    rounds whose medians differ give bounds such as 0.000-1.8e22: no measurement at all)."""
+    finite = math.isfinite(low) and math.isfinite(high)
+    if not finite or high > UNBOUNDED_RATIO or low < 1.0 / UNBOUNDED_RATIO:
+        return "unbounded"
+    return f"{low:.3f}-{high:.3f}"
+
+
 def format_ratio(ratio: float, low: float, high: float, level: float) -> str:
-    return f"x{ratio:.3f} ({level:.0%} CI {low:.3f}-{high:.3f})"
+    return f"x{ratio:.3f} ({level:.0%} CI {format_interval(low, high)})"

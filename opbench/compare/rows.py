@@ -13,15 +13,14 @@ from opbench.compare.model import QUANT_PEERS, BackendTiming, ComparisonRow, Int
 from opbench.compare.verdict import (
     RowContext,
     backend_timing,
-    reference_interval,
-    sum_intervals,
+    group_reference,
 )
 from opbench.match.groups import Group, ModelGroups
 from opbench.match.suite_layers import SuiteModel
-from opbench.reference.interface import Flag
+from opbench.reference.interface import SPIKE_RATIO, Flag
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, TimeKind
 from opbench.reference.sas_prefix import NOISE_FRACTION
-from opbench.results.model import LayerResult, RunResult, Status
+from opbench.results.model import LayerResult, RunResult
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 TORCH = "torch"
@@ -84,7 +83,7 @@ def _group_row(
     options: RowOptions,
 ) -> ComparisonRow:
     ref_rows = [profile.layers[p] for p in group.rows]
-    reference = sum_intervals(i for i in (reference_interval(r) for r in ref_rows) if i is not None)
+    reference = group_reference(ref_rows)
     context = RowContext(
         reference=reference,
         target=_target(group.layers, by_backend, options),
@@ -96,6 +95,11 @@ def _group_row(
         backend_timing(b, group.layers, covering(by_backend.get(b, []), group.layers), context)
         for b in options.backends
     )
+    spikes = spike_note(ref_rows)
+    if spikes is not None:
+        timings = tuple(
+            replace(t, reason=f"{t.reason}; {spikes}" if t.reason else spikes) for t in timings
+        )
     row = _row(model, group.layers, by_backend, options, timings, context.target, reference)
     return replace(
         row,
@@ -103,6 +107,20 @@ def _group_row(
         reference_rows=group.rows,
         sources=group.sources,
         ambiguity=group.ambiguity,
+    )
+
+
+def spike_note(ref_rows: Sequence[ReferenceTiming]) -> str | None:
+    """A reference row whose slowest run took over SPIKE_RATIO medians (its reader flags it):
+    the median is what is compared, but the reference was not steady."""
+    spiky = [r for r in ref_rows if Flag.SPIKES in r.flags and r.median_ms and r.max_ms]
+    if not spiky:
+        return None
+    worst = max(spiky, key=lambda r: (r.max_ms or 0.0) / (r.median_ms or 1.0))
+    ratio = (worst.max_ms or 0.0) / (worst.median_ms or 1.0)
+    return (
+        f"reference spikes: {worst.name!r} took up to {ratio:.0f}× its median in one run "
+        f"(over {SPIKE_RATIO:g}×: the reference was not steady; its median is used)"
     )
 
 
@@ -201,7 +219,7 @@ def _speedup_over(
     covered = {m for r in results for m in r.members}
     if not results or not set(layers) <= covered:
         return None
-    if any(r.status != Status.OK or r.median_ms is None or r.interpreted for r in results):
+    if any(not r.ran or r.median_ms is None or r.interpreted for r in results):
         return None
     total = sum(r.median_ms or 0.0 for r in results)
     return total / primary.time.value if primary.time.value > 0 else None

@@ -88,10 +88,10 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
     """Every backend's end-to-end time of the model, each mode, with its speed-up over torch
     eager in the same mode."""
     mine = [e for e in run.end_to_end if e.model == model]
-    torch = {e.mode: _stats_interval(e) for e in mine if e.backend == TORCH and e.status == "ok"}
+    torch = {e.mode: _stats_interval(e) for e in mine if e.backend == TORCH and e.ran}
     out = []
     for e in mine:
-        time = _stats_interval(e) if e.status == Status.OK else None
+        time = _stats_interval(e) if e.ran else None
         base = torch.get(e.mode)
         failures = e.correctness.reasons if e.correctness is not None else None
         vs_torch = (
@@ -136,9 +136,7 @@ def summarise_model(
         ):
             speedups.append(timing.speedup.value)
     results = model_layer_results(run, model, context.backend)
-    opbench_total = sum(
-        r.median_ms for r in results if r.status == Status.OK and r.median_ms is not None
-    )
+    opbench_total = sum(r.median_ms for r in results if r.ran and r.median_ms is not None)
     e2e = end_to_end_timings(run, model)
     eager = next(
         (t for t in e2e if t.backend == context.backend and t.mode == EAGER and t.time), None
@@ -194,7 +192,7 @@ def model_gaps(
     """Why the model cannot be judged whole: what one side measured and the other did not.
     Empty when both sides cover the whole model."""
     gaps = []
-    timed = {m for r in results if r.status == Status.OK and r.stats is not None for m in r.members}
+    timed = {m for r in results if r.ran and r.stats is not None for m in r.members}
     untimed = [layer for layer in context.layers if layer not in timed]
     if untimed:
         gaps.append(
@@ -259,10 +257,10 @@ def _model_verdict(
     broken = [r for r in results if r.status == Status.ERROR]
     if broken:
         return Verdict.ERROR, None, basis, f"{broken[0].layer}: {broken[0].message or 'error'}"
-    empty = [r for r in results if r.status == Status.OK and r.stats is None]
+    empty = [r for r in results if r.ran and r.stats is None]
     if empty:
         return Verdict.ERROR, None, basis, f"{empty[0].layer}: no timing samples"
-    incorrect = [r for r in results if r.status == Status.OK and not r.correct]
+    incorrect = [r for r in results if r.ran and not r.correct]
     if incorrect:
         return Verdict.FAIL, None, basis, incorrect_reason(incorrect[0])
     if eager is not None and eager.failures:
@@ -295,7 +293,7 @@ def _whole(
     if eager is not None:
         time = eager.time
     else:
-        timed = [result_interval(r) for r in results if r.status == Status.OK]
+        timed = [result_interval(r) for r in results if r.ran]
         time = sum_intervals(t for t in timed if t is not None)
     reference = context.reference_interval
     if reference is None and context.reference_total:

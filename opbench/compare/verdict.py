@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.compare.model import BackendTiming, Interval, Verdict
-from opbench.reference.model import ReferenceTiming, TimeKind
+from opbench.reference.model import ReferenceTiming, RefStatus, TimeKind
 from opbench.results.model import LayerResult, Status
 
 # A 95% interval of a normally distributed value is its mean ± 1.96 standard deviations.
@@ -40,9 +40,13 @@ INTERPRETED = "timed in Triton's CPU interpreter: not a performance figure"
 
 def reference_interval(row: ReferenceTiming) -> Interval | None:
     """A reference row's time with its spread: min/max, and time ± 1.96 noise where known.
-    A measured time is never below zero; a prefix difference (DERIVED) may be."""
+    A measured time is never below zero; a prefix difference (DERIVED) may be. None when the
+    row has no time: none given, or a measured time of zero or less (a file cut mid-number,
+    an engine that rounded the layer away), which no speed-up can be judged against."""
     t = row.time_ms
-    if t is None:
+    if t is None or not math.isfinite(t):
+        return None
+    if t <= 0 and row.time_kind != TimeKind.DERIVED:
         return None
     lo = hi = t
     if row.min_ms is not None:
@@ -55,6 +59,15 @@ def reference_interval(row: ReferenceTiming) -> Interval | None:
     if row.time_kind != TimeKind.DERIVED:
         lo = max(lo, 0.0)
     return Interval(t, lo, hi)
+
+
+def group_reference(rows: Sequence[ReferenceTiming]) -> Interval | None:
+    """The summed time of the reference rows a comparison row stands on; None when one of its
+    timed rows has no time (the sum of the others would understate the reference)."""
+    intervals = [reference_interval(r) for r in rows]
+    if any(i is None and r.status == RefStatus.TIMED for i, r in zip(intervals, rows, strict=True)):
+        return None
+    return sum_intervals(i for i in intervals if i is not None)
 
 
 def result_interval(result: LayerResult) -> Interval | None:
@@ -140,9 +153,7 @@ def backend_timing(
             reason=f"not in this run: no {backend} result for {', '.join(missing)}",
         )
     # a crash is ERROR; a layer the backend does not support was never timed: NOT-MEASURED
-    not_ok = sorted(
-        (r for r in results if r.status != Status.OK), key=lambda r: r.status != Status.ERROR
-    )
+    not_ok = sorted((r for r in results if not r.ran), key=lambda r: r.status != Status.ERROR)
     if not_ok:
         r = not_ok[0]
         crashed = r.status == Status.ERROR

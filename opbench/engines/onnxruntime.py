@@ -9,8 +9,9 @@ What `opbench reference onnxruntime SUITE` does:
 2. leaves out, and lists, layers whose op has no ONNX form or that ONNX Runtime cannot run
    alone; the layer after a gap takes a fresh graph input;
 3. runs it with ONNX Runtime (CUDA where that provider is installed, else CPU; default graph
-   optimisations) with profiling on: `warmup` runs and then `runs` runs, each one
-   ``model_run`` in the profile;
+   optimisations; `--threads` intra-op threads, by default as many as `opbench run` times the
+   CPU with) with profiling on: `warmup` runs and then `runs` runs, each one ``model_run``
+   in the profile;
 4. writes ORT's profile JSON unchanged to OUT, and OUT with suffix ``.meta.json`` beside it
    (how, where and when it was produced; which layers could not be exported).
 
@@ -37,9 +38,17 @@ from typing import Any
 from opbench.errors import ExitCode, InputError, OpbenchError
 from opbench.export.files import select_models
 from opbench.export.graph import PATH_NAMES, BuiltGraph, Part, SeededData, build_graph
+from opbench.reference.sidecar import meta_path_for
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
-__all__ = ["OrtReference", "Skipped", "pick_provider", "profile_suite", "select_models"]
+__all__ = [
+    "OrtReference",
+    "Skipped",
+    "pick_provider",
+    "profile_graph",
+    "profile_suite",
+    "select_models",
+]
 
 DEFAULT_RUNS = 20
 DEFAULT_WARMUP = 1
@@ -82,17 +91,21 @@ def pick_provider() -> tuple[list[str], str]:
     return ["CPUExecutionProvider"], "cpu"
 
 
-def _session(proto, providers: list[str], profile_prefix: str | None = None):
+def _session(
+    model, providers: list[str], profile_prefix: str | None = None, threads: int | None = None
+):
+    """A session of `model` (a ModelProto, or its bytes)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if threads is not None:
+        options.intra_op_num_threads = threads
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(
-        proto.SerializeToString(), sess_options=options, providers=providers
-    )
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    return ort.InferenceSession(data, sess_options=options, providers=providers)
 
 
 def _why_not(
@@ -160,66 +173,107 @@ def profile_suite(
     *,
     runs: int = DEFAULT_RUNS,
     warmup: int = DEFAULT_WARMUP,
+    threads: int | None = None,
     models: Sequence[str] = (),
     log: Callable[[str], None] = lambda _msg: None,
 ) -> OrtReference:
     """Export the suite's models, profile them with ONNX Runtime, write OUT and OUT.meta.json."""
-    import onnxruntime as ort
-    import torch
-
     if runs < 1:
         raise InputError(f"--runs must be at least 1, not {runs}")
     chosen = select_models(suite, models)
+    providers, _device = pick_provider()
+    log(f"writing {sum(len(m.layers) for m in chosen)} layers of {len(chosen)} model(s) to ONNX")
+    built, skipped = _build_all(chosen, SeededData(suite), providers, log)
+    meta = {
+        "suite": suite.name,
+        "suite_source": suite.source,
+        "models": [m.name for m in chosen],
+        "batch": {m.name: m.batch for m in chosen},
+        "exporter": "opbench.export (onnx.helper, one ONNX form per op)",
+        "weights": "the suite's seeded weights",
+        "opset": built.opset,
+        "node_names": "/<model>/<layer>/<OpType>[_k]",
+        "nodes": len(built.owners),
+        "skipped_layers": [asdict(s) for s in skipped],
+    }
+    return profile_graph(
+        built.proto.SerializeToString(),
+        built.feeds,
+        out,
+        meta,
+        layers=len(set(built.owners.values())),
+        skipped=tuple(skipped),
+        runs=runs,
+        warmup=warmup,
+        threads=threads,
+        log=log,
+    )
+
+
+def profile_graph(
+    model: bytes,
+    feeds: dict[str, Any],
+    out: Path,
+    meta: dict[str, Any],
+    *,
+    layers: int,
+    skipped: tuple[Skipped, ...] = (),
+    runs: int = DEFAULT_RUNS,
+    warmup: int = DEFAULT_WARMUP,
+    threads: int | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> OrtReference:
+    """Profile one ONNX graph with ONNX Runtime on `threads` intra-op threads (default: the
+    thread count `opbench run` times the CPU with, so the two are timed alike), write ORT's
+    profile to OUT and how it was made to OUT.meta.json (`meta` completed)."""
+    import onnxruntime as ort
+    import torch
+
+    from opbench.measure.timer_cpu import default_threads
+
+    if runs < 1:
+        raise InputError(f"--runs must be at least 1, not {runs}")
+    threads = threads or default_threads()
     providers, device = pick_provider()
     work = Path(tempfile.mkdtemp(prefix="opbench-ort-"))
     try:
         log(
-            f"writing {sum(len(m.layers) for m in chosen)} layers of {len(chosen)} model(s) to ONNX"
-        )
-        built, skipped = _build_all(chosen, SeededData(suite), providers, log)
-        owners, opset = built.owners, built.opset
-        log(
-            f"profiling with ONNX Runtime {ort.__version__} ({device}): {warmup} warm-up + {runs} runs"
+            f"profiling with ONNX Runtime {ort.__version__} ({device}, {threads} thread(s)): "
+            f"{warmup} warm-up + {runs} runs"
         )
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         try:
-            session = _session(built.proto, providers, profile_prefix=str(work / "ort_profile"))
-            feeds = built.feeds
+            session = _session(
+                model, providers, profile_prefix=str(work / "ort_profile"), threads=threads
+            )
             started = time.perf_counter()
             for _ in range(warmup + runs):
                 session.run(None, feeds)
             wall_s = time.perf_counter() - started
             produced = Path(session.end_profiling())
         except Exception as exc:  # noqa: BLE001 - one line for the user, not a traceback
-            raise _engine_error("ONNX Runtime failed to run the exported suite", exc) from exc
+            raise _engine_error("ONNX Runtime failed to run the model", exc) from exc
         out.parent.mkdir(parents=True, exist_ok=True)
         meta_path = meta_path_for(out)
         meta = {
             "opbench_reference": "onnxruntime",
-            "suite": suite.name,
-            "suite_source": suite.source,
-            "models": [m.name for m in chosen],
+            **meta,
             "profile": out.name,
             "produced_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "onnxruntime": ort.__version__,
             "providers": providers,
             "device": device,
             "graph_optimization": "ORT_ENABLE_ALL (default)",
-            "intra_op_threads": "ONNX Runtime default (one per physical core)",
+            "intra_op_threads": threads,
             "cpu": _cpu_name(),
             "cpu_count": os.cpu_count(),
             "load_average_1m_at_start": round(load, 2) if load is not None else None,
             "python": platform.python_version(),
-            "exporter": "opbench.export (onnx.helper, one ONNX form per op)",
-            "opset": opset,
             "dtype": "float32",
             "warmup_runs": warmup,
             "runs": runs,
             "skip_runs_for_compare": warmup,
             "wall_s": round(wall_s, 4),
-            "node_names": "/<model>/<layer>/<OpType>[_k]",
-            "nodes": len(owners),
-            "skipped_layers": [asdict(s) for s in skipped],
             "torch": torch.__version__,
         }
         _write_atomic(out, produced.read_bytes())
@@ -227,13 +281,13 @@ def profile_suite(
         return OrtReference(
             profile=out,
             meta=meta_path,
-            models=tuple(m.name for m in chosen),
-            layers=len({layer for layer in owners.values()}),
-            skipped=tuple(skipped),
+            models=tuple(meta.get("models", ())),
+            layers=layers,
+            skipped=skipped,
             provider=device,
             runs=runs,
             warmup=warmup,
-            nodes=len(owners),
+            nodes=int(meta.get("nodes", 0)),
             meta_data=meta,
         )
     finally:
@@ -251,10 +305,6 @@ def _one_line(exc: Exception) -> str:
 
 def _engine_error(what: str, exc: Exception) -> OpbenchError:
     return OpbenchError(f"{what}: {_one_line(exc)}", exit_code=ExitCode.LAYER_ERROR)
-
-
-def meta_path_for(profile: Path) -> Path:
-    return profile.with_name(profile.stem + ".meta.json")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -76,6 +76,7 @@ def _layer_entry(model: ModelSpec, built: BuiltGraph, index: int) -> dict[str, A
         "output_shape": list(layer.output_shape),
         "onnx_nodes": list(nodes),
         "onnx_ops": [op_types[node] for node in nodes],
+        "reference_name": layer.reference_name,
     }
 
 

@@ -28,9 +28,11 @@ from opbench.export.dlpy_rules import (
     stand_ins,
 )
 from opbench.export.files import Exported, export_suite
+from opbench.export.sas_api import add_layer_api
 from opbench.spec.model import SuiteSpec
 
 SCRIPT = "time_sas_prefixes.py"
+LAYER_API_HELPER = "sas_layer_api.py"  # the script imports it for the layer-API cuts
 
 
 @dataclass(frozen=True)
@@ -138,6 +140,44 @@ def _check_model(out: Path, model: dict[str, Any]) -> list[Notice]:
     return notices
 
 
+def _api_notices(
+    model: dict[str, Any], found: list[Notice], reasons: dict[str, str]
+) -> list[Notice]:
+    """The notices of a model some of whose cuts the layer API builds: a note per stand-in,
+    and a warning per layer that neither API can build for a reason of its own (the layers
+    depending on it are named with it)."""
+    notices: list[Notice] = []
+    for layer in model["layers"]:
+        name, sas = layer["name"], layer["sas"]
+        if sas["status"] == "stand-in" or (
+            sas["status"] == "not timed" and "together" in sas["why"]
+        ):
+            notices.append(Notice(model["name"], name, "note", f"layer {name!r} ({layer['op']}): "
+                                  f"{sas['why']}; the CSV's status column and compare's notes "
+                                  "say so"))  # fmt: skip
+        elif name in reasons and not reasons[name].startswith("its cut holds"):
+            after = [c["layer"] for c in model["cuts"]
+                     if name in c["members"] and c["layer"] in reasons and c["layer"] != name]  # fmt: skip
+            listed = ", ".join(after[:6]) + (", …" if len(after) > 6 else "")
+            also = f", nor the {len(after)} layer(s) that depend on it ({listed})" if after else ""
+            onnx_why = sas["why"].split("; DLPy's layer API")[0]
+            notices.append(Notice(model["name"], name, "warning", f"layer {name!r} "
+                                  f"({layer['op']}): DLPy's layer API: {reasons[name]}; ONNX "
+                                  f"import: {onnx_why}; not timed{also}"))  # fmt: skip
+    return notices
+
+
+def _qualify_rows(model: dict[str, Any]) -> None:
+    """Name the CSV's rows `/<model>/<layer>` when the suite's layers carry the names of another
+    engine (reference_name, as `suite from-onnx` writes them): compare then matches the rows to
+    the layers by the model-qualified name, as it does for opbench's own ONNX Runtime profile
+    (opbench/match/links.py, rule 3), and not by the other engine's names."""
+    if not any(layer.get("reference_name") for layer in model["layers"]):
+        return
+    for layer in model["layers"]:
+        layer["sas"]["row"] = f"/{model['name']}/{layer['name']}"
+
+
 def annotate_for_sas(manifest_path: Path) -> tuple[list[Notice], dict[str, tuple[int, int]]]:
     """Check every cut of an export against DLPy's rules and write the `sas` entries into
     its manifest; the notices for the user and, per model, (layers SAS can time, layers)."""
@@ -146,7 +186,10 @@ def annotate_for_sas(manifest_path: Path) -> tuple[list[Notice], dict[str, tuple
     notices: list[Notice] = []
     timed: dict[str, tuple[int, int]] = {}
     for model in manifest["models"]:
-        notices += _check_model(out, model)
+        found = _check_model(out, model)
+        reasons = add_layer_api(out, model, _load(out / model["file"]))
+        notices += _api_notices(model, found, reasons) if "sas_layer_api" in model else found
+        _qualify_rows(model)
         ok = sum(layer["sas"]["status"] in ("timed", "stand-in") for layer in model["layers"])
         timed[model["name"]] = (ok, len(model["layers"]))
     manifest["sas"] = (
@@ -167,6 +210,8 @@ def write_script(out: Path, suite: str) -> Path:
     )
     script = out / SCRIPT
     script.write_text(header + source, encoding="utf-8")
+    helper = (Path(__file__).parent / "sas_runner_api.py").read_text(encoding="utf-8")
+    (out / LAYER_API_HELPER).write_text(header + helper, encoding="utf-8")
     return script
 
 

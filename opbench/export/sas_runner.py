@@ -217,6 +217,17 @@ def import_cut(conn, cut, name, args):
     return weighted
 
 
+def layer_api_cut(conn, model, sas, name, args, uploaded):
+    """Upload the cut's token input and build the cut with DLPy's layer API."""
+    sys.path.insert(0, str(HERE))
+    import sas_layer_api
+
+    table = cas_name(f"opb_tok_{model['stem']}_{sas['input']['tensor']}")
+    sas_layer_api.upload_tokens(conn, sas["input"], HERE, table, uploaded, check)
+    weights = HERE / model["sas_layer_api"]["weights"]
+    return sas_layer_api.import_cut(conn, sas, name, args, weights, check, CASLIB)
+
+
 def time_cut(conn, name, table, weighted, args):
     """Elapsed server time (ms) of each timed dlScore call."""
     times = []
@@ -255,9 +266,12 @@ def jobs(model):
     for i, base in enumerate(model.get("baselines", [])):
         out.append((base["input"], "input", "", base, cas_name(f"opb_{stem}_in{i}"), None))
     layers = {layer["name"]: layer for layer in model["layers"]}
+    rows = {n: layer.get("sas", {}).get("row") or n for n, layer in layers.items()}
     for cut in model["cuts"]:
         layer = layers[cut["layer"]]
-        out.append((layer["name"], layer["op"], " ".join(layer.get("inputs", [])), cut,
+        reads = layer.get("sas", {}).get("reads") or layer.get("inputs", [])
+        reads = [rows.get(r, r) for r in reads]  # a layer by its row name, an input as it is
+        out.append((rows[layer["name"]], layer["op"], " ".join(reads), cut,
                     cas_name(f"opb_{stem}_{cut['cut']:03d}"), layer.get("sas", {})))  # fmt: skip
     return out
 
@@ -292,10 +306,14 @@ def time_model(conn, model, args, uploaded):
                     if sas.get("status") == "refused":
                         why = (layer_sas or {}).get("why") or sas["problems"][0]["why"]
                         raise PrefixError(f"not timed: {why}")
-                    table = cas_name(f"opb_in_{model['stem']}_{cut['inputs'][0]['name']}")
-                    upload_input(conn, HERE / cut["inputs"][0]["file"], table, uploaded)
                     try:
-                        weighted = import_cut(conn, cut, name, args)
+                        if sas.get("api") == "layers":  # DLPy's layer API (sas_layer_api.py)
+                            weighted = layer_api_cut(conn, model, sas, name, args, uploaded)
+                            table = cas_name(f"opb_tok_{model['stem']}_{sas['input']['tensor']}")
+                        else:
+                            table = cas_name(f"opb_in_{model['stem']}_{cut['inputs'][0]['name']}")
+                            upload_input(conn, HERE / cut["inputs"][0]["file"], table, uploaded)
+                            weighted = import_cut(conn, cut, name, args)
                         times = time_cut(conn, name, table, weighted, args)
                     finally:
                         drop_tables(conn, name)

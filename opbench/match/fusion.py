@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from opbench.match.found import Found, MatchSource
 from opbench.match.names import (
-    ACTIVATION,
+    MAYBE_ACTIVATION,
     families_agree,
     fused_kinds,
     members_of,
@@ -30,12 +30,22 @@ MAX_SKIPPED = 2
 _PART_OF_ITS_OP = frozenset({"add"})
 
 
-def absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Found) -> None:
+def absorb_fused(
+    model: SuiteModel,
+    rows: Sequence[ReferenceTiming],
+    found: Found,
+    sources: frozenset[str] | None = None,
+) -> None:
     """Rule 4a: a row fusing op kinds (Conv + Relu) also covers the unlinked layers that follow
-    its layer when their ops are those kinds, in order. Layers skipped on the way are covered
-    too, and the cover is ambiguous."""
+    its layer when their ops are those kinds, in order; an activation the layer computes itself
+    (`activation: relu`) stands for a fused one. Layers skipped on the way are covered too, and
+    the cover is ambiguous. A kind nothing stands for makes the cover ambiguous: the row's time
+    holds work the run did not time. `sources`: only links made by these rules (the signature
+    links, after rule 5, get the same checks)."""
     position = {layer.name: i for i, layer in enumerate(model.layers)}
     for link in list(found.links):
+        if sources is not None and link.source not in sources:
+            continue
         row = rows[link.row]
         kinds = fused_kinds(row)
         start = position.get(link.layer)
@@ -46,6 +56,8 @@ def absorb_fused(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Foun
         nxt = start + 1
         prev = model.layers[start]
         for kind in kinds[1:]:
+            if _computes_itself(prev, kind):
+                continue
             span = _span_to_kind(model.layers, nxt, kind, found.layers(), link.row, found, prev)
             if span is None:
                 if not _kind_covered(model, found, link.row, kind):
@@ -133,15 +145,27 @@ def absorb_renamed(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Fo
                 break
 
 
-def _kind_covered(model: SuiteModel, found: Found, row: int, kind: str) -> bool:
-    """A fused kind some layer of this row stands for, or that is part of its op (the bias
-    Add of MatMul + Add), or that names no op opbench knows (nothing to say it is missing)."""
+def _computes_itself(layer: SuiteLayer, kind: str) -> bool:
+    """The layer's own activation (a conv with `activation: relu6`) is the fused `kind`."""
     family = op_family(kind)
-    if family in (None, ACTIVATION) or kind.casefold() in _PART_OF_ITS_OP:
-        return True  # (an activation of unknown kind may not have been there to fuse)
-    ops = {layer.name: layer.op for layer in model.layers}
+    return (
+        layer.activation is not None
+        and family is not None
+        and families_agree(family, layer.activation)
+    )
+
+
+def _kind_covered(model: SuiteModel, found: Found, row: int, kind: str) -> bool:
+    """A fused kind some layer of this row stands for (as its op or its own activation), or
+    that is part of its op (the bias Add of MatMul + Add), or that names no op opbench knows
+    (nothing to say it is missing), or an activation that may not be there (MAYBE_ACTIVATION)."""
+    family = op_family(kind)
+    if family is None or kind.casefold() in (*_PART_OF_ITS_OP, MAYBE_ACTIVATION):
+        return True
+    layers = {layer.name: layer for layer in model.layers}
+    covered = [layers[link.layer] for link in found.links if link.row == row]
     return any(
-        families_agree(family, ops.get(link.layer)) for link in found.links if link.row == row
+        families_agree(family, layer.op) or _computes_itself(layer, kind) for layer in covered
     )
 
 

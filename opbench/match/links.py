@@ -12,7 +12,9 @@ has them as a table):
    ``PWN(a, b)``, ``{a,b}``, the leading components of an ONNX path ``/fc1/MatMul``) that
    names a layer, exactly, then ignoring case, then ignoring case and punctuation. This adds
    to rule 1: a conv named by the row and a ReLU whose reference_name is the row are both
-   covered. A name that fits several layers links all of them and is ambiguous;
+   covered. A layer with a reference_name is found by its own name where the file uses the
+   layers' own names more than their reference_names (an imported suite exported to SAS).
+   A name that fits several layers links all of them and is ambiguous;
 4. ``fusion``: a row the engine fused from op kinds (ONNX Runtime ``FusedConv`` = Conv +
    Relu, SAS conv with its activation) also covers the following unlinked layers of those
    kinds; a node ONNX Runtime renamed after the last tensor it fused covers the layers back
@@ -128,6 +130,8 @@ def match_model(
             found.doubt(
                 pos, f"{GUESS}: reference row {rows[pos].name!r} has no shape to confirm it"
             )
+    # a fused row paired by kind and shape holds what its kinds say, as one linked by name
+    absorb_fused(model, rows, found, frozenset({MatchSource.SIGNATURE}))
     doubt_unaccounted(model, rows, found)
     return ModelMatch(
         model=model.name,
@@ -198,13 +202,16 @@ def _by_name(
     mapped: set[int],
     found: Found,
 ) -> None:
-    """Rule 3: normalised names, member by member. Layers that set a reference_name are
-    called that by the engine, so their own names are not looked up; except by a member
-    qualified with this model's name (`/resnet50/layer1.0.conv3/Conv`): opbench's own export
-    (`opbench reference onnxruntime`) names nodes after the layers themselves, whatever name
-    the model's original engine gave them (an ONNX import keeps the file's node names)."""
+    """Rule 3: normalised names, member by member. A layer that sets a reference_name is called
+    that by the engine, so its own name is looked up only by a member qualified with this
+    model's name (`/resnet50/layer1.0.conv3/Conv`: opbench's own export names nodes after the
+    layers), or where the file names more rows by the layers' own names than by their
+    reference_names: an imported suite keeps the file's node names as reference_name, and the
+    SAS script and `opbench reference onnxruntime` write the layers' own names."""
     index = NameIndex([layer.name for layer in model.layers if not layer.reference_name])
     every = NameIndex([layer.name for layer in model.layers])
+    if _uses_own_names(model, candidates, mapped, found, every):
+        index = every
     for pos, members in candidates.items():
         if pos in mapped:
             continue
@@ -216,6 +223,28 @@ def _by_name(
                 found.doubt(
                     pos, f"reference row {rows[pos].name!r} fits layers {' and '.join(names)}"
                 )
+
+
+def _uses_own_names(
+    model: SuiteModel,
+    candidates: dict[int, list[Member]],
+    mapped: set[int],
+    found: Found,
+    every: NameIndex,
+) -> bool:
+    """More rows name a layer that has a reference_name by its own name than rows name layers
+    by their reference_names (ties keep the reference_names: the suite's explicit word)."""
+    renamed = {layer.name for layer in model.layers if layer.reference_name}
+    if not renamed:
+        return False
+    by_reference = {link.row for link in found.links if link.source == MatchSource.REFERENCE_NAME}
+    by_own = 0
+    for pos, members in candidates.items():
+        if pos in mapped or pos in by_reference:
+            continue
+        if any(renamed.intersection(every.candidates(m.keys)) for m in members):
+            by_own += 1
+    return by_own > len(by_reference)
 
 
 def _prove_prefixes(model: SuiteModel, rows: Sequence[ReferenceTiming], found: Found) -> None:

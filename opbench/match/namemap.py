@@ -20,7 +20,7 @@ from opbench.errors import InputError, Location
 from opbench.match.names import names_model, row_keys
 from opbench.match.suite_layers import SuiteModel
 from opbench.reference.model import ReferenceTiming
-from opbench.spec.yaml_lines import syntax_error
+from opbench.spec.yaml_lines import check_bounds, syntax_error
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ def read_name_map(path: Path | str) -> NameMap:
         raise InputError("no such map file", Location(file=file)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read map file: {exc}", Location(file=file)) from None
+    check_bounds(text, file)
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:

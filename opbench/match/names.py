@@ -157,8 +157,11 @@ class NameIndex:
 # Engine types that say "a pooling" without saying which: they agree with either pool op.
 _ANY_POOL = frozenset({"pooling", "pool", "tiledpooling"})
 POOL = "pool"
-# A fused activation whose kind the engine does not say (ONNX Runtime's NCHWc conv).
+# A fused activation whose kind the engine does not say (ONNX Runtime's FusedConv named after
+# its conv); MAYBE_ACTIVATION: one that may not be there (an NCHWc conv that adds a residual
+# fuses the activation after the add only when the model has one).
 ACTIVATION = "activation"
+MAYBE_ACTIVATION = "activation?"
 _ACTIVATION_OPS = frozenset({"relu", "relu6", "gelu", "silu", "sigmoid"})
 _POOL_OPS = ("maxpool2d", "avgpool2d")
 
@@ -168,7 +171,7 @@ def op_family(raw_type: str | None) -> str | None:
     a pooling of unknown kind, or None if unknown."""
     if not raw_type:
         return None
-    key = raw_type.strip().casefold()
+    key = raw_type.strip().casefold().removesuffix("?")
     # TensorRT's layer types name the kernel library: "CaskConvolution", "CaskPooling"
     for name in dict.fromkeys((key, key.removeprefix("cask"))):
         if name in _ANY_POOL:
@@ -191,11 +194,27 @@ def families_agree(row_family: str | None, suite_op: str | None) -> bool:
     return row_family == suite_family
 
 
-def shapes_agree(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> bool:
-    """Equal, or the same elements with the same last dim (engines flatten leading dims)."""
+# Channel blocks of ONNX Runtime's NCHWc kernels (8 on AVX2, 16 on AVX-512).
+_CHANNEL_BLOCKS = (8, 16)
+
+
+def _padded_channels(row: tuple[int, ...], layer: tuple[int, ...]) -> bool:
+    """The row's shape is the layer's with its channels (dim 1) rounded up to a whole block."""
+    if len(row) != len(layer) or len(row) < 3 or row[0] != layer[0] or row[2:] != layer[2:]:
+        return False
+    return any(row[1] == -(-layer[1] // block) * block for block in _CHANNEL_BLOCKS)
+
+
+def shapes_agree(
+    a: tuple[int, ...] | None, b: tuple[int, ...] | None, blocked: bool = False
+) -> bool:
+    """Equal, or the same elements with the same last dim (engines flatten leading dims).
+    `blocked`: `a` is an NCHWc row's shape, whose channels may be padded to a block."""
     if a is None or b is None or not a or not b:
         return True
     if tuple(a) == tuple(b):
+        return True
+    if blocked and _padded_channels(tuple(a), tuple(b)):
         return True
     na = nb = 1
     for d in a:

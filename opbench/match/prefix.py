@@ -40,12 +40,16 @@ from opbench.match.names import (
     shapes_agree,
 )
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
+from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming
 
 # An ONNX node named after its op type, as exporters name the nodes of a module: "MatMul",
 # "Softmax_1", "MatMulAddFusion". Descriptive names ("7x7_s2", "relu_7x7", "norm1") are not.
 _OP_NODE = re.compile(r"^[A-Z][A-Za-z0-9]*(?:_\d+)?$")
 _LEADING_WORD = re.compile(r"^[A-Za-z]+")
+# ONNX Runtime names a node it rewrote after its output value: "<node>_output_0" as exporters
+# name values, "_nchwc" for its blocked-layout kernels ("/conv1/Relu_output_0_nchwc").
+_renamed_tail = re.compile(r"(_output_\d+)?(_nchwc)?$")
 # Op types exporters emit inside any module, whatever the module computes: arithmetic and
 # shape glue (a linear's bias Add, an attention's Reshape, Transpose, MatMul and Softmax, a
 # norm's Pow and ReduceMean). A node of these types under a layer's scope is part of that
@@ -145,9 +149,10 @@ def proven(
     of the links made by whole names."""
     row = rows[link.row]
     layer = _layer(model, link.layer)
-    kind = member_kind(row, link.rest, link.alone)
-    if all(_OP_NODE.match(part) for part in link.rest):
-        glue = _op_type(link.rest[-1]).casefold() in _GLUE
+    rest = tuple(_renamed_tail.sub("", part) for part in link.rest)
+    kind = member_kind(row, rest, link.alone)
+    if all(_OP_NODE.match(part) for part in rest):
+        glue = _op_type(rest[-1]).casefold() in _GLUE
         if link.member.qualified or glue or kind is None or families_agree(kind, layer.op):
             return True
     kinds = {kind} if kind is not None else set()
@@ -156,7 +161,7 @@ def proven(
     if not any(families_agree(k, layer.op) for k in kinds):
         return False
     if row.output_shape and layer.output_shape:
-        return shapes_agree(row.output_shape, layer.output_shape)
+        return shapes_agree(row.output_shape, layer.output_shape, Flag.BLOCKED_LAYOUT in row.flags)
     return _in_order(link.row, layer.index, list(anchors))
 
 

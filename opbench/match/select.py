@@ -180,10 +180,13 @@ def _listed(names: Sequence[str]) -> str:
 def closest_pairs(
     layers: Sequence[str], names: Sequence[str], count: int = 3
 ) -> list[tuple[str, str]]:
-    """The most alike (layer, row name) pairs, by similarity of their squashed forms."""
+    """The most alike (layer, row name) pairs, by similarity of their squashed forms; never a
+    pair of equal names (a hint that says "conv1 ~ conv1" explains nothing)."""
     scored = []
     for layer in list(dict.fromkeys(layers))[:PAIRED]:
         for name in list(dict.fromkeys(names))[:PAIRED]:
+            if fold(layer) == fold(name):
+                continue
             ratio = difflib.SequenceMatcher(None, squash(layer), squash(name)).ratio()
             scored.append((ratio, layer, name))
     scored.sort(key=lambda item: -item[0])

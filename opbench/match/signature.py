@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 from opbench.match.names import families_agree, op_family, shapes_agree
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
+from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
 
 
@@ -44,7 +45,7 @@ def _align(
     def agree(i: int, j: int) -> bool:
         row, layer = rows[left_rows[i]], left_layers[j]
         return families_agree(op_family(row.raw_type), layer.op) and shapes_agree(
-            row.output_shape, layer.output_shape
+            row.output_shape, layer.output_shape, Flag.BLOCKED_LAYOUT in row.flags
         )
 
     best = [[0] * (m + 1) for _ in range(n + 1)]

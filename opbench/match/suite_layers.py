@@ -28,6 +28,9 @@ class SuiteLayer:
     #: The layer is a view of its input (`Op.view_layer` of its shapes and parameters, from
     #: the run's suite spec); None when the spec does not say (then the op's `is_view`).
     view: bool | None = None
+    #: The activation the layer applies to its own output (`activation: relu` on a linear or
+    #: conv2d, from the run's suite spec); None where it applies none or the spec does not say.
+    activation: str | None = None
 
     def reads(self, other: SuiteLayer) -> bool:
         """Whether this layer reads `other`'s output (by the suite's graph, or, where the run
@@ -62,6 +65,13 @@ def _view_of(spec_layer: Mapping[str, Any]) -> bool | None:
         return bool(op.view_layer(op.shape_arg([tuple(s) for s in shapes]), params))
     except (ValueError, TypeError, KeyError, IndexError):  # ShapeError is a ValueError
         return None
+
+
+def _activation_of(spec_layer: Mapping[str, Any]) -> str | None:
+    """The `activation` parameter a suite-spec layer applies to its own output, or None."""
+    params = spec_layer.get("params")
+    act = params.get("activation") if isinstance(params, Mapping) else None
+    return act if isinstance(act, str) and act.strip().casefold() != "none" else None
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,7 @@ def suite_models(
                         "reference_name": spec_layer.get("reference_name"),
                         "inputs": spec_layer.get("inputs"),
                         "view": _view_of(spec_layer),
+                        "activation": _activation_of(spec_layer),
                     },
                 )
     with_results: set[str] = set()
@@ -142,6 +153,7 @@ def suite_models(
                         reference_name=info.get("reference_name"),
                         inputs=tuple(info["inputs"]) if info.get("inputs") else None,
                         view=info.get("view"),
+                        activation=info.get("activation"),
                     )
                     for i, (layer, info) in enumerate(layers.items())
                 ),

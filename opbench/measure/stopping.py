@@ -20,10 +20,11 @@ from opbench.results.stats import median, median_confidence_interval
 from opbench.spec.model import TimingSpec
 
 MAX_CALLS_PER_ROUND = 20_000
-# The gate's Welch interval on log round medians needs 2 rounds a side; 5 give it some
-# degrees of freedom and give the between-round test below a usable t quantile.
+# The gate judges a layer only with 5 rounds a side (compare/gate_model.MIN_ROUNDS: 2 give a
+# variance but miss the offsets between runs); 5 also give the between-round test below a
+# usable t quantile. A run out of time still takes that many rounds, so the gate can judge it.
 MIN_ADAPTIVE_ROUNDS = 5
-MIN_ROUNDS_FOR_GATE = 2
+MIN_ROUNDS_FOR_GATE = 5
 
 STOP_ROUNDS = "rounds"  # the fixed schedule ran out
 STOP_TARGET = "target_ci"  # the interval of the median is within ±target_ci

@@ -34,10 +34,15 @@ def _check_seed(names: tuple[str, ...], check: str) -> list[str]:
     return [check] if n == 0 else [check, f"draw {n}"]
 
 
-# Above this many FLOPs (or elements), the reference runs in float32 on the GPU instead of
-# float64 on the CPU, which would take minutes for one large GEMM.
-GPU_REFERENCE_FLOPS = 2e9
-GPU_REFERENCE_ELEMENTS = 32 * 1024 * 1024
+# On a GPU run the reference runs on the GPU, in float64: the host's cores are left to the
+# ranks that share them (a float64 GEMM on the CPU also takes minutes where the GPU takes
+# milliseconds). Above this many FLOPs (or elements) it runs in float32 there instead: float64
+# runs at a fraction of the tensor-core rate, and doubles the memory.
+GPU_FLOAT64_FLOPS = 2e13
+GPU_FLOAT64_ELEMENTS = 256 * 1024 * 1024
+# The references kept per model, so that every backend of a layer is checked against one
+# computed once.
+REFERENCE_CACHE_BYTES = 1 << 30
 
 
 class ModelData:
@@ -161,8 +166,22 @@ class ModelData:
         sources = dict(zip(self.graph.external_inputs(indices), given, strict=True))
         result = self._evaluate(sorted(indices), sources, self.graph.group_outputs(indices))
         if own:
-            self._refs = {indices: result}  # keep one: references of large layers are big
+            self._keep_reference(indices, result)
         return result
+
+    def _keep_reference(self, indices: tuple[int, ...], result) -> None:
+        """Keep references for the next backend of the same layer (each backend checks against
+        the same one), dropping the oldest past REFERENCE_CACHE_BYTES: those of large layers
+        are big, on the GPU too."""
+        self._refs[indices] = result
+        sizes = {
+            key: sum(t.numel() * t.element_size() for t in refs.values())
+            for key, (refs, _) in self._refs.items()
+        }
+        while len(self._refs) > 1 and sum(sizes.values()) > REFERENCE_CACHE_BYTES:
+            oldest = next(iter(self._refs))
+            del self._refs[oldest]
+            del sizes[oldest]
 
     def model_reference(self) -> tuple[dict[int, Any], str]:
         """The whole model in high precision from its seeded inputs: each model output (by
@@ -174,9 +193,10 @@ class ModelData:
         return self._model_ref
 
     def _evaluate(self, order: list[int], sources: dict[str, Any], keep: tuple[int, ...]):
-        """Run `order` (layer indices, walk order) in float64 on the CPU (float32 on the GPU
-        when large) from `sources` (value name → tensor), freeing each value after its last
-        reader in `order`; the outputs of the layers in `keep`, and the kind."""
+        """Run `order` (layer indices, walk order) in float64 (on the GPU in a GPU run, in
+        float32 there when large; on the CPU otherwise) from `sources` (value name → tensor),
+        freeing each value after its last reader in `order`; the outputs of the layers in
+        `keep`, and the kind."""
         import torch
 
         layers = [self.model.layers[i] for i in order]
@@ -184,14 +204,21 @@ class ModelData:
         big = max(
             sum(numel(s) for s in lay.input_shapes) + numel(lay.output_shape) for lay in layers
         )
-        on_gpu = self.device.startswith("cuda") and (
-            flops > GPU_REFERENCE_FLOPS or big > GPU_REFERENCE_ELEMENTS
-        )
-        dev, dtype, kind = (
-            (self.device, torch.float32, "float32-cuda")
-            if on_gpu
-            else ("cpu", torch.float64, "float64-cpu")
-        )
+        if not self.device.startswith("cuda"):
+            return self._walk(order, layers, sources, keep, "cpu", torch.float64), "float64-cpu"
+        if flops > GPU_FLOAT64_FLOPS or big > GPU_FLOAT64_ELEMENTS:
+            found = self._walk(order, layers, sources, keep, self.device, torch.float32)
+            return found, "float32-cuda"
+        try:
+            found = self._walk(order, layers, sources, keep, self.device, torch.float64)
+            return found, "float64-cuda"
+        except (RuntimeError, NotImplementedError):
+            # An op with no float64 kernel on the GPU: the CPU computes it, as before.
+            return self._walk(order, layers, sources, keep, "cpu", torch.float64), "float64-cpu"
+
+    def _walk(self, order, layers, sources, keep, dev, dtype) -> dict[int, Any]:
+        import torch
+
         last_use = {v: i for i in order for v in self.model.layers[i].inputs}
         # Each source as the reader sees it: rounded to the dtype it arrives in.
         env: dict[str, Any] = {v: (x, x.dtype) for v, x in sources.items()}
@@ -209,7 +236,7 @@ class ModelData:
                 for v in set(layer.inputs):
                     if last_use[v] == i:
                         del env[v]
-        return found, kind
+        return found
 
 
 def _as_read(x, made, want, dev, dtype):

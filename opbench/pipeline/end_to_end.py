@@ -62,6 +62,7 @@ def time_end_to_end(
         mode=EAGER,
         outputs=outputs,
         live_bytes=graph.live_bytes(itemsizes),
+        gpu=options.gpu_label,
     )
     reason = _unsupported(model, built)
     if reason:
@@ -74,6 +75,47 @@ def time_end_to_end(
     eager = _timed(row, options, timing, data, lambda: eager_forward(model, built, data))
     graph_row = replace(row, mode=CUDA_GRAPH)
     return eager, _graph_mode(graph_row, model, built, data, options, implementation, timing)
+
+
+def build_groups(
+    unit: Any,
+    groups: list[tuple[int, ...]],
+    data: ModelData,
+    backend: Any,
+    options: RunOptions,
+    built: dict[tuple[int, ...], Built],
+) -> str | None:
+    """Build `groups` of a whole-model unit (pipeline/plan.EndToEndUnit) into `built`: the
+    groups whose layer results another share timed. Each is built with its recorded plan where
+    there is one (`--plans`, or the other ranks' plans under torchrun), else as its layer
+    result was (shipped plans, or tuning). Returns what failed, or None."""
+    from opbench.backends.base import Unsupported
+
+    failed: list[str] = []
+    for group in groups:
+        layers = [unit.model.layers[i] for i in group]
+        recorded = options.plans.get((unit.model.name, layers[0].name, unit.backend))
+        try:
+            with _reusing(recorded):
+                weights = [data.weights(i) for i in group]
+                built[group] = backend.build(layers, weights, options.device)
+        except Unsupported as exc:
+            failed.append(f"{layers[0].name}: {exc}")
+        except Exception as exc:  # one group's failure is the row's message, not a crash
+            recover(options.device)
+            failed.append(f"{layers[0].name}: build failed: {error_message(exc)}")
+    return f"could not build {'; '.join(failed)}" if failed else None
+
+
+@contextmanager
+def _reusing(recorded):
+    if recorded is None:
+        yield
+        return
+    from opbench.kernels.tuning import reuse
+
+    with reuse(recorded):
+        yield
 
 
 def _unsupported(model: ModelSpec, built: dict[tuple[int, ...], Built]) -> str | None:

@@ -63,6 +63,9 @@ class RunOptions:
     timing_guard: Callable[[], AbstractContextManager[Any]] = nullcontext
     # Recorded plans to reuse (`--plans`), by (model, layer, backend): see pipeline/plans.py.
     plans: Mapping[tuple[str, str, str], Mapping[str, Any]] = field(default_factory=dict)
+    # Wall seconds each result took in an earlier run (`--plans RUN`), by (model, layer,
+    # backend): shares are balanced on them where known (pipeline/plan.deal).
+    costs: Mapping[tuple[str, str, str], float] = field(default_factory=dict)
     # Makes each model's data: ModelData (seeded) unless the run's suite is an ONNX file,
     # whose own weights and ONNX Runtime's output come in (pipeline/file_data.py).
     model_data: Callable[..., Any] | None = None

@@ -31,6 +31,31 @@ def plans_of(results: Iterable[LayerResult]) -> dict[PlanKey, Mapping[str, Any]]
     return {plan_key(r.model, r.layer, r.backend): r.plan for r in results if r.plan}
 
 
+def costs_of(results: Iterable[LayerResult]) -> dict[PlanKey, float]:
+    """The wall seconds each result took (build, tuning, check and timing), by (model, layer,
+    backend): what a later run balances its shares on."""
+    return {
+        plan_key(r.model, r.layer, r.backend): sum(r.phases_s.values())
+        for r in results
+        if r.phases_s
+    }
+
+
+def read_costs(path: Path) -> dict[PlanKey, float]:
+    """The wall seconds of a run.json's results; none for a plan file (it records none)."""
+    if path.is_dir():
+        path = path / "run.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # read_plans has already said what is wrong with the file
+    if isinstance(data, dict) and "layers" in data:
+        from opbench.results.io import read_run
+
+        return costs_of(read_run(path).layers)
+    return {}
+
+
 def write_plans(results: Iterable[LayerResult], path: Path) -> int:
     """Write the plans of `results` to `path`; returns how many were written."""
     entries = [{"model": m, "layer": la, "backend": b, "plan": dict(plan)}
@@ -50,6 +75,8 @@ def read_plans(path: Path) -> dict[PlanKey, Mapping[str, Any]]:
         raise InputError(f"cannot read the plans: {exc.strerror or exc}", where) from None
     except ValueError as exc:
         raise InputError(f"the plans are not valid JSON: {exc}", where) from None
+    except RecursionError:
+        raise InputError("the plans are JSON nested too deep to read", where) from None
     if isinstance(data, dict) and "opbench_plans" in data:
         if data["opbench_plans"] != PLANS_FORMAT or not isinstance(data.get("plans"), list):
             raise InputError(f"not a plan file of format {PLANS_FORMAT}", where)

@@ -45,6 +45,14 @@ class Flag:
     ACTIVATION_AUTO = "activation_auto"  # SAS act=AUTO, members guessed from the layer type
     ASYNC_HOST_TIME = "async_host_time"  # host time of an asynchronous GPU launch
     RENAMED_BY_ENGINE = "renamed_by_engine"  # the engine named this node after a fused tensor
+    # ONNX Runtime's NCHWc kernels: channels padded to a whole block (24 → 32 on AVX-512)
+    BLOCKED_LAYOUT = "blocked_layout"
+    SPIKES = "spikes"  # its slowest run took over SPIKE_RATIO times its median
+
+
+# A run slower than this many medians is a spike (pre-emption, a page fault, a cold cache):
+# the median stands, and the row's reason says the reference was not steady.
+SPIKE_RATIO = 5.0
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbench.reference.aggregate import sample_stats
-from opbench.reference.interface import Flag, ReaderOptions
+from opbench.reference.interface import SPIKE_RATIO, Flag, ReaderOptions
 from opbench.reference.jsonstream import JsonEvents
 from opbench.reference.model import Device, ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
 from opbench.reference.onnxruntime_nodes import (
@@ -278,6 +278,8 @@ class OnnxRuntimeReader:
                 samples, kind = node.host_us, TimeKind.DEVICE
             if len(node.host_us) < kept:
                 flags = (*flags, Flag.MISSING_IN_SOME_RUNS)
+            if _spiky(samples):
+                flags = (*flags, Flag.SPIKES)
             layers.append(
                 ReferenceTiming(
                     engine=self.engine,
@@ -295,6 +297,12 @@ class OnnxRuntimeReader:
                 )
             )
         return layers
+
+
+def _spiky(samples: list[float]) -> bool:
+    ordered = sorted(samples)
+    median = ordered[len(ordered) // 2] if ordered else 0.0
+    return len(ordered) >= 3 and median > 0 and ordered[-1] > SPIKE_RATIO * median
 
 
 def _device(nodes: Iterable[_Node]) -> str | None:

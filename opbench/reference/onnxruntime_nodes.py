@@ -43,6 +43,7 @@ _ACTIVATIONS = frozenset(
     }
 )
 _NODE_OP = re.compile(r"^(?:.*/)?([A-Za-z]+)(?:_\d+)?$")
+_FUSED = ("FusedConv", "FusedGemm")
 
 
 def _number(value: Any) -> float | None:
@@ -86,6 +87,28 @@ def _input_shapes(args: dict[str, Any]) -> tuple[tuple[int, ...] | None, ...]:
     return tuple(_shape_list(args, "input_type_shape"))
 
 
+def _name_op(name: str) -> str | None:
+    """The op type a node's name gives: ``/fc/Relu_3`` → ``Relu``; ORT's renamed fused nodes
+    drop their ``_nchwc`` and ``_output_<n>`` tails first (``/b/c1/Relu_output_0_nchwc``,
+    ``relu_2_nchwc``). Activations are told whatever their case (dynamo names ``relu_2``)."""
+    last = name.rsplit("/", 1)[-1]
+    last = re.sub(r"(_output_\d+)?(_nchwc)?$", "", last)
+    match = _NODE_OP.match(last)
+    if match is None:
+        return None
+    word = match.group(1)
+    return next((a for a in _ACTIVATIONS if a.casefold() == word.casefold()), word)
+
+
+def _sum_input(inputs: tuple[tuple[int, ...] | None, ...], shape: tuple[int, ...] | None) -> bool:
+    """A conv input past X and W of the output's own shape: Z, the residual ORT adds before the
+    activation. Found by shape, not position: a conv without bias has it third (X, W, Z), one
+    with bias fourth (X, W, B, Z); a bias is 1-D, so it never passes for Z."""
+    if not shape or len(shape) < 3:
+        return False
+    return any(dims == shape for dims in inputs[2:])
+
+
 def node_members(
     name: str,
     op: str | None,
@@ -93,19 +116,25 @@ def node_members(
     shape: tuple[int, ...] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(members, flags) of a node from its name, op_name and shapes."""
-    match = _NODE_OP.match(name)
-    name_op = match.group(1) if match else None
-    flags: tuple[str, ...] = ()
-    if name.endswith("_nchwc") or (op in ("FusedConv", "FusedGemm") and name_op in _ACTIVATIONS):
-        flags = (Flag.RENAMED_BY_ENGINE,)
-    if op in ("Conv", "FusedConv") and len(inputs) == 4 and shape and inputs[3] == shape:
-        # X, W, B and Z: the NCHWc and fused convs add Z, a residual of the output's shape,
-        # before their activation (ResNet's conv3 + Add + Relu is one such node).
-        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+    name_op = _name_op(name)
+    renamed = name.endswith("_nchwc") or (op in _FUSED and name_op in _ACTIVATIONS)
+    flags: tuple[str, ...] = (Flag.RENAMED_BY_ENGINE,) if renamed else ()
+    if name.endswith("_nchwc"):
+        flags = (*flags, Flag.BLOCKED_LAYOUT)
+    # a FusedConv/FusedGemm holds an activation, of a kind its name may not say; an NCHWc
+    # conv that adds a residual holds one only where the model has one after the add
+    activation = name_op if name_op in _ACTIVATIONS else "Activation"
+    if op in ("Conv", "FusedConv") and _sum_input(inputs, shape):
+        # the NCHWc and fused convs add Z, a residual of the output's shape, before their
+        # activation (ResNet's conv3 + Add + Relu is one such node)
+        if op == "Conv" and name_op not in _ACTIVATIONS:
+            activation = "Activation?"
         return ("Conv", "Add", activation), flags
-    if op in ("FusedConv", "FusedGemm"):
-        activation = name_op if name_op in _ACTIVATIONS else "Activation"
+    if op in _FUSED:
         return (op.removeprefix("Fused"), activation), flags
+    if op == "Conv" and renamed and name_op in _ACTIVATIONS:
+        # an NCHWc conv named after the activation it fused (``relu_nchwc``)
+        return ("Conv", name_op), flags
     if "MatMulAddFusion" in name:
         return ("MatMul", "Add"), flags
     return (), flags

@@ -214,10 +214,13 @@ def _graph_notes(table: LayerTable, rows: list[CutRow], solution) -> list[str]:
         listed = "; ".join(f"{k} ({why})" for k, why in list(solution.not_derived.items())[:8])
         more = f"; … {len(solution.not_derived) - 8} more" if len(solution.not_derived) > 8 else ""
         notes.append(f"{len(solution.not_derived)} layer(s) have no SAS time: {listed}{more}")
-    stand_ins = [f"{r.name} ({r.status[len('stand-in: '):]})" for r in rows
-                 if r.status and r.status.startswith("stand-in: ")]  # fmt: skip
-    if stand_ins:
-        notes.append(f"timed with a stand-in in SAS: {'; '.join(stand_ins)}")
+    stand_ins: dict[str, list[str]] = {}  # why → the rows (35 ReLU6s are one note)
+    for r in rows:
+        if r.status and r.status.startswith("stand-in: "):
+            stand_ins.setdefault(r.status[len("stand-in: ") :], []).append(r.name)
+    for why, names in stand_ins.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        notes.append(f"timed with a stand-in in SAS ({why}): {len(names)} row(s): {shown}")
     for name in solution.inputs_without_baseline:
         notes.append(
             f"no timed baseline for input {name!r}: the fixed cost of a call is in the layers "

@@ -47,7 +47,7 @@ def bmf_from_run(run: RunResult, unit: Literal["ms", "ns"] = "ms") -> dict[str, 
             out[name] = {measure: _metric(stats, scale)}
     for e2e in run.end_to_end:
         stats = e2e.stats
-        if e2e.status == "ok" and stats is not None and not e2e.interpreted:
+        if e2e.ran and stats is not None and not e2e.interpreted:
             # the eager forward keeps the name it always had; other modes are named apart
             what = "end-to-end" if e2e.mode == "eager" else f"end-to-end-{e2e.mode}"
             out[f"{run.suite}/{e2e.model}/{what}/{e2e.backend}"] = {measure: _metric(stats, scale)}

@@ -78,5 +78,9 @@ class FittedTable:
     def __init__(self, columns: Sequence[Column], full: bool = False, **options) -> None:
         self.columns, self.full, self.options = list(columns), full, options
 
+    def natural_width(self) -> int:
+        """Cells needed to show every column unwrapped (`--wide` prints at this width)."""
+        return 1 + sum(c.natural_width() for c in self.columns)
+
     def __rich_console__(self, console, options):
         yield table_of(fit(self.columns, options.max_width, self.full), **self.options)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from opbench.compare.gate import DEFAULT_THRESHOLD, GateReport, GateVerdict, Verdict
+from opbench.compare.gate_model import format_interval
 
 ANNOTATIONS_PER_LEVEL = 10
 SUMMARY_ROWS = 300  # GitHub caps a step summary at 1 MiB
@@ -43,15 +44,15 @@ def _where(v: GateVerdict) -> str:
 
 
 def _row(v: GateVerdict) -> str:
-    interval = f"{v.ci_low:.3f}-{v.ci_high:.3f}" if v.ci_low is not None else ""
+    interval = format_interval(v.ci_low, v.ci_high) if v.ci_low is not None else ""
     threshold = "" if v.threshold is None else f"{v.threshold * 100:.1f}%"
     cells = [
         f"**{v.verdict.value}**" if v.severity == "error" else v.verdict.value,
         v.model,
         v.layer,
         v.backend,
-        _num(v.baseline_ms, ".4f"),
-        _num(v.current_ms, ".4f"),
+        _num(v.baseline_ms if v.baseline_gm_ms is None else v.baseline_gm_ms, ".4f"),
+        _num(v.current_ms if v.current_gm_ms is None else v.current_gm_ms, ".4f"),
         _num(v.ratio, ".3f"),
         interval,
         threshold,
@@ -84,7 +85,8 @@ def step_summary_markdown(report: GateReport) -> str:
         f"## opbench gate: {_cell(report.suite)}: {report.status} (exit {report.exit_code})",
         "",
         f"Baseline `{report.baseline_path or '?'}` ({report.baseline_source}); threshold {threshold}; "
-        f"{o.level:.0%} intervals on the ratio of round medians; Benjamini-Hochberg q = {o.q:g}.",
+        f"{o.level:.0%} intervals on the ratio of round medians (the ms columns are the geometric "
+        f"means of the round medians it compares); Benjamini-Hochberg q = {o.q:g}.",
         "",
         " · ".join(f"{name}: {n}" for name, n in report.counts().items() if n)
         or "nothing compared",

@@ -20,7 +20,7 @@ def baseline_time(run: RunResult, result: LayerResult, backend: str = TORCH) -> 
     total = 0.0
     for name in result.members:
         ref = run.find(result.model, name, backend)
-        if ref is None or ref.median_ms is None or ref.status != Status.OK or ref.interpreted:
+        if ref is None or ref.median_ms is None or not ref.ran or ref.interpreted:
             return None
         total += ref.median_ms
     return total
@@ -98,7 +98,7 @@ def status_text(result: LayerResult) -> Text:
     text = Text(word, style=_OUTCOME_STYLES.get(word, "bold red"))
     if word == Outcome.WRONG and corr is not None:
         text.append(": " + "; ".join(corr.reasons), style="red")
-    if result.message and result.status != Status.OK:
+    if result.message and not result.ran:
         text.append(f" {result.message}", style="dim")
     return text
 
@@ -145,7 +145,8 @@ def run_columns(run: RunResult) -> list[Column]:
         Column("rel. error", [Text(_error(r)) for r in results], 6, "right"),
         Column("status", [status_text(r) for r in results], max_width=48),
     ]
-    return columns
+    # a column with nothing in it (× torch in a torch-only run) says nothing
+    return [c for c in columns if c.drop == 0 or any(x.plain not in ("", "—") for x in c.cells)]
 
 
 def _peer_column(run: RunResult, peer: QuantPeer) -> Column:
@@ -159,10 +160,15 @@ def _peer_column(run: RunResult, peer: QuantPeer) -> Column:
     return Column(peer.header, cells, 2, "right")
 
 
-def run_table(run: RunResult, full: bool = False) -> FittedTable:
-    """The run's table, fitted to the console's width when printed (`full`: every column)."""
+def run_table(run: RunResult, full: bool = False, wide: bool = False) -> FittedTable:
+    """The run's table, fitted to the console's width when printed (`full`: every column;
+    `wide`: names unwrapped too)."""
+    columns = run_columns(run)
+    if wide:
+        for column in columns:
+            column.max_width = None
     return FittedTable(
-        run_columns(run),
+        columns,
         full,
         title=f"opbench run · {escape(run.suite)} · {run.device}",
         title_justify="left",
@@ -171,9 +177,38 @@ def run_table(run: RunResult, full: bool = False) -> FittedTable:
     )
 
 
+def run_summary(run: RunResult) -> list[str]:
+    """A few lines for a log: per model and backend, how many results and how they ended, the
+    summed median time, and the slowest layer."""
+    lines = []
+    keys = dict.fromkeys((r.model, r.backend) for r in run.layers)
+    for model, backend in keys:
+        mine = [r for r in run.layers if r.model == model and r.backend == backend]
+        outcomes: dict[str, int] = {}
+        for r in mine:
+            outcomes[r.outcome] = outcomes.get(r.outcome, 0) + 1
+        ended = ", ".join(f"{n} {word}" for word, n in outcomes.items())
+        timed = [r for r in mine if r.median_ms is not None]
+        total = sum(r.median_ms or 0.0 for r in timed)
+        line = f"{model} · {short_backend(backend)}: {len(mine)} results ({ended})"
+        if timed:
+            slowest = max(timed, key=lambda r: r.median_ms or 0.0)
+            line += (
+                f"; {total:.4f} ms summed; slowest {'+'.join(slowest.members)} "
+                f"{slowest.median_ms:.4f} ms"
+            )
+        lines.append(line + marks_note(mine))
+    return lines
+
+
+def marks_note(results: list[LayerResult]) -> str:
+    interpreted = sum(1 for r in results if r.interpreted)
+    return f"; {interpreted} interpreted (not performance figures)" if interpreted else ""
+
+
 def _e2e_time(e2e: EndToEnd) -> float | None:
     stats = e2e.stats
-    return stats.median if stats and e2e.status == Status.OK else None
+    return stats.median if stats and e2e.ran else None
 
 
 def end_to_end_table(run: RunResult) -> Table | None:
@@ -241,5 +276,5 @@ def failures(run: RunResult) -> list[LayerResult]:
     return [
         r
         for r in run.layers
-        if r.status == Status.ERROR or (r.status == Status.OK and not r.correct)
+        if r.status in (Status.ERROR, Status.WRONG) or (r.status == Status.OK and not r.correct)
     ]

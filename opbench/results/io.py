@@ -67,9 +67,32 @@ def _tuple_shape(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value or ())
 
 
-def _layer_from_dict(data: dict[str, Any]) -> LayerResult:
+# The fields every reader takes for text (names, keys of dictionaries, colours of plots): a
+# hand-edited `"backend": null` would otherwise fail far from the file, as an AttributeError.
+_TEXT = {
+    LayerResult: ("model", "layer", "op", "backend", "status", "dtype"),
+    EndToEnd: ("model", "backend", "status"),
+    RunResult: ("suite", "started_at", "device"),
+}
+_MAPPINGS = ("suite_spec", "env", "origin")
+
+
+def _checked(kind: type, values: dict[str, Any], where: str) -> dict[str, Any]:
+    """`values`, once each text field of `kind` is text and each mapping a mapping."""
+    for name in _TEXT[kind]:
+        if not isinstance(values.get(name), str):
+            raise ValueError(f"{where}: {name!r} is {json.dumps(values.get(name))}, not text")
+    for name in _MAPPINGS:
+        if name in values and not isinstance(values[name], dict):
+            raise ValueError(f"{where}: {name!r} is not an object")
+    return values
+
+
+def _layer_from_dict(data: dict[str, Any], where: str = "layer result") -> LayerResult:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} is not an object")
     known = {f.name for f in fields(LayerResult)}
-    values = {k: v for k, v in data.items() if k in known}
+    values = _checked(LayerResult, {k: v for k, v in data.items() if k in known}, where)
     values["input_shape"] = _tuple_shape(values.get("input_shape"))
     values["output_shape"] = _tuple_shape(values.get("output_shape"))
     values["covers"] = tuple(values.get("covers") or ())
@@ -98,9 +121,11 @@ def _correctness(corr: dict[str, Any] | None) -> Correctness | None:
     )
 
 
-def _e2e_from_dict(data: dict[str, Any]) -> EndToEnd:
+def _e2e_from_dict(data: dict[str, Any], where: str = "end-to-end result") -> EndToEnd:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} is not an object")
     known = {f.name for f in fields(EndToEnd)}
-    values = {k: v for k, v in data.items() if k in known}
+    values = _checked(EndToEnd, {k: v for k, v in data.items() if k in known}, where)
     values["samples_ms"] = tuple(
         tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
     )
@@ -117,9 +142,13 @@ def run_from_dict(data: dict[str, Any]) -> RunResult:
             f"schema_version {version!r} is not supported (this opbench reads {SCHEMA_VERSION})"
         )
     known = {f.name for f in fields(RunResult)}
-    values = {k: v for k, v in data.items() if k in known}
-    values["layers"] = tuple(_layer_from_dict(d) for d in data.get("layers") or ())
-    values["end_to_end"] = tuple(_e2e_from_dict(d) for d in data.get("end_to_end") or ())
+    values = _checked(RunResult, {k: v for k, v in data.items() if k in known}, "the run")
+    values["layers"] = tuple(
+        _layer_from_dict(d, f"layers[{i}]") for i, d in enumerate(data.get("layers") or ())
+    )
+    values["end_to_end"] = tuple(
+        _e2e_from_dict(d, f"end_to_end[{i}]") for i, d in enumerate(data.get("end_to_end") or ())
+    )
     if values.get("shard") is not None:
         values["shard"] = tuple(values["shard"])
     return RunResult(**values)
@@ -196,7 +225,9 @@ def read_run(path: Path | str) -> RunResult:
     data = read_json_object(path, "run file")
     try:
         return run_from_dict(data)
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except ValueError as exc:  # the file's own mistakes, said in words
+        raise InputError(f"not an opbench run: {exc}", Location(file=str(path))) from None
+    except (AttributeError, KeyError, TypeError) as exc:
         raise InputError(
             f"not an opbench run: {type(exc).__name__}: {exc}", Location(file=str(path))
         ) from None

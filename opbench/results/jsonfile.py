@@ -45,6 +45,10 @@ def read_json_object(
             f"not valid JSON: {exc.msg}",
             Location(file=str(path), line=exc.lineno, column=exc.colno),
         ) from None
+    except RecursionError:
+        # json's decoder recurses once per [ or {: a file nested thousands deep is no file
+        # opbench wrote, and stops here before any reader walks it.
+        raise InputError(f"not a {what}: JSON nested too deep to read", where) from None
     if not isinstance(data, dict):
         raise InputError(f"a {what} holds a JSON object", where)
     return data

@@ -19,9 +19,21 @@ LAUNCH_BOUND = 1.2
 
 
 class Status:
+    """How a result ended, as run.json stores it.
+
+    ok: ran, and its output passed every correctness check (or was never checked: see
+        `Outcome.UNCHECKED`); wrong: ran, and its output failed a check (its times are kept,
+        never used); unsupported: the backend declined the layer; error: it crashed.
+    A script reading `status` alone never takes a wrong result for a good one. Files written
+    before "wrong" existed say "ok" with `correctness.passed: false`: the results read them
+    as "wrong" (`_wrong_if_failed`, the one adapter).
+    """
+
     OK = "ok"
+    WRONG = "wrong"
     UNSUPPORTED = "unsupported"
     ERROR = "error"
+    RAN = frozenset({OK, WRONG})
 
 
 class Outcome:
@@ -30,6 +42,14 @@ class Outcome:
     OK = "ok"
     WRONG = "wrong"
     UNCHECKED = "unchecked"
+
+
+def _wrong_if_failed(result: LayerResult | EndToEnd) -> None:
+    """A result that ran and failed its correctness check has status "wrong", however it was
+    built: by the pipeline (status ok, then its check), or read from an older run.json."""
+    if result.status == Status.OK and result.correctness is not None:
+        if not result.correctness.passed:
+            object.__setattr__(result, "status", Status.WRONG)
 
 
 @dataclass(frozen=True)
@@ -149,9 +169,17 @@ class LayerResult:
     stop_reason: str | None = None
     phases_s: Mapping[str, float] | None = None
 
+    def __post_init__(self) -> None:
+        _wrong_if_failed(self)
+
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.model, self.layer, self.backend)
+
+    @property
+    def ran(self) -> bool:
+        """It ran to the end and was timed (status ok or wrong)."""
+        return self.status in Status.RAN
 
     @property
     def members(self) -> tuple[str, ...]:
@@ -223,6 +251,7 @@ class EndToEnd:
         by liveness (the output arena and the shared scratch, pipeline/arena.py); None where
         no group writes planned buffers (torch backends).
     separate_bytes: from the same plan, what those outputs took as one buffer each.
+    gpu: the device that ran it, with its rank under torchrun (as LayerResult.gpu).
     """
 
     model: str
@@ -239,6 +268,15 @@ class EndToEnd:
     live_bytes: int | None = None
     planned_bytes: int | None = None
     separate_bytes: int | None = None
+    gpu: str | None = None
+
+    def __post_init__(self) -> None:
+        _wrong_if_failed(self)
+
+    @property
+    def ran(self) -> bool:
+        """It ran to the end (status ok or wrong)."""
+        return self.status in Status.RAN
 
     @property
     def stats(self) -> TimingStats | None:
@@ -310,5 +348,5 @@ def crashed_results(run: RunResult, backend: str | None = None) -> list[LayerRes
         r
         for r in run.layers
         if (backend is None or r.backend == backend)
-        and (r.status == Status.ERROR or (r.status == Status.OK and not r.correct))
+        and (r.status in (Status.ERROR, Status.WRONG) or (r.status == Status.OK and not r.correct))
     ]

@@ -70,6 +70,12 @@ def load_suite(path: str | Path) -> SuiteSpec:
     except IsADirectoryError:
         raise InputError("is a folder, not a suite file", Location(file=file)) from None
     except UnicodeDecodeError:
+        if path.suffix.lower() == ".onnx":
+            raise InputError(
+                "an ONNX model, not a suite: `opbench run`, `validate`, `reference onnxruntime` "
+                "and `export` take it as it is; `opbench suite from-onnx` writes it as a suite",
+                Location(file=file),
+            ) from None
         raise InputError("not a text file (not UTF-8)", Location(file=file)) from None
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror}", Location(file=file)) from None

@@ -177,6 +177,7 @@ def _resolve_model(
     problems: list[InputError],
     warnings: list[SuiteWarning],
 ) -> list[ModelSpec]:
+    found_before = len(problems)
     params_per_layer = check_layers(
         list(enumerate(model.layers)), index, locate, backend_names, problems
     )
@@ -250,8 +251,13 @@ def _resolve_model(
             )
         )
         problems += _integer_problems(instances[-1], index, locate) if batch == batches[0] else []
-    if instances and len(instances[0].layers) == len(model.layers):
-        # Only a model that resolved whole has a graph worth warning about.
+    if (
+        instances
+        and len(instances[0].layers) == len(model.layers)
+        and len(problems) == found_before
+    ):
+        # Only a model that resolved whole and sound has a graph worth warning about (a layer
+        # named like the model input resolves, yet its graph cannot be built).
         warnings += graph_warnings(instances[0], model, index, locate)
     return instances
 

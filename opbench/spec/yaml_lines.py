@@ -3,16 +3,28 @@
 `parse_yaml` returns the data and a map from each path into it (("models", 0, "layers", 2,
 "heads")) to its (line, column), so every later mistake can name its line. YAML merge keys
 (`<<: *anchor`) are honoured; merged keys keep the line where the anchor wrote them.
+
+`check_bounds` reads the file's events once, before anything is built, and refuses a file
+nested deeper than MAX_DEPTH or one whose aliases would expand past MAX_NODES values (475
+bytes of `&a [*b, *b, ...]` reach 10^9): PyYAML's composer and `construct` recurse once per
+level, and expand every alias in full.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
 
 from opbench.errors import InputError, Location
+
+# A suite is a few levels deep (models > layers > layer > timing > value); 100 leaves room.
+MAX_DEPTH = 100
+# Values once every alias is expanded: the largest shipped suite holds about 1,400.
+MAX_NODES = 200_000
 
 Path_ = tuple[Any, ...]
 LineMap = dict[Path_, tuple[int, int]]
@@ -116,17 +128,60 @@ def _last_line(file: str, text: str) -> Location:
     return Location(file=file, line=len(lines), column=len(lines[-1]) + 1)
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
-    lines: LineMap = {}
+@contextmanager
+def _reading(text: str, file: str) -> Iterator[yaml.SafeLoader]:
+    """A SafeLoader over `text`, its errors as one InputError naming the file (and line)."""
     loader = yaml.SafeLoader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, lines
-        return construct(loader, node, (), lines, file), lines
+        yield loader
     except yaml.MarkedYAMLError as exc:
         raise syntax_error(exc, file, text) from None
     except yaml.YAMLError as exc:
         raise InputError(f"YAML error: {exc}", Location(file=file)) from None
     finally:
         loader.dispose()
+
+
+def check_bounds(text: str, file: str) -> None:
+    """Refuse, as one InputError naming the line, YAML nested deeper than MAX_DEPTH or holding
+    more than MAX_NODES values once its aliases are expanded. Reads events only: the parser
+    keeps its own stack, so this never recurses, and nothing is expanded."""
+    sizes: dict[str, int] = {}  # anchor -> values it expands to
+    # one entry per open collection: [values in it so far, its anchor]
+    open_: list[list[Any]] = [[0, None]]
+    with _reading(text, file) as loader:
+        while (event := loader.get_event()) is not None:
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_) > MAX_DEPTH:
+                    raise InputError(
+                        f"nested more than {MAX_DEPTH} levels deep",
+                        _location(file, event.start_mark),
+                    )
+                open_.append([1, event.anchor])
+                continue
+            if isinstance(event, yaml.CollectionEndEvent):
+                size, anchor = open_.pop()
+            elif isinstance(event, yaml.AliasEvent):
+                size, anchor = sizes.get(event.anchor, 1), None
+            elif isinstance(event, yaml.ScalarEvent):
+                size, anchor = 1, event.anchor
+            else:
+                continue
+            if anchor is not None:
+                sizes[anchor] = size
+            open_[-1][0] += size
+            if open_[-1][0] > MAX_NODES:
+                raise InputError(
+                    f"its aliases (*name) expand to more than {MAX_NODES:,} values",
+                    _location(file, event.start_mark),
+                )
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, LineMap]:
+    lines: LineMap = {}
+    check_bounds(text, file)
+    with _reading(text, file) as loader:
+        node = loader.get_single_node()
+        if node is None:
+            return None, lines
+        return construct(loader, node, (), lines, file), lines

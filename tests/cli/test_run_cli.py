@@ -90,8 +90,21 @@ def test_filters_and_shards(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     (shard_dir,) = run_dirs(tmp_path / "s", "tiny")
     shard = read_run(shard_dir)
-    assert shard.shard == (2, 4) and shard.planned == 2 and shard.complete
-    assert [(r.model, r.layer) for r in shard.layers] == [("mlp", "fc1"), ("cnn", "pool")]
+    assert shard.shard == (2, 4) and shard.complete
+    from opbench.backends.registry import all_backends
+    from opbench.pipeline import RunOptions
+    from opbench.pipeline.plan import plan_run
+    from opbench.spec.load import load_suite
+
+    share = plan_run(load_suite(SUITES / "tiny.yaml"), RunOptions(shard=(2, 4)), all_backends())
+    assert shard.planned == len(share.items) == len(shard.layers)
+    assert [(r.model, r.layer) for r in shard.layers] == [
+        (i.model.name, i.layers[0].name) for i in share.items
+    ]
+    # Whole-model rows come from the share that owns each forward, never from the others.
+    assert {(e.model, e.backend) for e in shard.end_to_end} == {
+        (u.model.name, u.backend) for u in share.end_to_end
+    }
 
 
 def test_two_runs_get_two_folders_and_latest_moves(tmp_path: Path) -> None:
@@ -114,13 +127,13 @@ def test_exit_3_when_a_layer_fails_correctness(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     run = read_run(run_dirs(tmp_path, "strict")[0])
     (layer,) = run.layers
-    assert layer.status == Status.OK and not layer.correct
+    assert layer.status == Status.WRONG and not layer.correct
     assert layer.correctness.tolerance == 1e-30 and layer.correctness.rel_l2 > 1e-30
     assert "wrong" in result.stdout
     assert "failed correctness" in result.stdout and "m/fc/torch" in result.stdout
-    # a script reading run.json sees the outcome, not only status "ok" beside the failures
+    # a script reading only `status` in run.json sees the failed check (issue 40)
     (raw,) = json.loads((run_dirs(tmp_path, "strict")[0] / "run.json").read_text())["layers"]
-    assert raw["status"] == "ok" and raw["correctness"]["passed"] is False
+    assert raw["status"] == "wrong" and raw["correctness"]["passed"] is False
     assert raw["correctness"]["failures"]
     # the progress line says what the table says (CliRunner is no terminal: one line a result)
     assert "  m · fc · torch: wrong" in result.stdout.splitlines()

@@ -37,6 +37,10 @@ def keys(run) -> set[tuple]:
     return {(r.model, r.members, r.backend) for r in run.layers}
 
 
+def whole_model_rows(run) -> list[tuple]:
+    return sorted((e.model, e.backend, e.mode, e.status) for e in run.end_to_end)
+
+
 @pytest.fixture
 def suite(tmp_path: Path) -> Path:
     path = tmp_path / "tiny.yaml"
@@ -67,6 +71,12 @@ def test_shards_merge_into_the_full_run(suite, tmp_path):
     assert code == 0, output
     merged = read_run(tmp_path / "merged" / "tiny" / "latest")
     assert merged.complete and keys(merged) == keys(full)
+    # The whole-model rows survive sharding: one share owned the forward and built the groups
+    # the others timed.
+    assert whole_model_rows(full) == [("m", "torch", "cuda_graph", "unsupported"),
+                                      ("m", "torch", "eager", "ok")]  # fmt: skip
+    assert whole_model_rows(merged) == whole_model_rows(full)
+    assert sum(len(s.end_to_end) for s in shares) == 2
     # Results come back in suite order, whichever share ran them.
     assert [r.layer for r in merged.layers] == ["a", "b", "c", "d", "e"]
 
@@ -143,7 +153,15 @@ def test_torchrun_two_ranks_write_one_complete_run(suite, tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "dist" / "tiny" / "latest")
     assert run.complete and keys(run) == keys(single)
-    assert {r.gpu for r in run.layers} == {"cpu (rank 0)", "cpu (rank 1)"}
+    assert whole_model_rows(run) == whole_model_rows(single) and run.end_to_end
+    assert all(e.correctness is not None and e.correctness.passed
+               for e in run.end_to_end if e.status == "ok")  # fmt: skip
+    # Shares are dealt by expected cost: the forward (a unit of its own) outweighs a tiny layer.
+    ran = {r.gpu for r in run.layers} | {e.gpu for e in run.end_to_end}
+    assert ran == {"cpu (rank 0)", "cpu (rank 1)"}
+    assert len({e.gpu for e in run.end_to_end}) == 1
+    walls = run.env["shares_wall"]
+    assert set(walls) == {"0", "1"} and all(w["actual_s"] is not None for w in walls.values())
     assert run.env["timing_mode"] == "concurrent" and "timing_turns_by_rank" not in run.env
     assert "timing_mode" not in single.env
 
@@ -158,9 +176,15 @@ def test_torchrun_exclusive_timing_takes_turns_and_records_it(suite, tmp_path):
     assert run.complete and len(run.layers) == 5
     assert all(r.status == "ok" and r.stats is not None for r in run.layers)
     assert run.env["timing_mode"] == "exclusive" and run.env["world_size"] == 2
-    # Every timed loop took a turn: rank 0 timed a, c and e; rank 1 timed b and d.
+    # Every timed loop took a turn: each layer result, and the forward's eager row (no CUDA
+    # graph on the CPU), on the rank that timed it.
+    timed: dict[str, int] = {}
+    for row in [*run.layers, *(e for e in run.end_to_end if e.status == "ok")]:
+        rank = row.gpu.removeprefix("cpu (rank ").removesuffix(")")
+        timed[rank] = timed.get(rank, 0) + 1
     turns = run.env["timing_turns_by_rank"]
-    assert {rank: t["turns"] for rank, t in turns.items()} == {"0": 3, "1": 2}
+    assert {rank: t["turns"] for rank, t in turns.items()} == timed
+    assert sum(timed.values()) == 6
     assert all(t["waited_s"] >= 0 for t in turns.values())
     # The lock lived in the host's temporary folder, not the run folder, and left with the run.
     assert not list(locks.glob("opbench-timing-*"))
@@ -175,24 +199,58 @@ def test_exclusive_timing_in_one_process_is_a_note_not_an_error(suite, tmp_path)
     assert run.complete and "timing_mode" not in run.env
 
 
-def test_a_killed_rank_loses_nothing_already_measured(suite, tmp_path):
-    proc = torchrun(suite, tmp_path / "dist", OPBENCH_TEST_KILL_RANK="1")
+SLOW = SUITE.replace("rep_ms: 1, rounds: 2", "rep_ms: 400, rounds: 2")
+
+
+def test_a_rank_killed_while_timing_loses_nothing_already_measured(tmp_path):
+    """SIGKILL one rank by its process id once it has finished a result and is timing the
+    next: the merged run keeps every finished result, marks the lost rank's unfinished work
+    `error` with its rank (its whole-model rows too, if it owned the forward), is incomplete,
+    and the exit code says so."""
+    import signal
+    import time
+
+    suite = tmp_path / "tiny.yaml"
+    suite.write_text(SLOW)
+    out = tmp_path / "dist"
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "-m", "opbench", "run", str(suite), "--out", str(out), "--device", "cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
+    )  # fmt: skip
+    killed, deadline = None, time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        for path in out.glob("tiny/*/rank-*.json"):
+            try:
+                partial = read_run(path)
+            except Exception:
+                continue  # being written
+            if partial.layers and not partial.complete:
+                os.kill(partial.env["pid"], signal.SIGKILL)
+                killed = partial.env["rank"]
+                break
+    output, _ = proc.communicate(timeout=120)
+    assert killed is not None, output[-3000:]
     assert proc.returncode != 0
-    run = read_run(tmp_path / "dist" / "tiny" / "latest")
+    run = read_run(out / "tiny" / "latest")
     assert not run.complete
     assert len(run.layers) == 5  # every planned result is present, finished or marked error
-    by_rank = {r.layer: r for r in run.layers}
-    # Rank 1 finished its first layer (b) before dying: that result is kept.
-    assert by_rank["b"].status == "ok" and by_rank["b"].gpu == "cpu (rank 1)"
-    # Its unfinished layer (d) is an error naming the rank.
-    assert by_rank["d"].status == "error" and "rank 1" in by_rank["d"].message
-    # Whatever rank 0 finished before torchrun stopped it is kept; the rest names its rank.
+    lost = f"cpu (rank {killed})"
+    kept = [r for r in run.layers if r.status == "ok"]
+    assert any(r.gpu == lost for r in kept), "the lost rank's finished results are kept"
     for result in run.layers:
         assert result.status in ("ok", "error")
         if result.status == "ok":
             assert result.stats is not None
         else:
-            assert "did not finish" in result.message
+            assert "did not finish" in result.message and "rank" in result.message
+    assert any(f"rank {killed} did not finish" in (r.message or "") for r in run.layers)
+    assert len(run.end_to_end) == 2  # the forward's rows: timed, or an error naming the rank
+    for row in run.end_to_end:
+        assert row.status == "ok" or "did not finish this model" in row.message
 
 
 TRITON_SUITE = """\
@@ -222,8 +280,57 @@ def test_torchrun_plans_out_merges_every_ranks_plans(tmp_path):
     by_rank: dict[str, set[str]] = {}
     for result in run.layers:
         by_rank.setdefault(result.gpu, set()).add(result.layer)
-    assert set(by_rank) == {"cpu (rank 0)", "cpu (rank 1)"}
+    ran = set(by_rank) | {e.gpu for e in run.end_to_end}
+    assert ran == {"cpu (rank 0)", "cpu (rank 1)"}
     written = json.loads(plans.read_text())
     layers = {entry["layer"] for entry in written["plans"]}
     assert layers == {"a", "b", "c", "d"}
     assert all(share <= layers for share in by_rank.values())
+
+
+def test_two_torchrun_nodes_with_c10d_rendezvous_merge_into_one_run(suite, tmp_path):
+    """Two torchrun "nodes" (one process each) on this machine, rendezvous by c10d on
+    localhost, writing to one run folder (a shared filesystem on a real cluster): one
+    complete run.json, as one node with two ranks writes."""
+    import socket
+
+    with socket.socket() as sock:  # a free port for the rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    environment.pop("TRITON_INTERPRET", None)
+    out = tmp_path / "dist"
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                "--rdzv-backend=c10d",
+                f"--rdzv-endpoint=127.0.0.1:{port}",
+                "--rdzv-id=opbench-test",
+                "-m",
+                "opbench",
+                "run",
+                str(suite),
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environment,
+        )  # fmt: skip
+        for _ in range(2)
+    ]
+    logs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert all(node.returncode == 0 for node in nodes), "\n".join(log[-2000:] for log in logs)
+    run = read_run(out / "tiny" / "latest")
+    assert run.complete and run.env["world_size"] == 2 and len(run.layers) == 5
+    assert {e.gpu for e in run.end_to_end} <= {"cpu (rank 0)", "cpu (rank 1)"}
+    assert whole_model_rows(run) == [("m", "torch", "cuda_graph", "unsupported"),
+                                     ("m", "torch", "eager", "ok")]  # fmt: skip

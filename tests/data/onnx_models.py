@@ -122,11 +122,53 @@ class Export:
     seed: int = 0
 
 
+class ResNetBlocks(nn.Module):
+    """ResNet-50's structure at a tenth of its width: a 3×3 stem conv + BN + ReLU, max pool, two
+    of torchvision's Bottleneck blocks (the first with its downsample path, the second with an
+    identity residual), global average pool and a linear head (issue 39's round trip)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        bottleneck = _import_torchvision().models.resnet.Bottleneck
+        self.conv1 = nn.Conv2d(3, 16, 3, 2, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        down = nn.Sequential(nn.Conv2d(16, 32, 1, bias=False), nn.BatchNorm2d(32))
+        self.layer1 = nn.Sequential(bottleneck(16, 8, downsample=down), bottleneck(32, 8))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(self.avgpool(self.layer1(x)), 1))
+
+
+def _mobilenet_v2_blocks() -> nn.Module:
+    """MobileNetV2's structure with three inverted residual blocks: the expansion-1 block, a
+    strided 24-channel block and a 24-channel block with its residual add (24 channels: ONNX
+    Runtime's NCHWc kernels pad them to 32 on AVX-512), ReLU6 throughout."""
+    models = _import_torchvision().models
+    return models.MobileNetV2(
+        num_classes=10, inverted_residual_setting=[[1, 16, 1, 1], [6, 24, 2, 2]]
+    )
+
+
 def _tv(name: str) -> Callable[[], nn.Module]:
     def make() -> nn.Module:
         return getattr(_import_torchvision().models, name)(weights=None)
 
     return make
+
+
+def _vit_tiny() -> nn.Module:
+    """torchvision's VisionTransformer at test sizes: 16x16 images in 8x8 patches (4 tokens
+    and the class token), one encoder block of width 16 with 2 heads, MLP 32, 5 classes."""
+    vision_transformer = _import_torchvision().models.vision_transformer
+    return vision_transformer.VisionTransformer(
+        image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+        num_classes=5,
+    )  # fmt: skip
 
 
 # The eight exports of issue 27, then the variants it also names. `EIGHT` is what the tests
@@ -149,6 +191,10 @@ EXPORTS: dict[str, Export] = {
         # (nn.TransformerEncoderLayer does not export with dynamo=False in torch 2.13: the
         # TorchScript tracer hands SDPA a tensor for `is_causal`, a TypeError inside torch.)
         Export("llama_block_opset18", LlamaBlock, (2, 32, 128), opset=18, seed=6),
+        Export("vit_tiny", _vit_tiny, (1, 3, 16, 16), seed=7),  # the SAS layer-API tests
+        # ResNet-50's and MobileNetV2's block structure, small enough for a quick round trip
+        Export("resnet_blocks", ResNetBlocks, (1, 3, 32, 32), seed=7),
+        Export("mobilenet_v2_blocks", _mobilenet_v2_blocks, (1, 3, 32, 32), seed=8),
         Export(
             "llama_block_legacy",
             lambda: LlamaBlock(own_norm=True),

@@ -185,7 +185,9 @@ def test_run_suite_writes_a_complete_run(tmp_path: Path) -> None:
     assert all(r.status == Status.OK and r.correct for r in run.layers)
     assert read_run(path) == run
     assert run.env == {"k": "v"} and run.suite_spec["name"] == "tiny"
-    assert [e for e, _ in events] == ["plan"] + ["start", "done"] * 6
+    layer_events = [e for e, _ in events if e != "end_to_end"]
+    assert layer_events == ["plan"] + ["start", "done"] * 6
+    assert [p for e, p in events if e == "end_to_end"] == list(run.end_to_end)
     assert events[0][1] == 6
     assert [p for e, p in events if e == "done"] == list(run.layers)
     # Both modes per model and backend; on the CPU the graph mode says why it has no figure.
@@ -347,7 +349,7 @@ def test_a_wrong_kernel_fails_correctness(monkeypatch) -> None:
     monkeypatch.setitem(triton_backend.BUILDERS, "relu", lambda layer, w: lambda x: x * 0.5)
     item, data = _item(load_suite_text(RELU_SUITE))
     result = measure_item(item, data, get_backend("triton"), RunOptions())
-    assert result.status == Status.OK and not result.correct
+    assert result.status == Status.WRONG and not result.correct
     assert result.correctness.rel_l2 > 0.1
 
 

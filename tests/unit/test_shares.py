@@ -63,13 +63,15 @@ def test_shards_are_balanced_by_expected_cost_not_by_count() -> None:
 
     suite = load_suite_text(UNEVEN)
     backends = {name: get_backend(name) for name in BACKEND_NAMES}
-    whole = plan_work(suite, RunOptions(), backends)
+    # Layer results only: the whole-model units are dealt too (test below), but this test is
+    # about how layers of uneven cost spread.
+    whole = plan_work(suite, RunOptions(end_to_end=False), backends)
     cost = {
         (i.model.name, i.indices, i.backend): expected_cost(base_result(i, "cpu")) for i in whole
     }
     loads, layers_per_shard = [], []
     for k in (1, 2):
-        part = plan_work(suite, RunOptions(shard=(k, 2)), backends)
+        part = plan_work(suite, RunOptions(shard=(k, 2), end_to_end=False), backends)
         loads.append(sum(cost[(i.model.name, i.indices, i.backend)] for i in part))
         layers_per_shard.append({(i.model.name, i.layers[0].name) for i in part})
         for item in part:  # every backend of a layer on this shard
@@ -86,3 +88,37 @@ def test_shards_are_balanced_by_expected_cost_not_by_count() -> None:
     for item, share in zip(whole, by_count, strict=True):
         count_loads[share] += cost[(item.model.name, item.indices, item.backend)]
     assert max(count_loads) > max(loads), "cost-aware dealing beats dealing by count"
+
+
+def test_every_whole_model_unit_is_planned_once_with_all_its_backends_in_one_share() -> None:
+    """Shares split a model's layers, but each model's forward (one unit per backend) goes to
+    exactly one share, every backend's together, and it lists every group of the forward."""
+    from opbench.backends.registry import BACKEND_NAMES, get_backend
+    from opbench.pipeline import RunOptions
+    from opbench.pipeline.plan import plan_run
+    from opbench.spec.load import load_suite_text
+
+    suite = load_suite_text(UNEVEN)
+    backends = {name: get_backend(name) for name in BACKEND_NAMES}
+    whole = plan_run(suite, RunOptions(), backends)
+    assert {(u.model.name, u.backend) for u in whole.end_to_end} == {
+        ("m", "torch"),
+        ("m", "triton"),
+        ("small", "torch"),
+        ("small", "triton"),
+    }
+    for unit in whole.end_to_end:
+        planned = [
+            i.indices for i in whole.items if (i.model, i.backend) == (unit.model, unit.backend)
+        ]
+        assert list(unit.groups) == planned
+    seen: dict[tuple[str, str], int] = {}
+    for k in (1, 2, 3):
+        for unit in plan_run(suite, RunOptions(shard=(k, 3)), backends).end_to_end:
+            assert (unit.model.name, unit.backend) not in seen
+            seen[(unit.model.name, unit.backend)] = k
+    assert set(seen) == {(u.model.name, u.backend) for u in whole.end_to_end}
+    assert seen[("m", "torch")] == seen[("m", "triton")]
+    assert seen[("small", "torch")] == seen[("small", "triton")]
+    # A --layer selection leaves models partial: no forward to time.
+    assert not plan_run(suite, RunOptions(layers=["big1"]), backends).end_to_end

@@ -50,6 +50,13 @@ def from_onnx(x: np.ndarray, batch_axis: int) -> np.ndarray:
     return np.moveaxis(x, batch_axis, 0)
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    """A contiguous array torch may own: the file's tensors are read-only views of its bytes
+    (torch.from_numpy warns on those), and a broadcast is a read-only view too."""
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
+
+
 @dataclass
 class FileData:
     """Reads the import's constants (by value name) as float32 numpy arrays."""
@@ -70,15 +77,14 @@ class FileData:
             array = np.asarray(self.read(name), dtype=np.float32)
             if how == "transpose":
                 array = array.T
-            array = np.ascontiguousarray(array.reshape(shape))
-            out[key] = array
+            out[key] = _writable(array.reshape(shape))
         return out
 
     def constant_input(self, item: ModelInput) -> np.ndarray:
         """A constant model input, broadcast over the batch: [B, ...]."""
         assert item.constant is not None
         canon = canonical_constant(self.read(item.constant), item.rank, item.batch_axis)
-        return np.ascontiguousarray(np.broadcast_to(canon, item.shape), dtype=np.float32)
+        return _writable(np.broadcast_to(canon, item.shape).astype(np.float32, copy=False))
 
     def feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """ONNX Runtime's feeds from the suite's model inputs (batch first), by input name."""

@@ -20,6 +20,7 @@ from opbench.compare.gate import (
     parse_threshold,
 )
 from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test, t_isf, t_sf
+from opbench.compare.gate_model import MIN_ROUNDS
 from opbench.errors import ExitCode, InputError
 from opbench.results.fingerprint import NOT_RECORDED
 from opbench.results.model import Correctness, LayerResult, RunResult, Status
@@ -207,7 +208,7 @@ def test_regressed_by_interval_but_not_significant_after_bh_does_not_fail():
 
 
 def test_identical_rounds_give_a_point_interval():
-    same = (1.0, 1.0, 1.0)
+    same = (1.0,) * MIN_ROUNDS
     assert only(judge([layer(medians=same)], [layer(medians=same)])).verdict is Verdict.OK
     slower = only(judge([layer(medians=same)], [layer(medians=same, scale=1.1)]))
     assert slower.verdict is Verdict.REGRESSED and slower.p_value == 0.0 and slower.fails

@@ -12,10 +12,12 @@ whose reported elapsed time is `score_ms(model, call)`.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -138,3 +140,15 @@ def serve(standin: StandIn) -> tuple[ThreadingHTTPServer, int]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, server.server_address[1]
+
+
+def client_env(home: Path, port: int) -> dict[str, str]:
+    """The environment of a script that talks to the stand-in: a HOME whose .authinfo holds
+    user `tester`'s password `s3cret` (mode 0600, as swat requires), and CAS at 127.0.0.1:port
+    over HTTP."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / ".authinfo").write_text("host 127.0.0.1 user tester password s3cret\n")
+    (home / ".authinfo").chmod(0o600)
+    env = dict(os.environ, HOME=str(home), CASHOST="127.0.0.1", CASPORT=str(port))
+    env["CASPROTOCOL"] = "http"
+    return env

@@ -29,7 +29,7 @@ pytest.importorskip("dlpy")
 pytest.importorskip("h5py")
 pytest.importorskip("onnx")
 
-from tests.unit.export.cas_standin import StandIn, serve  # noqa: E402
+from tests.unit.export.cas_standin import StandIn, client_env, serve  # noqa: E402
 
 QUICKSTART = Path(__file__).parents[3] / "suites" / "quickstart.yaml"
 runner = CliRunner()
@@ -75,12 +75,7 @@ def test_script_times_prefixes_against_standin_and_compare_reads_it(
 ):
     standin = StandIn(score_ms, fail={("deeplearn.dlimportmodelweights", "opb_cnn_003")})
     server, port = serve(standin)
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".authinfo").write_text("host 127.0.0.1 user tester password s3cret\n")
-    (home / ".authinfo").chmod(0o600)
-    env = dict(os.environ, HOME=str(home), CASHOST="127.0.0.1", CASPORT=str(port))
-    env["CASPROTOCOL"] = "http"
+    env = client_env(tmp_path / "home", port)
     try:
         done = _run_script(bundle, env, "--username", "tester", "--warmup", "1", "--repeats", "3")
     finally:

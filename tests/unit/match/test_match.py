@@ -11,7 +11,7 @@ from opbench.errors import InputError
 from opbench.match.links import MatchSource, match_model
 from opbench.match.namemap import check_name_map, read_name_map
 from opbench.match.names import members_of, path_of
-from opbench.match.select import match_reference
+from opbench.match.select import closest_pairs, match_reference
 from opbench.match.suite_layers import SuiteLayer, SuiteModel, suite_models
 from opbench.reference.model import ReferenceTiming, RefStatus
 from opbench.results.model import LayerResult
@@ -404,7 +404,7 @@ def test_a_sum_fused_conv_covers_the_add_and_the_activation_after_it():
             1,
             raw_type="Conv",
             shape=(1, 8, 4, 4),
-            members=("Conv", "Add", "Activation"),
+            members=("Conv", "Add", "Activation?"),  # as the reader writes an NCHWc Conv + Z
         ),  # fmt: skip
         row("/rn/next/Conv_output_0_nchwc", 2, raw_type="Conv", shape=(1, 8, 4, 4)),
     ]
@@ -438,9 +438,35 @@ def test_rows_of_opbench_own_export_name_layers_that_have_a_reference_name():
         (0, "layer1.0.conv1", MatchSource.NAME),
         (1, "fc", MatchSource.REFERENCE_NAME),
     }
-    # unqualified, the layer's own name is still not looked up (rule 5 may pair them by kind)
-    unqualified = links(match_model(m, [row("layer1.0.conv1", 0, raw_type="Conv")]))
-    assert (0, "layer1.0.conv1", MatchSource.NAME) not in unqualified
+
+
+def test_a_file_that_uses_the_layers_own_names_matches_them():
+    """The SAS script of an imported suite writes the layers' own names: when the file names
+    more rows by the layers' own names than by their reference_names, own names are looked up
+    (issue 39); while the reference_names are the file's names, they win."""
+    m = model(
+        "rn",
+        ("layer1.0.conv1", "conv2d", (1, 8), "node_Conv_757"),
+        ("layer1.0.conv2", "conv2d", (1, 8), "node_Conv_759"),
+        ("fc", "linear", (1, 8), "node_Gemm_1"),
+    )
+    own = [row("layer1.0.conv1", 0), row("layer1.0.conv2", 1), row("fc", 2)]
+    assert links(match_model(m, own)) == {
+        (0, "layer1.0.conv1", MatchSource.NAME),
+        (1, "layer1.0.conv2", MatchSource.NAME),
+        (2, "fc", MatchSource.NAME),
+    }
+    # two rows by reference_name, one by an own name: the file uses the reference_names
+    mixed = [row("node_Conv_757", 0), row("node_Conv_759", 1), row("fc", 2)]
+    assert links(match_model(m, mixed)) == {
+        (0, "layer1.0.conv1", MatchSource.REFERENCE_NAME),
+        (1, "layer1.0.conv2", MatchSource.REFERENCE_NAME),
+    }
+
+
+def test_the_closest_pairs_hint_never_lists_equal_names():
+    pairs = closest_pairs(["conv1", "conv2", "fc"], ["conv1", "Conv2", "conv_3"])
+    assert pairs and all(a.casefold() != b.casefold() for a, b in pairs)
 
 
 def test_tensorrt_pointwise_names():

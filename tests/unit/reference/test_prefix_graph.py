@@ -169,7 +169,7 @@ def test_stand_ins_are_named_in_the_notes(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     profile = read(path)
     notes = [n for n in profile.notes if n.startswith("timed with a stand-in")]
-    assert notes == ["timed with a stand-in in SAS: relu (ReLU6 timed as ReLU)"]
+    assert notes == ["timed with a stand-in in SAS (ReLU6 timed as ReLU): 1 row(s): relu"]
 
 
 def test_a_row_reading_a_later_row_is_bad_input(tmp_path):

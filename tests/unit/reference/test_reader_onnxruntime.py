@@ -218,20 +218,38 @@ def test_overhead_rules(name, op, overhead):
 
 
 def test_member_rules():
+    # a FusedConv/FusedGemm holds an activation whether or not its name says which
     assert node_members("/layer1/conv/Conv", "FusedConv") == (("Conv", "Activation"), ())
     assert node_members("Relu_3", "FusedConv") == (("Conv", "Relu"), (Flag.RENAMED_BY_ENGINE,))
     assert node_members("/fc/Gemm", "FusedGemm") == (("Gemm", "Activation"), ())
+    assert node_members("fused /fc/Clip_2", "FusedGemm")[0] == ("Gemm", "Clip")
     assert node_members("/fc/MatMul/MatMulAddFusion", "Gemm") == (("MatMul", "Add"), ())
     assert node_members("/sm/Softmax", "Softmax") == ((), ())
+    blocked = (Flag.RENAMED_BY_ENGINE, Flag.BLOCKED_LAYOUT)
     # ResNet's conv3 + residual Add + Relu as one NCHWc Conv: X, W, B and the residual Z (of
-    # the output's shape) as inputs, named after the conv's own output
+    # the output's shape) as inputs, named after the conv's own output: whether an activation
+    # follows the add, the profile does not say
     shape = (1, 256, 56, 56)
     inputs = ((1, 64, 56, 56), (256, 64, 1, 1), (256,), shape)
     assert node_members("/m/l1.conv3/Conv_output_0_nchwc", "Conv", inputs, shape) == (
-        ("Conv", "Add", "Activation"),
-        (Flag.RENAMED_BY_ENGINE,),
+        ("Conv", "Add", "Activation?"),
+        blocked,
     )
-    # three inputs, or a fourth of another shape: no residual was added
+    # a conv without bias: Z is the third input (found by shape, not position)
+    no_bias = (inputs[0], inputs[1], shape)
+    assert node_members("c2_nchwc", "Conv", no_bias, shape)[0] == ("Conv", "Add", "Activation?")
+    assert node_members("/b/c/Conv", "FusedConv", no_bias, shape)[0] == (
+        "Conv",
+        "Add",
+        "Activation",
+    )
+    # an NCHWc conv named after the activation output it fused (dynamo's lower-case names too)
+    assert node_members("relu_2_nchwc", "Conv", inputs[:3], shape) == (("Conv", "Relu"), blocked)
+    assert node_members("/m/f.0/Clip_output_0_nchwc", "Conv", inputs[:3], shape)[0] == (
+        "Conv",
+        "Clip",
+    )
+    # three inputs with a bias, or a fourth of another shape: no residual was added
     assert node_members("/m/c/Conv_output_0_nchwc", "Conv", inputs[:3], shape)[0] == ()
     assert node_members("/m/c/Conv", "Conv", (*inputs[:3], (256,)), shape)[0] == ()
 

@@ -53,6 +53,11 @@ FIXTURES = {
     "trt_googlenet_fp16.profile.json": "tensorrt",
     "trt_googlenet_dla.profile.json": "tensorrt",
     "trt_alexnet_caffe.profile.json": "tensorrt",
+    "ort_fused_extended.json": "onnxruntime",
+    "ort_fused_all.json": "onnxruntime",
+    "sas_fc_relu_fused.csv": "sas",
+    "sas_zero_time.csv": "sas",
+    "sas_cut_mid_number.csv": "sas",
 }
 # Files of a known format that hold no layer to compare: reading them is bad input.
 UNREADABLE = {"torch_profiler_no_annotations.trace.json": "torch-profiler"}

@@ -31,6 +31,7 @@ from opbench.results.model import (
     LayerResult,
     RunResult,
     Status,
+    crashed_results,
 )
 
 
@@ -364,9 +365,42 @@ def test_correctness_passed_is_written_for_scripts(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     write_run(run, path)
     raw = json.loads(path.read_text())["layers"]
-    assert [r["status"] for r in raw] == ["ok", "ok", "ok"]
+    # issue 40: a script reading `status` alone never takes a wrong result for a good one
+    assert [r["status"] for r in raw] == ["ok", "wrong", "wrong"]
     assert [r["correctness"]["passed"] for r in raw] == [True, False, False]
     assert run_to_dict(run)["layers"][1]["correctness"]["passed"] is False
     back = read_run(path)  # `passed` is derived, never trusted from the file
     assert [r.correct for r in back.layers] == [True, False, False]
     assert [r.outcome for r in back.layers] == ["ok", "wrong", "wrong"]
+
+
+def test_an_older_run_json_with_ok_and_a_failed_check_reads_as_wrong(tmp_path: Path) -> None:
+    """Files written before "wrong" existed said "ok" for a result that failed its check."""
+    bad = Correctness(rel_l2=0.3, max_abs=1.0, nonfinite=0, tolerance=1e-4)
+    path = tmp_path / "run.json"
+    write_run(make_run(layers=(replace(make_run().layers[0], correctness=bad),)), path)
+    data = json.loads(path.read_text())
+    data["layers"][0]["status"] = "ok"  # as an older opbench wrote it
+    path.write_text(json.dumps(data))
+    (result,) = read_run(path).layers
+    assert result.status == Status.WRONG and result.ran and not result.correct
+    assert crashed_results(read_run(path)) == [result]
+
+
+def test_a_whole_model_run_whose_outputs_are_wrong_is_stored_and_printed_as_wrong(tmp_path):
+    from rich.console import Console
+
+    from opbench.report.run_table import end_to_end_table
+
+    bad = Correctness(rel_l2=0.2, max_abs=1.0, nonfinite=0, tolerance=1e-4)
+    e2e = EndToEnd("m", "triton", Status.OK, samples_ms=((1.1, 1.2, 1.0),), correctness=bad)
+    assert e2e.status == Status.WRONG and e2e.ran and not e2e.correct
+    path = tmp_path / "run.json"
+    write_run(make_run(end_to_end=(e2e,)), path)
+    assert json.loads(path.read_text())["end_to_end"][0]["status"] == "wrong"
+    (back,) = read_run(path).end_to_end
+    assert back.status == Status.WRONG
+    console = Console(width=200, record=True)
+    console.print(end_to_end_table(read_run(path)))
+    row = next(line for line in console.export_text().splitlines() if "triton" in line)
+    assert "wrong" in row and " ok" not in row
