@@ -30,7 +30,7 @@ ID_BYTES = 8  # int64 ids
 
 class Embedding(Op):
     name = "embedding"
-    summary = "rows of a [num_embeddings, embedding_dim] table gathered by int64 ids"
+    summary = "rows of a num_embeddings x embedding_dim table gathered by int64 ids"
     engine_names = "gather embedding aten::embedding aten::index_select"
     torch_calls = ("torch.nn.functional.embedding",)
     reference_written_out = True

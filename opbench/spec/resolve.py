@@ -274,7 +274,20 @@ def _input_data(model: ModelModel) -> tuple[tuple[str, InputData], ...]:
 def _integer_problems(model: ModelSpec, index: int, locate: Locator) -> list[InputError]:
     """An integer input read where an op wants floats, or floats where it wants ids."""
     problems = []
+    for name, drawn in model.input_data:
+        readers = [layer for layer in model.layers if name in layer.inputs]
+        if (
+            drawn.high is None
+            and not drawn.padding_mask
+            and readers
+            and all(OPS[layer.op].id_high(layer.params) is None for layer in readers)
+        ):
+            problems.append(InputError(
+                f"model input {name!r}: int64 ids need `high` (no layer reading them says how "
+                "many ids there are)", locate(("models", index, "inputs", name), name)))  # fmt: skip
     for i, layer in enumerate(model.layers):
+        if not OPS[layer.op].runs:
+            continue  # a placeholder computes nothing: it stands for any node, ids or not
         wants = OPS[layer.op].integer_inputs(layer.params)
         for position, value in enumerate(layer.inputs):
             integer = model.data_of(value) is not None

@@ -70,6 +70,13 @@ def test_explicit_high_bounds_the_ids() -> None:
             "embedding 'e' reads 'attn' (floats) where it takes integers",
         ),
         (("dtype: int64, padding_mask", "padding_mask"), "padding_mask need dtype: int64"),
+        (
+            (
+                "{name: tok, op: embedding, num_embeddings: 13, embedding_dim: 8, inputs: [ids]}",
+                "{name: tok, op: placeholder, stands_for: Gather, shape: [9, 8], inputs: [ids]}",
+            ),
+            "model input 'ids': int64 ids need `high`",
+        ),
     ],
 )
 def test_integers_where_floats_go_and_back_are_refused(change, message) -> None:
