@@ -9,9 +9,10 @@ channels_last for them), no graph breaks.
 
 Each layer's op is traced into the graph with its own `Op.forward` (the torch baseline of the
 per-layer rows), its parameters (plain Python values) baked in as constants:
-`F.conv2d(x, self.stem_conv.weight, None, (2, 2), (3, 3), ...)`. An op whose forward branches
-on a tensor's shape or dtype cannot be traced symbolically; it becomes a call of a small leaf
-module (`LayerCall`) that runs the same forward, which Dynamo inlines.
+`F.conv2d(x, self.stem_conv.weight, None, (2, 2), (3, 3), ...)`. Shapes are static
+(backends/shape_trace.py): a forward that reads a tensor's shape or rank traces with the real
+sizes. An op whose forward still cannot be traced becomes a call of a small leaf module
+(`LayerCall`) that runs the same forward, which Dynamo inlines.
 
 Where the suite changes dtype between a producer and its reader, the reader casts (`.to`), as
 the per-layer forward does.
@@ -41,16 +42,17 @@ def model_module(model: ModelSpec, weights_of: Callable[[int], Weights]) -> Any:
     import torch
     from torch import fx, nn
 
+    from opbench.backends.shape_trace import ShapeTracer
+
     graph = model.graph
     root = nn.Module()
     fx_graph = fx.Graph()
-    tracer = fx.proxy.GraphAppendingTracer(fx_graph)
-    values: dict[str, Any] = {}  # value name -> (fx.Proxy, its dtype name)
+    tracer = ShapeTracer(fx_graph)
+    values: dict[str, Any] = {}  # value name -> (ShapedProxy, its dtype name)
     for name in module_inputs(model):
-        values[name] = (
-            fx.Proxy(fx_graph.placeholder(_attr(name)), tracer),
-            _first_reader(model, name),
-        )
+        dtype = _first_reader(model, name)
+        like = torch.empty(model.graph.inputs[name], dtype=torch_dtype(dtype), device="meta")
+        values[name] = (tracer.value(fx_graph.placeholder(_attr(name)), like), dtype)
     for i, layer in enumerate(model.layers):
         attr = _attr(layer.name)
         while hasattr(root, attr):  # a layer named like a Module method (`half`, `eval`)
@@ -67,8 +69,12 @@ def model_module(model: ModelSpec, weights_of: Callable[[int], Weights]) -> Any:
             xs.append(proxy)
         out = _traced(fx_graph, tracer, layer, attr, holder, xs)
         if out is None:
-            root.add_module(attr, _layer_call_class()(layer, holder))
-            out = fx.Proxy(fx_graph.call_module(attr, tuple(p.node for p in xs)), tracer)
+            leaf = _layer_call_class()(layer, holder)
+            root.add_module(attr, leaf)
+            node = fx_graph.call_module(attr, tuple(p.node for p in xs))
+            # Its output's shape from the spec, so that its readers still trace.
+            like = torch.empty(layer.output_shape, dtype=torch_dtype(layer.dtype), device="meta")
+            out = tracer.value(node, like)
         values[layer.name] = (out, layer.dtype)
     fx_graph.output(tuple(values[graph.names[i]][0].node for i in graph.outputs))
     module = fx.GraphModule(root, fx_graph, class_name=_attr(model.name).title() + "Module")
@@ -91,13 +97,11 @@ def _traced(fx_graph, tracer, layer: LayerSpec, attr: str, holder, xs: Sequence)
     """The layer's forward traced into fx_graph on proxies (its weights read as attributes of
     the module), or None where the forward cannot be traced symbolically (nodes it appended
     are removed again)."""
-    from torch import fx
-
     op = get_op(layer.op)
     before = list(fx_graph.nodes)
     weights = {
-        key: fx.Proxy(fx_graph.get_attr(f"{attr}.{key}"), tracer)
-        for key, _ in holder.named_parameters(recurse=False)
+        key: tracer.value(fx_graph.get_attr(f"{attr}.{key}"), tensor)
+        for key, tensor in holder.named_parameters(recurse=False)
     }
     try:
         return op.forward(xs[0] if op.arity == 1 else tuple(xs), weights, layer)

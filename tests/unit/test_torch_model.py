@@ -63,7 +63,28 @@ def test_weights_are_parameters_and_the_forward_is_straight_line_code() -> None:
     assert not any(p.requires_grad for p in names.values())
     code = module.code
     assert "torch.conv2d(" in code and "self.conv1.weight" in code and "for " not in code
-    assert leaf_layers(module) == ("to_nhwc",), "x.dim() cannot be traced: a leaf module"
+    assert ".permute((0, 2, 3, 1))" in code, "x.dim() read from the static shape while tracing"
+    assert leaf_layers(module) == ()
+
+
+def test_a_forward_that_cannot_be_traced_runs_as_a_leaf_module(monkeypatch) -> None:
+    """A branch on a tensor's values cannot be traced: that layer runs its forward as a leaf
+    module, and the layers after it still trace (its output's shape is known)."""
+    suite = load_suite(ROOT / "suites/quickstart.yaml")
+    model = suite.model("cnn")
+    data = ModelData(suite, model, "cpu")
+    relu = type(get_op("relu"))
+    plain = relu.forward
+
+    def data_dependent(self, x, weights, layer):
+        return plain(self, x, weights, layer) if x.sum() > -1e30 else x
+
+    monkeypatch.setattr(relu, "forward", data_dependent)
+    module = model_module(model, data.weights)
+    assert leaf_layers(module) == ("relu1",)
+    assert ".permute((0, 2, 3, 1))" in module.code
+    (out,) = module(data.model_inputs()["input"])
+    torch.testing.assert_close(out, layer_by_layer(model, data)["gelu"], rtol=0, atol=0)
 
 
 def test_a_layer_named_like_a_module_method_gets_an_attribute_of_its_own() -> None:
