@@ -18,6 +18,8 @@ dispatcher), which is what an eager forward at batch 1 on a GPU costs. (The meta
 compute nothing at all, but its Python shape functions cost more than the ops' CPU kernels.)
 
     PYTHONPATH=. python3 bench/host_cost.py               # ~1 minute
+    PYTHONPATH=. python3 bench/host_cost.py --device cuda # the issuing thread's time on a GPU
+                                                          # host, and ResNet-50 b1 fp16 too
 """
 
 from __future__ import annotations
@@ -146,26 +148,30 @@ USER = {"mlp": QuickMLP, "cnn": QuickCNN, "attn": QuickAttn}
 def user_module(model, data):
     """The hand-written module with the suite's weights, float32 CPU."""
     if model.base_name == "resnet50":
-        module = UserResNet(resnet_blocks(model), 4, 10)
+        width = model.layers[0].params["out_channels"]
+        classes = model.layers[-1].params["out_features"]
+        module = UserResNet(resnet_blocks(model), width, classes)
         return load_suite_weights(module, model, data, resnet_names(model))
     module = USER[model.base_name]()
     names = {layer.name: layer.name for layer in model.layers if hasattr(module, layer.name)}
     return load_suite_weights(module, model, data, names)
 
 
-def forwards(suite, model) -> dict:
-    """name -> a zero-argument call, on the CPU, their outputs checked equal."""
-    device = "cpu"
+def forwards(suite, model, device: str) -> dict:
+    """name -> a zero-argument call on `device`, their outputs checked equal."""
     data = ModelData(suite, model, device)
     torch_backend = get_backend("torch")
     built = {(i,): torch_backend.build([layer], [data.weights(i)], device)
              for i, layer in enumerate(model.layers)}  # fmt: skip
     steps = eager_forward(model, built, data).call
     module = module_forward(model, data, device).call
-    user = user_module(model, data)
     x = data.model_inputs()["input"]
+    user = user_module(model, data).to(device)
+    if model.base_name == "resnet50":
+        user = user.to(x.dtype)  # the quickstart modules carry their layers' own dtypes
+    tolerance = 1e-4 if device == "cpu" else 2e-2  # TF32 and fp16 kernels differ on a GPU
     with torch.no_grad():
-        torch.testing.assert_close(user(x)[-1], module()[-1], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(user(x)[-1], module()[-1], rtol=tolerance, atol=tolerance)
 
     def user_call():
         with torch.no_grad():
@@ -174,13 +180,18 @@ def forwards(suite, model) -> dict:
     return {"suite steps": steps, "suite module": module, "user module": user_call}
 
 
-def host_us(calls: dict, per_round: int, rounds: int) -> dict[str, float]:
+def host_us(calls: dict, per_round: int, rounds: int, device: str) -> dict[str, float]:
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()  # outside the timed loop: the issue alone is timed
+
     for call in calls.values():
         for _ in range(5):
             call()
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(rounds):
         for name, call in calls.items():
+            sync()
             start = time.thread_time()
             for _ in range(per_round):
                 call()
@@ -192,16 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--device", default="cpu", help="cuda: also ResNet-50 b1 fp16 itself")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # host cost is one thread's; no OpenMP spinning on a loaded machine
     quick = load_suite(ROOT / "suites/quickstart.yaml")
     cases = [(quick, m) for m in quick.models]
     narrow = narrow_resnet50()
     cases += [(narrow, m) for m in narrow.models]
+    if args.device.startswith("cuda"):
+        cnn = load_suite(ROOT / "suites/cnn.yaml")
+        cases.append((cnn, cnn.model("resnet50[batch=1]")))
     print("| model | suite steps µs | suite module µs | user module µs | module / user |")
     print("|---|---|---|---|---|")
     for suite, model in cases:
-        us = host_us(forwards(suite, model), args.calls, args.rounds)
+        us = host_us(forwards(suite, model, args.device), args.calls, args.rounds, args.device)
         ratio = us["suite module"] / us["user module"]
         print(f"| {model.name} | {us['suite steps']:.1f} | {us['suite module']:.1f} | "
               f"{us['user module']:.1f} | {ratio:.2f} |", flush=True)  # fmt: skip
