@@ -27,7 +27,7 @@ import importlib.util
 import json
 import os
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -127,18 +127,18 @@ def library_rows(model, data, options, compile_: bool) -> list[dict]:
     check = _check(model, data, out)
     diff = float((out.float() - suite_out.float()).abs().max())
     base.update(correct=not check.failures, max_abs_vs_suite_torch=diff,
-                message="; ".join(check.failures) or None)  # fmt: skip
+                message="; ".join(check.failures) or None, correctness=asdict(check))  # fmt: skip
     timing = replace(timing_for(model.layers[0], options, False), cuda_graph=False)
 
     def eager() -> Any:
         with torch.no_grad():
             return peer.call(module, x)
 
-    rows = [dict(base, mode="eager", ms=_median(eager, timing, device, hold=False))]
+    rows = [dict(base, mode="eager", **_timed(eager, timing, device, hold=False))]
     if not device.startswith("cuda"):
         return rows
-    rows.append(dict(base, mode="cuda_graph",
-                     ms=_median(eager, replace(timing, cuda_graph=True), device)))  # fmt: skip
+    graph = _timed(eager, replace(timing, cuda_graph=True), device)
+    rows.append(dict(base, mode="cuda_graph", **graph))
     if compile_:
         compiled = torch.compile(module, mode="reduce-overhead", dynamic=False)
 
@@ -148,7 +148,7 @@ def library_rows(model, data, options, compile_: bool) -> list[dict]:
                 return peer.call(compiled, x)
 
         step()  # compile and capture before timing
-        rows.append(dict(base, mode="compile", ms=_median(step, timing, device)))
+        rows.append(dict(base, mode="compile", **_timed(step, timing, device)))
     return rows
 
 
@@ -162,10 +162,43 @@ def _check(model, data, out):
     return combine([("out", compare_outputs(out, refs[index], tolerance, kind, loose))])
 
 
-def _median(fn, timing, device: str, hold: bool = True) -> float:
+def _timed(fn, timing, device: str, hold: bool = True) -> dict:
+    """The median (ms), every sample by round, and the timer's name."""
     measurement = time_callable(fn, timing, device, hold=hold)
     samples = sorted(t for r in measurement.rounds for t in r)
-    return samples[len(samples) // 2]
+    rounds = [list(r) for r in measurement.rounds]
+    return dict(ms=samples[len(samples) // 2], samples_ms=rounds, timer=measurement.timer)
+
+
+def add_to_run(path: Path, records: list[dict]) -> None:
+    """The library rows as end-to-end rows of a run.json of the same suites (backend
+    `library:<library>`, `library:<library>-compile` for the compiled module, in the
+    cuda_graph mode as torch-compile's graph row is), so that the run's end-to-end table
+    divides by the best peer; the table is printed."""
+    from rich.console import Console
+
+    from opbench.report.run_table import end_to_end_table
+    from opbench.results.io import read_run, write_run
+    from opbench.results.model import Correctness, EndToEnd
+
+    run = read_run(path)
+    known = {e.model for e in run.end_to_end}
+    added = []
+    for r in records:
+        if r["source"] != "library" or r["network"] not in known or not r.get("samples_ms"):
+            continue
+        library = "library:" + r["backend"].split()[0]
+        corr = {k: tuple(v) if isinstance(v, list) else v for k, v in r["correctness"].items()}
+        added.append(EndToEnd(
+            r["network"], library + ("-compile" if r["mode"] == "compile" else ""), "ok",
+            tuple(tuple(x) for x in r["samples_ms"]), r["timer"],
+            mode="eager" if r["mode"] == "eager" else "cuda_graph",
+            message=r.get("note") or None, correctness=Correctness(**corr),
+        ))  # fmt: skip
+    run = replace(run, end_to_end=run.end_to_end + tuple(added))
+    write_run(run, path)
+    print(f"{len(added)} library rows added to {path}")
+    Console(width=250).print(end_to_end_table(run))
 
 
 def figure(rows: list[dict], source: str, mode: str, backend: str | None = None) -> float | None:
@@ -209,6 +242,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="no library compile row")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--run", type=Path, default=None,
+                        help="add the library rows to this run.json (opbench run of the same "
+                        "suites) and print its end-to-end table with × best peer")  # fmt: skip
     args = parser.parse_args(argv)
     device = "cpu" if args.tiny else default_device()
     prepare_device(device)
@@ -232,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         rows = suite_rows(model, data, backends, options)
         rows += library_rows(model, data, options, compile_=not args.no_compile)
         for row in rows:
-            row["network"] = name
-            print(json.dumps(row), flush=True)
+            row["network"] = model.name
+            brief = {k: v for k, v in row.items() if k not in ("samples_ms", "correctness")}
+            print(json.dumps(brief), flush=True)
         records += rows
         lines.append(table(name, rows))
         del data
@@ -247,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(records, indent=1))
+    if args.run:
+        add_to_run(args.run, records)
     return 0
 
 

@@ -96,3 +96,21 @@ def test_the_speed_up_divides_by_the_fastest_torch_peer_and_names_it() -> None:
     line = library_peers.table("resnet50", rows)
     assert line[-1] == "1.07× (library compile)"
     assert line[1:8] == ["1.0000", "0.9000", "0.6800", "0.4400", "0.9500", "0.9200", "0.4700"]
+
+
+def test_library_rows_join_a_run_and_its_table_divides_by_the_best_peer(
+    tiny_rows, tmp_path, capsys
+) -> None:
+    """--run: the library's rows become end-to-end rows (`library:torchvision`) of a run of
+    the same models, which the run's table then counts among the peers."""
+    from opbench.results.io import read_run, write_run
+    from opbench.results.model import Correctness, EndToEnd, RunResult
+
+    passed = Correctness(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
+    triton = EndToEnd("resnet50", "triton", "ok", ((1e9,),), "fake", correctness=passed)
+    path = tmp_path / "run.json"
+    write_run(RunResult("tiny", "2026-11-28T00:00:00Z", "cpu", end_to_end=(triton,)), path)
+    library_peers.add_to_run(path, tiny_rows)
+    rows = {e.backend: e for e in read_run(path).end_to_end}
+    assert rows["library:torchvision"].correct and rows["library:torchvision"].mode == "eager"
+    assert "× (library:torchvision)" in capsys.readouterr().out
