@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opbench.compare.model import QUANT_PEERS, QuantPeer
+from opbench.compare.rows import is_torch_peer
 from opbench.report.columns import Column, FittedTable
 from opbench.report.style import MARKS, short_backend
 from opbench.results.model import EndToEnd, LayerResult, Outcome, RunResult, Status
@@ -174,17 +175,6 @@ def run_table(run: RunResult, full: bool = False) -> FittedTable:
 def _e2e_time(e2e: EndToEnd) -> float | None:
     stats = e2e.stats
     return stats.median if stats and e2e.status == Status.OK else None
-
-
-#: Library peers' rows (bench/library_peers.py --run) carry backends "library:<name>".
-LIBRARY = "library:"
-TORCH_PEERS = ("torch", "torch-compile", "torch-compile-max-autotune")
-
-
-def is_torch_peer(backend: str) -> bool:
-    """A PyTorch peer: the suite's torch backends, or a library's own module (torchvision,
-    transformers) timed beside them."""
-    return backend in TORCH_PEERS or backend.startswith(LIBRARY)
 
 
 def best_peer(run: RunResult, model: str, mode: str) -> tuple[str, float] | None:

@@ -50,3 +50,14 @@ def test_the_table_divides_by_the_best_peer_and_says_which() -> None:
     assert "1.07× (library:torchvision-compile)" in graph and "2.04×" in graph  # × torch too
     (peer,) = [line for line in lines if "torch-compile " in line]
     assert "×  (" not in peer and "× (" not in peer, "a peer has no speed-up over the peers"
+
+
+def test_the_comparison_carries_the_best_peer_of_each_mode() -> None:
+    from opbench.compare.summary import end_to_end_timings
+
+    rows = {(t.backend, t.mode): t for t in end_to_end_timings(RUN, "resnet50[batch=1]")}
+    graph = rows[("triton", "cuda_graph")]
+    assert graph.best_peer == "library:torchvision-compile"
+    assert abs(graph.vs_best_peer - 0.472 / 0.442) < 1e-9
+    assert rows[("triton", "eager")].best_peer == "torch"
+    assert rows[("torch-compile", "cuda_graph")].best_peer is None, "peers are not divided"
