@@ -127,6 +127,12 @@ def mobilenet_v2_peer(model, data) -> Peer:
 
 
 def _transformers() -> Any:
+    # transformers imports torchvision where it is installed: a torchvision whose C extension
+    # does not load would fail it, so its models are imported alone first (see above).
+    try:
+        torchvision_models()
+    except Missing:
+        pass
     try:
         import transformers
     except Exception as exc:  # noqa: BLE001 - not installed, or broken: the row says which
@@ -182,6 +188,8 @@ def llama_peer(model, data) -> Peer:
             shape = (*x.shape[:2], hidden // heads)
             rope[key] = (torch.ones(shape, dtype=x.dtype, device=x.device),
                          torch.zeros(shape, dtype=x.dtype, device=x.device))  # fmt: skip
+            for tensor in rope[key]:  # fixed across calls, like a model's rotary cache
+                torch._dynamo.mark_static_address(tensor)
         return m(x, position_embeddings=rope[key])
 
     note = "rotary embedding by 0 (cos 1, sin 0): the suite's block has none"
