@@ -264,33 +264,70 @@ def llama_mlp(source: str, quant: str | None = None, hidden: int = 4096,
     ]  # fmt: skip
 
 
-def llama_prefill_block(hidden: int = 4096, heads: int = 32, ffn: int = 11008,
-                        quant: str | None = None) -> list[Layer]:  # fmt: skip
-    """`quant` on the four projections and the three MLP linears (W8A8: int8 or fp8); the
-    norms, attention, SwiGLU's product and the residual adds stay in the model's dtype."""
+def llama_attention(source: str, hidden: int, heads: int, kv_heads: int, theta: float,
+                    quant: str | None, *, rope: bool = True, kv_len: int | None = None,
+                    ) -> list[Layer]:  # fmt: skip
+    """Pre-norm attention: RMSNorm, the q | k | v projection (packed: heads + 2 kv_heads heads),
+    RoPE on q and k (`rope`), causal attention, o_proj and the residual add. `kv_len`: a
+    decode step, the new token's k and v appended to a KV cache of kv_len slots (its position
+    kv_len - 1) and the query attending over it."""
     q = {"quant": quant} if quant else {}
+    head_dim = hidden // heads
+    gqa = {"kv_heads": kv_heads} if kv_heads != heads else {}
+    attn: Layer = {"name": "attn", "op": "attention", "heads": heads, **gqa, "causal": True,
+                   "packed_qkv": True}  # fmt: skip
+    if kv_len is not None:
+        attn.update(kv_len=kv_len, append=True)
+    rotary = [{"name": "rope", "op": "rope", "layout": "packed", "heads": heads, **gqa,
+               "theta": theta, **({"offset": kv_len - 1} if kv_len else {})}]  # fmt: skip
     return [
-        {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6},
-        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False, **q},
-        {"name": "attn", "op": "attention", "heads": heads, "causal": True, "packed_qkv": True},
+        {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6,
+         **({"inputs": [source]} if source != "input" else {})},
+        {"name": "qkv", "op": "linear", "out_features": (heads + 2 * kv_heads) * head_dim,
+         "bias": False, **q},
+        *(rotary if rope else []),
+        attn,
         {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False, **q},
-        {"name": "attn_res", "op": "add", "inputs": ["o_proj", "input"]},
+        {"name": "attn_res", "op": "add", "inputs": ["o_proj", source]},
+    ]  # fmt: skip
+
+
+def llama_prefill_block(hidden: int = 4096, heads: int = 32, ffn: int = 11008,
+                        quant: str | None = None, *, kv_heads: int | None = None,
+                        theta: float = 10000.0, rope: bool = True) -> list[Layer]:  # fmt: skip
+    """`quant` on the four projections and the three MLP linears (W8A8: int8 or fp8); the
+    norms, rope, attention, SwiGLU's product and the residual adds stay in the model's dtype.
+    kv_heads: grouped-query attention (LLaMA-3: 8 of 32)."""
+    return [
+        *llama_attention("input", hidden, heads, kv_heads or heads, theta, quant, rope=rope),
         *llama_mlp("attn_res", quant, hidden=hidden, ffn=ffn),
     ]
 
 
 def llama_suite() -> str:
     header = """
-One LLaMA-7B decoder block at prefill: 2048 tokens, hidden 4096, 32 heads, SwiGLU MLP 11008,
-no biases, pre-norm with both residual adds (the rotary embedding is left out: no op for it
-yet), fp16. `fuse: true` lets the triton backend run gate and up as one SwiGLU GEMM and add
-each residual in the epilogue of the projection before it.
+Decoder blocks at prefill, 2048 tokens, pre-norm with both residual adds, no biases, RoPE
+(Hugging Face's rotate-half form) on the packed q | k | v before causal attention:
+- llama7b_prefill: LLaMA-7B, hidden 4096, 32 heads, SwiGLU MLP 11008, theta 10000, fp16;
+- llama3_8b_prefill: the LLaMA-3-8B shape, hidden 4096, grouped-query attention with 32 query
+  and 8 key/value heads (qkv 6144 wide), SwiGLU MLP 14336, theta 500000, bf16.
+`fuse: true` lets the triton backend add each residual in the epilogue of the projection
+before it (and take gate and up as one SwiGLU GEMM where the rows are few).
 """
-    model = model_text("llama7b_prefill", {"batch": 1, "input": [2048, 4096], "fuse": True},
-                       llama_prefill_block())  # fmt: skip
-    return suite_text(header, "llama", "LLaMA-7B decoder block at prefill (2048 tokens) with residuals and SwiGLU, fp16",
+    models = [
+        model_text("llama7b_prefill", {"batch": 1, "input": [2048, 4096], "fuse": True},
+                   llama_prefill_block()),
+        model_text("llama3_8b_prefill", {"batch": 1, "input": [2048, 4096], "fuse": True,
+                                         "dtype": "bfloat16"}, llama3_8b_prefill_block()),
+    ]  # fmt: skip
+    return suite_text(header, "llama", "LLaMA-7B (fp16) and LLaMA-3-8B-shape (GQA 32/8, bf16) decoder blocks at prefill (2048 tokens) with RoPE, residuals and SwiGLU",
                       {"dtype": "float16", "backends": ["torch", "torch-compile", "triton"]},
-                      [model])  # fmt: skip
+                      models)  # fmt: skip
+
+
+def llama3_8b_prefill_block(hidden: int = 4096, heads: int = 32, kv_heads: int = 8,
+                            ffn: int = 14336) -> list[Layer]:  # fmt: skip
+    return llama_prefill_block(hidden, heads, ffn, kv_heads=kv_heads, theta=500000.0)
 
 
 #: PyTorch's own W8A8 GEMM for each quantization: the peer a user would pick for those linears.
@@ -335,26 +372,28 @@ def llama_quant_models(tokens: int = 2048, hidden: int = 4096, heads: int = 32,
                        ffn: int = 11008) -> list[str]:  # fmt: skip
     """llama_quant.yaml's three models; the tests build them small."""
     fields = {"batch": 1, "input": [tokens, hidden], "fuse": True}
-    fp8 = with_quant_peer(llama_prefill_block(hidden, heads, ffn, "fp8"), "fp8")
+    # Without RoPE: the quantized linears are what this suite compares (llama.yaml has it).
+    fp8 = with_quant_peer(llama_prefill_block(hidden, heads, ffn, "fp8", rope=False), "fp8")
     return [
         model_text("llama7b_prefill_fp8", fields, fp8),
         model_text("llama7b_prefill_fp8_linears", {**fields, "fuse": False}, fp8,
                    "fuse: false: each fp8 linear alone, its quantize pass included, as torch-fp8's"),
         model_text("llama7b_prefill_int8", fields,
-                   with_quant_peer(llama_prefill_block(hidden, heads, ffn, "int8"), "int8")),
+                   with_quant_peer(llama_prefill_block(hidden, heads, ffn, "int8", rope=False),
+                                   "int8")),
     ]  # fmt: skip
 
 
-def llama_decode_block(quant: str | None, hidden: int = 4096, ffn: int = 11008) -> list[Layer]:
-    q = {"quant": quant} if quant else {}
+def llama_decode_block(quant: str | None, hidden: int = 4096, ffn: int = 14336, *,
+                       heads: int = 32, kv_heads: int = 8, kv_len: int = 4096,
+                       theta: float = 500000.0) -> list[Layer]:  # fmt: skip
+    """One decode step of a LLaMA-3-8B-shape block (GQA 32/8): the new token's q | k | v,
+    RoPE at position kv_len - 1, its k and v appended to the layer's KV cache, attention over
+    the kv_len slots, o_proj, residual, SwiGLU MLP, residual."""
     layers = [
-        {"name": "attn_norm", "op": "rmsnorm", "eps": 1e-6, "inputs": ["x"]},
-        {"name": "qkv", "op": "linear", "out_features": 3 * hidden, "bias": False, **q},
-        {"name": "o_proj", "op": "linear", "out_features": hidden, "bias": False, **q,
-         "inputs": ["attn"]},
-        {"name": "attn_res", "op": "add", "inputs": ["o_proj", "x"]},
+        *llama_attention("x", hidden, heads, kv_heads, theta, quant, kv_len=kv_len),
         *llama_mlp("attn_res", quant, hidden, ffn),
-    ]  # fmt: skip
+    ]
     for layer in layers:
         if quant and layer["op"] == "linear":  # PyTorch's own int8 as a peer of these GEMMs
             layer["backends"] = ["torch", "torch-compile", "torch-int8", "triton"]
@@ -363,21 +402,30 @@ def llama_decode_block(quant: str | None, hidden: int = 4096, ffn: int = 11008) 
 
 def decode_suite() -> str:
     header = """
-One decode step through a LLaMA-7B block (hidden 4096, SwiGLU MLP 11008, no biases, pre-norm
-with both residual adds) for M = 1, 8, 16, 32 and 64 tokens, where the GEMMs are bound by
-reading the weights. Attention over the KV cache is not modelled: `qkv`'s output (the new
-token's q, k and v; k and v go to the cache) is a model output, and `o_proj` reads the
-attention's output as a second model input, `attn`. fp16, bf16, and int8 W8A8 linears (fp16
+One decode step through a LLaMA-3-8B-shape block (hidden 4096, 32 query and 8 key/value
+heads of 128, SwiGLU MLP 14336, no biases, pre-norm with both residual adds) for 1 to 64
+sequences of one new token each: norm, the q | k | v projection, RoPE (theta 500000) at
+position kv_len - 1, the new k and v written into the layer's KV cache (state of kv_len
+slots per sequence, like weights; the step writes the same last slot every call, so it
+repeats exactly), grouped-query attention over the cache, o_proj, residual, norm, SwiGLU,
+residual. The GEMMs are bound by reading the weights, the attention by reading the cache.
+KV caches of 1024, 4096 and 8192 slots; fp16, bf16, and int8 W8A8 linears (fp16
 activations) against torch, torch.compile, PyTorch's own int8 (torch._int_mm, M > 16 only)
 and Triton.
 """
-    fields = {"batch": [1, 8, 16, 32, 64], "inputs": {"x": [4096], "attn": [4096]}, "fuse": True}
-    models = [
-        model_text("decode_fp16", fields, llama_decode_block(None)),
-        model_text("decode_bf16", {**fields, "dtype": "bfloat16"}, llama_decode_block(None)),
-        model_text("decode_int8", fields, llama_decode_block("int8")),
-    ]
-    return suite_text(header, "decode", "LLaMA-7B block with residuals and SwiGLU at decode sizes (M = 1..64), fp16, bf16 and int8 W8A8",
+    models = []
+    for kv_len, batches in ((1024, [1, 16, 64]), (4096, [1, 8, 16, 32, 64]),
+                            (8192, [1, 16, 64])):  # fmt: skip
+        fields = {"batch": batches, "inputs": {"x": [1, 4096]}, "fuse": True}
+        models.append(model_text(f"decode_fp16_kv{kv_len}", fields,
+                                 llama_decode_block(None, kv_len=kv_len)))  # fmt: skip
+    fields = {"batch": [1, 16, 64], "inputs": {"x": [1, 4096]}, "fuse": True}
+    models += [
+        model_text("decode_bf16_kv4096", {**fields, "dtype": "bfloat16"}, llama_decode_block(None)),
+        model_text("decode_int8_kv4096", {**fields, "batch": [1, 8, 16, 32, 64]},
+                   llama_decode_block("int8")),
+    ]  # fmt: skip
+    return suite_text(header, "decode", "LLaMA-3-8B-shape decode step (GQA 32/8, RoPE, KV-cache append and attention over 1k-8k slots) at 1..64 sequences, fp16, bf16 and int8 W8A8",
                       {"dtype": "float16", "backends": ["torch", "torch-compile", "triton"]},
                       models)  # fmt: skip
 

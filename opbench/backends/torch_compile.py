@@ -37,6 +37,7 @@ class TorchCompile(TorchEager):
     mode: str | None = None
     #: the mode of the whole-forward compile that is this backend's CUDA-graph figure
     graph_mode: str = "reduce-overhead"
+    time_conv_layout = False  # see TorchEager
 
     def unavailable_reason(self, device: str) -> str | None:
         try:
@@ -72,23 +73,27 @@ class TorchCompile(TorchEager):
         )
 
     def compile(self, fn: Callable, mode: str | None) -> Callable:
-        """torch.compile of fn (a code of its own, static shapes) in `mode`, grad mode off."""
+        """torch.compile of fn (a function: given a code of its own; an nn.Module: as it is,
+        its generated forward is its own code already), static shapes, in `mode`, grad mode
+        off."""
         import torch
 
         options = {"backend": self.compiler, "dynamic": False}
         if mode is not None:
             options["mode"] = mode
-        return torch.no_grad()(torch.compile(with_own_code(fn), **options))
+        target = fn if isinstance(fn, torch.nn.Module) else with_own_code(fn)
+        return torch.no_grad()(torch.compile(target, **options))
 
-    def compile_model(self, forward: Callable, inputs: Sequence) -> Callable:
-        """The whole model's forward compiled as a user compiles a model for CUDA graphs
+    def compile_model(self, module: Callable, inputs: Sequence) -> Callable:
+        """The whole model (an nn.Module whose weights are its parameters:
+        backends/torch_model.py) compiled as a user compiles a model for CUDA graphs
         (`graph_mode`): the end-to-end `cuda_graph` figure of this backend. The inputs are
-        marked static like the weights: every mode times the same fixed inputs."""
+        marked static like the parameters: every mode times the same fixed inputs."""
         import torch
 
         for tensor in inputs:
             torch._dynamo.mark_static_address(tensor)
-        return self.compile(forward, self.graph_mode)
+        return self.compile(module, self.graph_mode)
 
 
 class TorchCompileMaxAutotune(TorchCompile):

@@ -273,9 +273,40 @@ def _glu_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Layer
     return _by_name(layers, bind)
 
 
+def _rope_append(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """rope (packed q | k | v) → attention with the KV-cache append: the rope kernel writes
+    the rotated q to a buffer of its own and the rotated k and the v straight into the cache's
+    last slots (memory/rope.py APPEND), then the split-K kernel attends over the cache: one
+    launch fewer, and no packed rope output written and read back."""
+    from opbench.kernels.attention_decode import CacheAttention
+    from opbench.kernels.launch import BoundKernels
+    from opbench.kernels.memory.rope import bind_rope
+    from opbench.ops.registry import get_op
+
+    rope, attn = layers
+    p, a = rope.params, attn.params
+    _, d, rotated = get_op("rope").geometry(rope.input_shape, p)
+    caches = cast_weights(weights[1], attn.dtype)
+    over = CacheAttention(heads=a["heads"], kv_heads=a["kv_heads"] or a["heads"],
+                          causal=a["causal"], k_cache=caches["k_cache"],
+                          v_cache=caches["v_cache"])  # fmt: skip
+    source = rope.inputs[0]
+
+    def bind(v, out, _):
+        q = bind_rope(v[source], layout="packed", head_dim=d, rotated_heads=rotated // d,
+                      interleaved=p["style"] == "interleaved", theta=p["theta"],
+                      offset=p["offset"], caches=(caches["k_cache"], caches["v_cache"]))  # fmt: skip
+        step = over.bind(q.out, out)
+        return BoundKernels.of([*q.calls, *step.calls], step.out, [*q.choices, *step.choices],
+                               keep=[q.out, *q.keep, *step.keep])  # fmt: skip
+
+    return _by_name(layers, bind)
+
+
 FUSED_BUILDERS = {"norm_fp8": _norm_codes, "glu_fp8": _glu_codes, "norm_int8": _norm_codes,
                   "glu_int8": _glu_codes, "conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
-                  "linear_act": _linear_act, "add_norm": _add_norm}  # fmt: skip
+                  "linear_act": _linear_act, "add_norm": _add_norm,
+                  "rope_append": _rope_append}  # fmt: skip
 
 
 def build_fused(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> tuple[LayerKernel, str]:

@@ -42,6 +42,10 @@ these pieces become one kernel each (kernels named in brackets):
   output of the group. Tried last: when the add's operand comes from a projection, adding in
   that projection's epilogue moves fewer bytes (one write and one read of the sum, against
   the projection's write plus two reads).
+- **rope_append**: rope on packed q | k | v → the decode step's attention with the KV-cache
+  append (`append: true`): the rope kernel writes the rotated k and the v straight into the
+  cache's last slots and the q heads to a buffer of their own (memory/rope.py APPEND); the
+  split-K kernel then attends over the cache. One launch fewer, no packed output.
 
 Every step takes a layer only when it is the sole reader of the value before it, reads
 nothing else from inside the group, and has the group's dtype; an add only when both operands
@@ -256,6 +260,21 @@ class _Planner:
             return None  # the GEMM epilogue has GELU's erf form only
         return (i, act)
 
+    def rope_append(self, i: int) -> tuple[int, ...] | None:
+        """rope on packed q | k | v whose only reader is the decode step's attention with the
+        KV-cache append: the rope kernel writes k and v into the cache itself."""
+        rope = self.layers[i]
+        if rope.op != "rope" or rope.params["layout"] != "packed":
+            return None
+        attn = self.sole_reader(i)
+        if attn is None or self.op(attn) != "attention" or not self.same_kind(i, attn):
+            return None
+        a, p = self.layers[attn].params, rope.params
+        if not a["append"] or a["mask"] or (a["heads"], a["kv_heads"] or a["heads"]) != \
+                (p["heads"], p["kv_heads"] or p["heads"]):  # fmt: skip
+            return None
+        return (i, attn)
+
     def add_norm(self, i: int) -> tuple[int, ...] | None:
         if not self.full_add(i):
             return None
@@ -272,7 +291,7 @@ class _Planner:
         found: list[Fusion] = []
         passes = (("codes_input", self.codes_input), ("swiglu", self.swiglu), ("conv", self.conv),
                   ("linear_add", self.linear_add), ("linear_act", self.linear_act),
-                  ("add_norm", self.add_norm))  # fmt: skip
+                  ("add_norm", self.add_norm), ("rope_append", self.rope_append))  # fmt: skip
         for kind, pattern in passes:
             for i in self.graph.walk():
                 if i in self.taken:
@@ -318,6 +337,8 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
         return "linear_add" if ops[-1] == "add" else "linear_act"
     if ops[0] == "add" and ops[-1] in NORMS:
         return "add_norm"
+    if ops == ["rope", "attention"]:
+        return "rope_append"
     raise ValueError(f"no fused kernel for the group {' → '.join(ops)}")
 
 

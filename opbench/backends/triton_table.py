@@ -150,12 +150,20 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)
     heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
-    if p["separate_qkv"]:
+    if p["append"]:
+        from opbench.kernels.attention_qkv import CacheAppendAttention
+
+        step = CacheAppendAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
+                                    k_cache=w["k_cache"], v_cache=w["v_cache"])  # fmt: skip
+        return LayerKernel(step.bind, takes_out=True)
+    if p["separate_qkv"] or p["layout"] == "bhsd":
         from opbench.kernels.attention_qkv import SeparateAttention
 
         qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
-                                quant=p["quant"])  # fmt: skip
+                                quant=p["quant"], bhsd=p["layout"] == "bhsd")  # fmt: skip
         return LayerKernel(qkv.bind)
+    if p["mask"]:
+        raise Unsupported("a key mask goes with three inputs (separate_qkv or layout bhsd)")
     if p["kv_len"] is not None or kv_heads != heads:
         if p["quant"] != "none":
             raise Unsupported(f"attention quant {p['quant']!r} covers self-attention with "
@@ -306,6 +314,28 @@ def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     return LayerKernel(lambda x, out=None: bind_batchnorm2d(x, scale, shift, out), takes_out=True)
 
 
+def _embedding(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    from opbench.kernels.memory.embedding import bind_embedding
+
+    p = layer.params
+    return LayerKernel(lambda ids, out=None: bind_embedding(
+        ids, w["weight"], out, positions=p["positions"], offset=p["offset"]), takes_out=True)  # fmt: skip
+
+
+def _rope(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
+    """The rotation in the layer's layout; the angles are computed in the kernel (the
+    layer's cos/sin state, the torch baseline's tables, is not read)."""
+    from opbench.kernels.memory.rope import bind_rope
+    from opbench.ops.registry import get_op
+
+    p = layer.params
+    _, d, rotated = get_op("rope").geometry(layer.input_shape, p)
+    kw = dict(layout=p["layout"], head_dim=d, interleaved=p["style"] == "interleaved",
+              theta=p["theta"], offset=p["offset"],
+              rotated_heads=rotated // d if p["layout"] != "bhsd" else None)  # fmt: skip
+    return LayerKernel(lambda x, out=None: bind_rope(x, out, **kw), takes_out=True)
+
+
 def _flatten(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
     start = layer.params["start_dim"]
     # Contiguous input: flattening re-labels the same memory, no bytes move and no kernel runs.
@@ -335,6 +365,8 @@ BUILDERS: dict[str, Builder] = {
     "reshape": _reshape,
     "slice": _piece,
     "split": _piece,
+    "embedding": _embedding,
+    "rope": _rope,
 }
 
 # Ops that run no kernel (a view of their input); slice and split are views only for some

@@ -47,7 +47,7 @@ def load_run_suite(suite_path: Path, batch: int | None, dtype: str | None, backe
     from opbench.cli.export import require_onnx
 
     require_onnx("onnx", "onnxscript", "onnxruntime")
-    from opbench.export.onnx_import.as_suite import onnx_suite
+    from opbench.importers.onnx.as_suite import onnx_suite
     from opbench.pipeline.file_data import file_model_data
     from opbench.spec.model import DTYPES
 

@@ -3,7 +3,7 @@
 opbench suite from-onnx resnet50.onnx --out suites/resnet50.yaml
 opbench validate suites/resnet50.yaml && opbench run suites/resnet50.yaml
 
-The import itself lives in opbench/export/onnx_import/ (docs/onnx.md); this renders it.
+The import itself lives in opbench/importers/onnx/ (docs/onnx.md); this renders it.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def from_onnx_command(
 ) -> None:
     """A suite of the model's graph: one layer per op (patterns folded), joins named by inputs."""
     require_onnx("onnx", "onnxscript")
-    from opbench.export.onnx_import import import_onnx
-    from opbench.export.onnx_import.suite_yaml import portable_name, suite_text, write_suite
+    from opbench.importers.onnx import import_onnx
+    from opbench.importers.onnx.suite_yaml import portable_name, suite_text, write_suite
     from opbench.spec.model import DTYPES
 
     if dtype not in DTYPES:

@@ -171,6 +171,8 @@ class EndToEndTiming:
 
     vs_torch: torch eager's end-to-end time in the same mode over this one, where both exist
         and this forward's outputs are right.
+    best_peer, vs_best_peer: the fastest correct PyTorch peer in the same mode (compare/rows.py
+        `is_torch_peer`: torch backends, library modules) and its time over this one.
     failures: the whole-model check of this forward (its outputs against the whole graph's
         reference): why it failed, empty when it passed; None where it was not checked (an
         older run, or a forward that never ran).
@@ -186,6 +188,8 @@ class EndToEndTiming:
     message: str | None = None
     failures: tuple[str, ...] | None = None
     rel_l2: float | None = None
+    best_peer: str | None = None
+    vs_best_peer: float | None = None
 
     @property
     def check(self) -> str:

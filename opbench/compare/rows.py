@@ -24,6 +24,14 @@ from opbench.results.model import LayerResult, RunResult
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
 
 TORCH = "torch"
+#: The PyTorch peers of a whole model: the suite's torch backends, and a library's own module
+#: (torchvision, transformers) timed beside them, as `library:<name>` (bench/library_peers.py).
+TORCH_PEERS = ("torch", "torch-compile", "torch-compile-max-autotune")
+LIBRARY = "library:"
+
+
+def is_torch_peer(backend: str) -> bool:
+    return backend in TORCH_PEERS or backend.startswith(LIBRARY)
 
 
 @dataclass(frozen=True)

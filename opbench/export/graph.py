@@ -137,7 +137,7 @@ class SeededData:
             x = data.inputs(index)[position]
         else:  # a ModelData of chains: one input per layer
             x = data.input(index)
-        return x.to(torch.float32).numpy()
+        return (x.to(torch.float32) if x.is_floating_point() else x).numpy()
 
 
 def build_graph(
@@ -203,7 +203,9 @@ def build_graph(
                 )
 
     def value(name: str, shape: tuple[int, ...]):
-        return helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape))
+        integer = name in feeds and feeds[name].dtype == np.int64  # token ids, masks
+        kind = TensorProto.INT64 if integer else TensorProto.FLOAT
+        return helper.make_tensor_value_info(name, kind, list(shape))
 
     graph = helper.make_graph(
         nodes,

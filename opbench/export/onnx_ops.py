@@ -11,8 +11,9 @@ Softmax), and compute exactly what the op's torch `forward` computes:
 - flatten: Flatten(axis=1) for start_dim 1, else a Reshape to (*kept dims, -1);
 - rmsnorm: x / sqrt(mean(x²) + eps) · w, written out (RMSNormalization needs opset 23);
 - attention: Split of packed q|k|v (grouped heads: by sizes), or the three inputs of
-  separate_qkv as they are, then ONNX Attention (opset 23), which scales by 1/√D; a KV cache
-  (kv_len), and causal attention over more keys than queries, have no form yet.
+  separate_qkv as they are, then ONNX Attention (opset 23), which scales by 1/√D; the bhsd
+  layout, a key mask and a KV cache (kv_len, append) in export/onnx_transformer.py;
+- embedding, rope: export/onnx_transformer.py.
 - relu6: Clip(x, 0, 6) with the bounds as scalar initializers; gelu with `approximate: tanh`:
   Gelu(approximate="tanh");
 - joins (several inputs, in `inputs:` order): add → Add, mul → Mul, matmul → MatMul,
@@ -38,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from opbench.errors import InputError
+from opbench.export import onnx_transformer
 from opbench.spec.model import LayerSpec
 
 BASE_OPSET = 18  # LayerNormalization (17), ReduceMean with axes as an input (18)
@@ -263,10 +265,8 @@ def _attention(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> st
     heads = p["heads"]
     kv_heads = p["kv_heads"] or heads
     xs = (x,) if isinstance(x, str) else tuple(x)
-    if p["kv_len"] is not None:
-        raise InputError(
-            f"layer {scope.layer!r}: attention over a KV cache (kv_len) has no ONNX form yet"
-        )
+    if onnx_transformer.needs_explicit_form(p):  # bhsd, a key mask, a KV cache
+        return onnx_transformer.attention(scope, x, w, layer)
     if p["separate_qkv"]:  # three inputs: q, k and v from separate projections
         q, k, v = xs
         (_, seq, _), (_, keys, _) = layer.input_shapes[0], layer.input_shapes[1]
@@ -311,6 +311,8 @@ EMITTERS: dict[str, Emitter] = {
     "reshape": _reshape,
     "slice": _slice,
     "split": _split,
+    "embedding": onnx_transformer.embedding,
+    "rope": onnx_transformer.rope,
 }
 
 

@@ -70,12 +70,12 @@ def _guarded_update(
 @triton.jit
 def _walk_keys(
     acc, m_i, l_i, q, k_base, v_base, pos, lo, hi, kv_len, causal_offset,
-    stride_ks, stride_kd, stride_vs, stride_vd, qk_scale,
+    stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
-    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_MASK: tl.constexpr,
 ):  # fmt: skip
-    """Keys [lo, hi) in BLOCK_N steps; MASKED steps hide keys past N and, when causal, keys
-    right of each row's diagonal."""
+    """Keys [lo, hi) in BLOCK_N steps; MASKED steps hide keys past N, when causal keys right
+    of each row's diagonal, and with HAS_MASK keys whose `key_mask` entry is 0."""
     cols = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -93,6 +93,8 @@ def _walk_keys(
             visible = keys[None, :] < kv_len
             if CAUSAL:
                 visible = visible & (keys[None, :] <= pos[:, None] + causal_offset)
+            if HAS_MASK:
+                visible &= tl.load(key_mask + keys, mask=keys < kv_len, other=0)[None, :] != 0
             qk = tl.where(visible, qk, float("-inf"))
         acc, m_i, l_i = _guarded_update(acc, m_i, l_i, qk, qk_scale, v, DOT_PRECISION, UPCAST_DOT)
     return acc, m_i, l_i
@@ -108,6 +110,7 @@ def _decode_split_kernel(
     part_acc_ptr,  # [B * Hkv, splits, R, D] fp32 partial accumulators (SPLIT)
     part_m_ptr,  # [B * Hkv, splits, R] fp32 partial row maxima, base 2 (SPLIT)
     part_l_ptr,  # [B * Hkv, splits, R] fp32 partial row sums (SPLIT)
+    mask_ptr,  # [B, N] key padding mask, 0 = hidden (HAS_MASK)
     # shapes
     q_len,  # S
     kv_len,  # N
@@ -119,12 +122,14 @@ def _decode_split_kernel(
     stride_kb, stride_ks, stride_kh, stride_kd,
     stride_vb, stride_vs, stride_vh, stride_vd,
     stride_ob, stride_os, stride_oh, stride_od,
+    stride_mb,
     # scalars
     qk_scale,  # log2(e) / sqrt(D)
     # meta-parameters
     HEAD_DIM: tl.constexpr,
     GROUP: tl.constexpr,  # G = H / Hkv
     CAUSAL: tl.constexpr,
+    HAS_MASK: tl.constexpr,  # a key padding mask: every key step masked
     SPLIT: tl.constexpr,  # write partials for the combine kernel (else the output)
     DOT_PRECISION: tl.constexpr,
     UPCAST_DOT: tl.constexpr,
@@ -158,20 +163,21 @@ def _decode_split_kernel(
         last_pos = tl.minimum((pid_m * BLOCK_M + BLOCK_M - 1) // GROUP, q_len - 1)
         hi = tl.minimum(hi, last_pos + causal_offset + 1)  # no row of the block sees past it
         full_end = tl.minimum(hi, first_pos + causal_offset + 1)  # every row sees before it
-    unmasked_end = lo + tl.maximum(full_end - lo, 0) // BLOCK_N * BLOCK_N
+    unmasked_end = lo if HAS_MASK else lo + tl.maximum(full_end - lo, 0) // BLOCK_N * BLOCK_N
+    key_mask = mask_ptr + batch.to(tl.int64) * stride_mb
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     acc, m_i, l_i = _walk_keys(
         acc, m_i, l_i, q, k_base, v_base, pos, lo, unmasked_end, kv_len, causal_offset,
-        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, DOT_PRECISION, UPCAST_DOT,
+        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
+        HEAD_DIM, BLOCK_N, CAUSAL, False, DOT_PRECISION, UPCAST_DOT, HAS_MASK,
     )  # fmt: skip
     acc, m_i, l_i = _walk_keys(
         acc, m_i, l_i, q, k_base, v_base, pos, unmasked_end, hi, kv_len, causal_offset,
-        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, DOT_PRECISION, UPCAST_DOT,
+        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
+        HEAD_DIM, BLOCK_N, CAUSAL, True, DOT_PRECISION, UPCAST_DOT, HAS_MASK,
     )  # fmt: skip
 
     if SPLIT:
@@ -248,8 +254,10 @@ def decode_calls(
     causal: bool,
     splits: int | None = None,
     config: Config | dict | None = None,
+    mask: torch.Tensor | None = None,
 ) -> tuple[list[KernelCall], Choice, list[torch.Tensor]]:
-    """The bound split and combine launches on q, out [B, S, H, D] and k, v [B, N, Hkv, D].
+    """The bound split and combine launches on q, out [B, S, H, D] and k, v [B, N, Hkv, D];
+    mask: a [B, N] key padding mask (0 = hidden), every row seeing at least one key.
 
     Tuned over key tile x split count (both kernels timed); splits: force the split count
     (tests); config: force BLOCK_N, SPLITS and the launch options.
@@ -267,7 +275,9 @@ def decode_calls(
     num_rows = q_len * group
     block_m = rows_per_block(num_rows)
     row_blocks = cdiv(num_rows, block_m)
-    named = dict(HEAD_DIM=head_dim, GROUP=group, CAUSAL=causal,
+    if mask is not None and (tuple(mask.shape) != (batch, kv_len) or mask.stride(1) != 1):
+        raise Unsupported(f"the key mask must be [B, N] = [{batch}, {kv_len}] with unit stride")
+    named = dict(HEAD_DIM=head_dim, GROUP=group, CAUSAL=causal, HAS_MASK=mask is not None,
                  DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
                  UPCAST_DOT=INTERPRET and q.dtype == torch.bfloat16, BLOCK_M=block_m)  # fmt: skip
     scale = LOG2E / math.sqrt(head_dim)
@@ -281,8 +291,9 @@ def decode_calls(
         part_m = scratch(shape, torch.float32, q.device)
         part_l = scratch(shape, torch.float32, q.device)
         part_acc = scratch((*shape, head_dim) if split else (1,), torch.float32, q.device)
-        args = (q, k, v, out, part_acc, part_m, part_l, q_len, kv_len, kv_heads, num_rows,
-                chunk, *q.stride(), *k.stride(), *v.stride(), *out.stride(), scale)  # fmt: skip
+        args = (q, k, v, out, part_acc, part_m, part_l, q if mask is None else mask, q_len,
+                kv_len, kv_heads, num_rows, chunk, *q.stride(), *k.stride(), *v.stride(),
+                *out.stride(), 0 if mask is None else mask.stride(0), scale)  # fmt: skip
         calls = [config_call(_decode_split_kernel, (row_blocks, n_splits, batch * kv_heads),
                              args, {**named, "SPLIT": split}, cfg)]  # fmt: skip
         if split:
@@ -296,7 +307,7 @@ def decode_calls(
         return calls, [part_acc, part_m, part_l]
 
     key = (f"{q.dtype}|q{tuple(q.shape)}|kv{tuple(k.shape)}|{q.stride()}|{k.stride()}|"
-           f"{v.stride()}|{out.stride()}|causal{causal}")  # fmt: skip
+           f"{v.stride()}|{out.stride()}|causal{causal}{'' if mask is None else '|mask'}")  # fmt: skip
     candidates = tuning_candidates(tuple(q.shape), tuple(k.shape), q.dtype, q.device)
     if splits is not None:
         candidates = [Config.of(**{**c.kwargs, "SPLITS": splits}, num_warps=c.num_warps,

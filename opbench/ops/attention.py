@@ -15,10 +15,30 @@ Four forms, by parameters (D = head size, H = heads, Hkv = kv_heads, G = H / Hkv
   (separate projections, or a cache that is a model input); N comes from k's shape, and
   causal queries are again the last S of the N positions.
 
+- `layout: bhsd`: three inputs q [B, H, S, D], k and v [B, Hkv, N, D], heads before
+  positions, as exporters (torch.onnx, Hugging Face's modules) write them after their
+  transposes; GQA by kv_heads (the exporter's repeat_kv / Expand is part of the layer).
+  The output is still [B, S, H D]: the exporter's transpose(1, 2).reshape(B, S, H D) after
+  the attention is part of the layer too. (`layout: rows`, the default, is every form above.)
+
+Two more parameters:
+- `mask: true`: one more input, last: a key padding mask [B, N] (Hugging Face's
+  `attention_mask`, int64 or float): key j of sequence b is visible only where mask[b, j] != 0;
+  with `causal` both apply. A suite draws it as a model input `{shape: [N], dtype: int64,
+  padding_mask: true}` (1 on a prefix of each row, so every query sees key 0);
+- `append: true` (with `kv_len: N` and `packed_qkv`): a decode step's KV-cache append. The
+  input is the packed q | k | v [S, (H + 2 Hkv) D] of the S new tokens; their k and v are
+  written into the last S slots of the layer's cache (`k_cache`, `v_cache` [N, Hkv D], state
+  like weights: slots before hold the past), then the queries attend over all N slots
+  (causal: query i sees slots j <= N - S + i). Writing the same slots every call keeps the
+  step repeatable for timing. Torch baseline: Hugging Face's StaticCache update
+  (`cache[:, N-S:] = k`) then SDPA.
+
 Output [S, H D]; scale 1/sqrt(D); each query head h reads kv head h // G.
 
-The op is VARIADIC (`input_count` is 3 with separate_qkv, else 1): its methods get one shape
-(tensor) per input; they also take a bare shape (tensor) for the one-input forms.
+The op is VARIADIC (`input_count`: 3 with separate_qkv or layout bhsd, else 1; one more with
+mask): its methods get one shape (tensor) per input; they also take a bare shape (tensor) for
+the one-input forms.
 """
 
 from __future__ import annotations
@@ -28,6 +48,7 @@ import math
 from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError, numel
 
 QUANT_CHOICES = ("none", "int8", "fp8")
+LAYOUTS = ("rows", "bhsd")
 # Scores of one (batch, head) computed at a time by the written-out reference: bounds its
 # memory (the S x N matrix) at any size.
 REFERENCE_CHUNK = 1 << 24
@@ -52,10 +73,17 @@ class Attention(Op):
         Param("kv_len", "pos_int", None, help="KV-cache length (decode); default: none"),
         Param("separate_qkv", "bool", False, help="three inputs q, k, v"),
         Param("quant", "choice", "none", QUANT_CHOICES),
+        Param("layout", "choice", "rows", LAYOUTS, help="rows [S, H D] | bhsd [H, S, D] inputs"),
+        Param("mask", "bool", False, help="one more input: key padding mask [N]"),
+        Param("append", "bool", False, help="write the new k, v into the cache (kv_len)"),
     )
 
     def input_count(self, params) -> int:
-        return 3 if params.get("separate_qkv") else 1
+        three = params.get("separate_qkv") or params.get("layout") == "bhsd"
+        return (3 if three else 1) + (1 if params.get("mask") else 0)
+
+    def integer_inputs(self, params):
+        return (self.input_count(params) - 1,) if params.get("mask") else ()
 
     # ---- pure: shapes and costs -------------------------------------------------------
     @staticmethod
@@ -69,6 +97,23 @@ class Attention(Op):
     def dims(in_shape, p) -> tuple[int, int, int, int, int]:
         """(S, H, Hkv, D, N): query length, heads, kv heads, head size, keys per query."""
         shapes = Attention.shapes(in_shape)
+        if p.get("mask"):
+            shapes, mask = shapes[:-1], shapes[-1]
+        found = Attention.unmasked_dims(shapes, p)
+        if p.get("mask"):
+            batch = shapes[0][0]
+            if tuple(mask) != (batch, found[4]):
+                raise ShapeError(f"the mask must be [N] = [{found[4]}] per sequence, got "
+                                 f"{list(mask[1:])}", "mask")  # fmt: skip
+        return found
+
+    @staticmethod
+    def unmasked_dims(shapes, p) -> tuple[int, int, int, int, int]:
+        """dims() of the q/k/v inputs alone (the mask taken off)."""
+        if p.get("append"):
+            return Attention.append_dims(shapes, p)
+        if p.get("layout") == "bhsd":
+            return Attention.separate_dims(Attention.bhsd_as_rows(shapes, p), p)
         if p.get("separate_qkv"):
             return Attention.separate_dims(shapes, p)
         in_shape = shapes[0]
@@ -122,6 +167,45 @@ class Attention(Op):
         return seq, heads, kv_heads, head_dim, seq if kv_len is None else kv_len
 
     @staticmethod
+    def bhsd_as_rows(shapes, p) -> tuple[tuple[int, ...], ...]:
+        """q [B, H, S, D], k and v [B, Hkv, N, D] as the shapes of their rows forms."""
+        if len(shapes) != 3 or any(len(s) != 4 for s in shapes):
+            got = " and ".join(str(list(s[1:])) for s in shapes)
+            raise ShapeError(f"layout bhsd needs q [H, S, D], k and v [Hkv, N, D]; got {got}",
+                             "layout")  # fmt: skip
+        q, k, _ = shapes
+        kv_heads = p.get("kv_heads") or p["heads"]
+        if q[1] != p["heads"] or k[1] != kv_heads:
+            raise ShapeError(f"layout bhsd: q has {q[1]} heads and k {k[1]}, the layer says "
+                             f"heads={p['heads']}, kv_heads={kv_heads}", "heads")  # fmt: skip
+        return tuple((s[0], s[2], s[1] * s[3]) for s in shapes)
+
+    @staticmethod
+    def append_dims(shapes, p) -> tuple[int, int, int, int, int]:
+        """dims() of a decode step's append: packed q | k | v [B, S, (H + 2 Hkv) D] of the new
+        tokens, a cache of kv_len slots."""
+        kv_len = p.get("kv_len")
+        if kv_len is None or not p.get("packed_qkv") or p.get("separate_qkv"):
+            raise ShapeError("append needs kv_len (the cache) and packed_qkv (the new q | k | v)",
+                             "append")  # fmt: skip
+        if p.get("layout") == "bhsd" or p.get("quant", "none") != "none":
+            raise ShapeError("append takes layout rows and no quant", "append")
+        (x,) = shapes if len(shapes) == 1 else (None,)
+        if x is None or len(x) != 3:
+            raise ShapeError("append needs one input [S, (heads + 2 kv_heads) D]", "append")
+        heads = p["heads"]
+        kv_heads = p.get("kv_heads") or heads
+        if heads % kv_heads:
+            raise ShapeError(f"kv_heads={kv_heads} does not divide heads={heads}", "kv_heads")
+        parts = heads + 2 * kv_heads
+        if x[2] % parts:
+            raise ShapeError(f"the width {x[2]} does not split into heads + 2 kv_heads = {parts} "
+                             "heads", "packed_qkv")  # fmt: skip
+        if x[1] > kv_len:
+            raise ShapeError(f"{x[1]} new tokens do not fit a cache of kv_len={kv_len}", "kv_len")
+        return x[1], heads, kv_heads, x[2] // parts, kv_len
+
+    @staticmethod
     def separate_dims(shapes, p) -> tuple[int, int, int, int, int]:
         """dims() of the three-input form: q [B, S, H D], k and v [B, N, Hkv D]."""
         if len(shapes) != 3 or any(len(s) != 3 for s in shapes):
@@ -159,12 +243,12 @@ class Attention(Op):
         return heads * head_dim
 
     def infer_shape(self, in_shape, p):
-        q = self.shapes(in_shape)[0]
-        return (q[0], q[1], self.embed_dim(in_shape, p))
+        seq, heads, _, head_dim, _ = self.dims(in_shape, p)
+        return (self.shapes(in_shape)[0][0], seq, heads * head_dim)
 
     def weight_shapes(self, in_shape, p):
         """The KV cache of a decode layer, one [B, N, Hkv D] tensor each for K and V."""
-        if p.get("kv_len") is None or p.get("separate_qkv"):
+        if p.get("kv_len") is None or p.get("separate_qkv") or p.get("layout") == "bhsd":
             return {}
         _, _, kv_heads, head_dim, kv_len = self.dims(in_shape, p)
         shape = (self.shapes(in_shape)[0][0], kv_len, kv_heads * head_dim)
@@ -186,62 +270,98 @@ class Attention(Op):
         return int(4 * self.shapes(in_shape)[0][0] * heads * head_dim * pairs)
 
     # ---- torch ----------------------------------------------------------------------------
-    def split(self, x, weights, layer):
-        """q [B, H, S, D], k and v [B, Hkv, N, D]: views of the input(s) (or of the cache)."""
-        xs = x if isinstance(x, (tuple, list)) else (x,)
-        b, s, _ = xs[0].shape
-        _, h, hkv, d, _ = self.dims(tuple(tuple(t.shape) for t in xs), layer.params)
-        if layer.params.get("separate_qkv"):
+    def split(self, x, weights, layer, *, write_cache: bool = False):
+        """q [B, H, S, D], k and v [B, Hkv, N, D] (views of the input(s) or of the cache), and
+        the key mask [B, N] or None. append: the new k and v written into the cache's last S
+        slots in place (`write_cache`, the baseline's StaticCache update), else joined to a
+        copy of the cache's other slots (the reference)."""
+        import torch
+
+        xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
+        p = layer.params
+        mask = None
+        if p.get("mask"):
+            xs, mask = xs[:-1], xs[-1]
+        _, h, hkv, d, _ = self.dims(tuple(tuple(t.shape) for t in (*xs, *(
+            () if mask is None else (mask,)))), p)  # fmt: skip
+
+        def heads(t, n):
+            return t.unflatten(-1, (n, d)).transpose(1, 2)
+
+        if p.get("layout") == "bhsd":
+            return (*xs, mask)
+        if p.get("separate_qkv"):
             q, k, v = xs
-            return (q.unflatten(-1, (h, d)).transpose(1, 2),
-                    k.unflatten(-1, (hkv, d)).transpose(1, 2),
-                    v.unflatten(-1, (hkv, d)).transpose(1, 2))  # fmt: skip
+            return heads(q, h), heads(k, hkv), heads(v, hkv), mask
         x = xs[0]
-        if layer.params.get("kv_len") is not None:
-            q = x.view(b, s, h, d).transpose(1, 2)
-            k, v = (weights[key].unflatten(-1, (hkv, d)).transpose(1, 2)
-                    for key in ("k_cache", "v_cache"))  # fmt: skip
-            return q, k, v
-        if layer.params["packed_qkv"]:
+        if p.get("append"):
+            q, k_new, v_new = x.split([h * d, hkv * d, hkv * d], dim=-1)
+            seq = x.shape[1]
+            caches = []
+            for new, key in ((k_new, "k_cache"), (v_new, "v_cache")):
+                cache = weights[key]
+                if write_cache:
+                    cache[:, cache.shape[1] - seq :] = new
+                else:
+                    cache = torch.cat((cache[:, : cache.shape[1] - seq], new), dim=1)
+                caches.append(heads(cache, hkv))
+            return heads(q, h), *caches, mask
+        if p.get("kv_len") is not None:
+            k, v = (heads(weights[key], hkv) for key in ("k_cache", "v_cache"))
+            return heads(x, h), k, v, mask
+        if p["packed_qkv"]:
             q, k, v = x.split([h * d, hkv * d, hkv * d], dim=-1)
-            return (q.unflatten(-1, (h, d)).transpose(1, 2),
-                    k.unflatten(-1, (hkv, d)).transpose(1, 2),
-                    v.unflatten(-1, (hkv, d)).transpose(1, 2))  # fmt: skip
-        q = x.view(b, s, h, d).transpose(1, 2)
-        return q, q, q
+            return heads(q, h), heads(k, hkv), heads(v, hkv), mask
+        q = heads(x, h)
+        return q, q, q, mask
+
+    @staticmethod
+    def visible(s: int, n: int, causal: bool, mask, device):
+        """Which keys each query sees, bool [B or 1, 1, S, N], or None when all: causal
+        (query i is position i + N - S) and the key mask."""
+        import torch
+
+        seen = None
+        if causal:
+            seen = torch.ones(s, n, dtype=torch.bool, device=device).tril(n - s)[None, None]
+        if mask is not None:
+            keys = (mask != 0)[:, None, None, :]
+            seen = keys if seen is None else seen & keys
+        return seen
 
     def forward(self, x, weights, layer):
         """F.scaled_dot_product_attention as a user writes it: enable_gqa for grouped heads,
-        causal_lower_right for a causal query shorter than its keys."""
+        causal_lower_right for a causal query shorter than its keys, a boolean attn_mask for
+        a padding mask (with the causal one folded in)."""
         import torch.nn.functional as F
 
-        q, k, v = self.split(x, weights, layer)
+        q, k, v, mask = self.split(x, weights, layer, write_cache=True)
         causal = layer.params["causal"]
         extra = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
-        if causal and k.shape[2] != q.shape[2]:
+        if mask is not None:
+            seen = self.visible(q.shape[2], k.shape[2], causal, mask, q.device)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=seen, **extra)
+        elif causal and k.shape[2] != q.shape[2]:
             from torch.nn.attention.bias import causal_lower_right
 
-            mask = causal_lower_right(q.shape[2], k.shape[2])
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **extra)
+            bias = causal_lower_right(q.shape[2], k.shape[2])
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **extra)
         else:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **extra)
         b, h, s, d = out.shape
         return out.transpose(1, 2).reshape(b, s, h * d)
 
     def reference(self, x, weights, layer):
-        """softmax(q k^T / sqrt(D) + causal mask) v, written out, one (batch, head) at a time
-        (few at a time when small) so the S x N score matrix stays bounded."""
+        """softmax(q k^T / sqrt(D) + mask) v, written out, one (batch, head) at a time (few
+        at a time when small) so the S x N score matrix stays bounded."""
         import torch
 
-        q, k, v = self.split(x, weights, layer)
+        q, k, v, mask = self.split(x, weights, layer)
         b, h, s, d = q.shape
         group = h // k.shape[1]
         n = k.shape[2]
         out = torch.empty_like(q)
-        mask = None
-        if layer.params["causal"]:
-            # Query i is position i + N - S: keys after it are hidden.
-            mask = torch.ones(s, n, dtype=torch.bool, device=q.device).triu(n - s + 1)
+        seen = self.visible(s, n, layer.params["causal"], mask, q.device)
         per_step = max(1, REFERENCE_CHUNK // max(1, s * n))
         pairs = [(bi, hi) for bi in range(b) for hi in range(h)]
         for start in range(0, len(pairs), per_step):
@@ -250,7 +370,8 @@ class Attention(Op):
             hi = torch.tensor([p[1] for p in chunk], device=q.device)
             qs, ks, vs = q[bi, hi], k[bi, hi // group], v[bi, hi // group]
             scores = qs @ ks.transpose(-1, -2) / math.sqrt(d)
-            if mask is not None:
-                scores = scores.masked_fill(mask, float("-inf"))
+            if seen is not None:
+                hidden = ~seen[bi if seen.shape[0] > 1 else 0, 0]
+                scores = scores.masked_fill(hidden, float("-inf"))
             out[bi, hi] = scores.softmax(-1) @ vs
         return out.transpose(1, 2).reshape(b, s, h * d)

@@ -161,11 +161,22 @@ class Example:
     """A small layer of the op, for the tests that run every op (tests/unit/ops/ and the
     Triton builders' test): `input` without the batch as a suite writes it (for an op with
     several inputs, a tuple of such shapes, one per input), `params` as a suite writes them,
-    and `output`, the shape the op infers at batch 2, without the batch."""
+    and `output`, the shape the op infers at batch 2, without the batch. `integer`: positions
+    of inputs that hold int64 ids (declared `{shape: [...], dtype: int64}`)."""
 
     input: Shape | tuple[Shape, ...]
     output: Shape
     params: Mapping[str, Any] = field(default_factory=dict)
+    integer: tuple[int, ...] = ()
+
+    def declared(self, names: Sequence[str]) -> str:
+        """The model's `inputs:` mapping of these names, one per input (YAML flow style)."""
+        parts = []
+        for i, (n, s) in enumerate(zip(names, self.inputs, strict=True)):
+            dims = json.dumps(list(s))
+            parts.append(f"{n}: {{shape: {dims}, dtype: int64}}" if i in self.integer else
+                         f"{n}: {dims}")  # fmt: skip
+        return "{" + ", ".join(parts) + "}"
 
     @property
     def inputs(self) -> tuple[Shape, ...]:
@@ -180,15 +191,12 @@ class Example:
         `x0`, `x1`, ... in order. `extra`: more keys of the layer's mapping (", dtype: float16")."""
         params = "".join(f", {key}: {json.dumps(value)}" for key, value in self.params.items())
         shapes = self.inputs
-        if len(shapes) == 1:
+        if len(shapes) == 1 and not self.integer:
             head = f"    input: {json.dumps(list(shapes[0]))}\n"
             reads = ""
         else:
             names = [f"x{i}" for i in range(len(shapes))]
-            declared = ", ".join(
-                f"{n}: {json.dumps(list(s))}" for n, s in zip(names, shapes, strict=True)
-            )
-            head = f"    inputs: {{{declared}}}\n"
+            head = f"    inputs: {self.declared(names)}\n"
             reads = f", inputs: [{', '.join(names)}]"
         return (
             f"  - name: {model}\n    batch: {batch}\n{head}    layers:\n"
@@ -235,6 +243,9 @@ class Op:
     #: False for an op that computes nothing (`placeholder`, which stands for an ONNX node
     #: opbench cannot run): no backend runs it, and the tests that run every op skip it.
     runs: bool = True
+    #: The op's state is computed from its parameters (rope's cos/sin tables), not drawn at
+    #: random: `reference` recomputes it exactly instead of reading the dtype-rounded copy.
+    derived_weights: bool = False
     #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
     #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
     arity: int = 1
@@ -263,6 +274,16 @@ class Op:
         if expected == VARIADIC:
             return "2 or more inputs"
         return f"{expected} input{'s' if expected != 1 else ''}"
+
+    def integer_inputs(self, params: Mapping[str, Any]) -> tuple[int, ...]:
+        """Positions (in `inputs:` order) of the inputs that hold integers (token ids, a
+        padding mask): they read int64 model inputs, and only they may."""
+        return ()
+
+    def id_high(self, params: Mapping[str, Any]) -> int | None:
+        """Integer ids this op reads are drawn in [0, id_high) when the suite gives no
+        `high` (an embedding's num_embeddings); None: the suite must say."""
+        return None
 
     def shape_arg(self, in_shapes: Sequence[Shape]) -> Any:
         """What the shape and cost methods take from one shape per input: that shape for an op

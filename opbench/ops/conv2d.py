@@ -35,7 +35,12 @@ class Conv2d(Op):
         Param("bias", "bool", True),
         ACTIVATION,
         QUANT,
-        Param("channels_last", "bool", False, help="torch backend: run cuDNN in channels_last"),
+        Param(
+            "channels_last",
+            "bool",
+            False,
+            help="torch backend on the CPU: run in channels_last (on CUDA the faster layout is timed and kept)",
+        ),
     )
 
     def infer_shape(self, in_shape, p):

@@ -15,7 +15,7 @@ from typing import Any
 
 from opbench.backends.base import torch_dtype
 from opbench.ops.base import numel
-from opbench.ops.inputs import generator, make_input, seed_for
+from opbench.ops.inputs import generator, make_ids, make_input, make_padding_mask, seed_for
 from opbench.ops.registry import get_op
 from opbench.spec.model import ModelSpec, SuiteSpec
 
@@ -81,11 +81,33 @@ class ModelData:
         graph = self.graph
         shape = graph.inputs[name] if graph.is_input(name) else graph.out_shapes[graph.index(name)]
         names = (self.suite.name, self.model.name, name, "data")
-        x = make_input(shape, seed_for(*names, *(_check_seed(names, check) if check else [])))
-        x = x.to(device=self.device, dtype=torch_dtype(dtype))
+        seed = seed_for(*names, *(_check_seed(names, check) if check else []))
+        drawn = self.model.data_of(name)
+        if drawn is not None:  # integer ids or a padding mask, whatever the reader's dtype
+            x = self._integers(name, shape, seed, drawn).to(self.device)
+        else:
+            x = make_input(shape, seed).to(device=self.device, dtype=torch_dtype(dtype))
         if check is None:
             self._values[key] = x
         return x
+
+    def _integers(self, name: str, shape, seed: int, drawn):
+        """An int64 model input: a padding mask, or ids in [0, high) (high: the suite's, else
+        the smallest the reading ops take, so every reader gets ids in its range)."""
+        if drawn.padding_mask:
+            return make_padding_mask(shape, seed)
+        high = drawn.high
+        if high is None:
+            highs = [
+                get_op(layer.op).id_high(layer.params)
+                for layer in self.model.layers
+                if name in layer.inputs
+            ]
+            known = [h for h in highs if h is not None]
+            if not known:
+                raise ValueError(f"model input {name!r}: int64 ids need `high` (no reader says)")
+            high = min(known)
+        return make_ids(shape, seed, high)
 
     def inputs(self, index: int, check: str | None = None) -> tuple[Any, ...]:
         """The layer's inputs, one per value it reads, in its dtype: its producers' data."""
@@ -201,7 +223,7 @@ class ModelData:
             layer = self.model.layers[i]
             op = get_op(layer.op)
             want = torch_dtype(layer.dtype)
-            xs = [x.to(arrives).to(want).to(dev, dtype) for x, arrives in args]
+            xs = [_as_read(x, arrives, want, dev, dtype) for x, arrives in args]
             rounded = {k: v.to(want).to(dev, dtype) for k, v in self.weights(i).items()}
             return op.reference(op.input_arg(xs), rounded, layer), want
 
@@ -210,6 +232,14 @@ class ModelData:
         with torch.no_grad(), _no_tf32():
             found = self.graph.run(step, env, order, keep)
         return {i: out for i, (out, _) in found.items()}
+
+
+def _as_read(x, made, want, dev, dtype):
+    """A value as a reader sees it: rounded to the dtype it was made in, then to the reader's,
+    then computed in `dtype` on `dev`. Integer data (ids, masks) stays integers."""
+    if not x.is_floating_point():
+        return x.to(dev)
+    return x.to(made).to(want).to(dev, dtype)
 
 
 class _no_tf32:

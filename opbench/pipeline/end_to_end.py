@@ -31,9 +31,10 @@ from opbench.measure.poison import call_poisoned, poison_, poison_free_memory, s
 from opbench.measure.timer import time_callable
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
-from opbench.pipeline.forward import Forward, compiled_forward, eager_forward
+from opbench.pipeline.forward import Forward, eager_forward
 from opbench.pipeline.measure import error_message, recover, timing_for
 from opbench.pipeline.options import RunOptions
+from opbench.pipeline.torch_forward import module_forward
 from opbench.results.model import EndToEnd, Status
 from opbench.spec.model import ModelSpec
 
@@ -72,7 +73,11 @@ def time_end_to_end(
     # The suite's `cuda_graph` timing option is for layers; each mode here decides for itself
     # (eager is Python issuing the layers, never a replay).
     timing = replace(timing, cuda_graph=False)
-    eager = _timed(row, options, timing, data, lambda: eager_forward(model, built, data))
+    if _whole_module(implementation) and getattr(implementation, "graph_mode", None) is None:
+        make_eager = lambda: module_forward(model, data, options.device)  # noqa: E731
+    else:
+        make_eager = lambda: eager_forward(model, built, data)  # noqa: E731
+    eager = _timed(row, options, timing, data, make_eager)
     graph_row = replace(row, mode=CUDA_GRAPH)
     return eager, _graph_mode(graph_row, model, built, data, options, implementation, timing)
 
@@ -118,6 +123,12 @@ def _reusing(recorded):
         yield
 
 
+def _whole_module(implementation: Any) -> bool:
+    """Whether the backend runs the whole model as one nn.Module (the torch peers:
+    pipeline/torch_forward.py) rather than as its built groups in turn."""
+    return bool(getattr(implementation, "whole_module", False))
+
+
 def _unsupported(model: ModelSpec, built: dict[tuple[int, ...], Built]) -> str | None:
     covered = sorted(i for g in built for i in g)
     if covered != list(model.graph.walk()):
@@ -137,8 +148,10 @@ def _timed(row: EndToEnd, options: RunOptions, timing, data: ModelData, make_for
             forward = make_forward()
             peak["settle"](forward.call)
         row = replace(row, peak_bytes=peak.get("bytes"), **_planned(forward))
+        notes = [n for n in (forward.note, row.message) if n]
         if "bytes" in peak and peak["bytes"] is None:
-            row = replace(row, message=UNKNOWN_PEAK)
+            notes.append(UNKNOWN_PEAK)
+        row = replace(row, message="; ".join(notes) or None)
         row = replace(row, correctness=_check(forward, data))
         with options.timing_guard():
             measurement = time_callable(forward.call, timing, options.device, hold=False)
@@ -158,20 +171,18 @@ def _graph_mode(row, model, built, data, options, implementation, timing) -> End
     if not options.device.startswith("cuda"):
         return replace(row, status=Status.UNSUPPORTED, message="no CUDA graphs on the CPU")
     graph_mode = getattr(implementation, "graph_mode", None)
+    device = options.device
     if graph_mode is None:
         graph_timing = replace(timing, cuda_graph=True)
-        return _timed(
-            row,
-            options,
-            graph_timing,
-            data,
-            lambda: _captured(eager_forward(model, built, data), data.device),
-        )
-    device = options.device
+        if _whole_module(implementation):
+            make = lambda: module_forward(model, data, device)  # noqa: E731
+        else:
+            make = lambda: eager_forward(model, built, data)  # noqa: E731
+        return _timed(row, options, graph_timing, data, lambda: _captured(make(), data.device))
     # The compiled forward captures its own CUDA graphs: the timer must not capture it again
     # (torch refuses: "Cannot prepare for replay during capturing stage").
     result = _timed(
-        row, options, timing, data, lambda: compiled_forward(model, implementation, data, device)
+        row, options, timing, data, lambda: module_forward(model, data, device, implementation)
     )
     compiled = f"torch.compile(mode={graph_mode!r}) of the forward"
     message = f"{compiled}; {result.message}" if result.message else compiled
@@ -200,7 +211,7 @@ def _captured(forward: Forward, device: str) -> Forward:
         capture.replay()
         return outs
 
-    return Forward(forward.call, forward.buffers + tuple(outs), check=replay, memory=forward.memory)
+    return replace(forward, buffers=forward.buffers + tuple(outs), check=replay)
 
 
 def _check(forward: Forward, data: ModelData):

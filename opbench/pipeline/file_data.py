@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opbench.export.onnx_import.file_data import FileData, ort_outputs
-from opbench.export.onnx_import.model import Imported
+from opbench.importers.onnx.file_data import FileData, ort_outputs
+from opbench.importers.onnx.model import Imported
 from opbench.ops.registry import get_op
 from opbench.pipeline.data import ModelData
 from opbench.spec.model import ModelSpec, SuiteSpec

@@ -52,12 +52,14 @@ class Forward:
     check: what a checked call runs instead of `call`, when that is not `call` itself (a
         replay of a captured graph of it); None: `call`.
     memory: the planned buffers (pipeline/arena.py); None for a compiled forward.
+    note: what the result's message should say about how the forward runs (its layout).
     """
 
     call: Callable[[], tuple[Any, ...]]
     buffers: tuple[Any, ...] = ()
     check: Callable[[], tuple[Any, ...]] | None = None
     memory: ForwardMemory | None = None
+    note: str | None = None
 
 
 def eager_forward(
@@ -265,56 +267,3 @@ def _cast_step(source: Any, dtype: Any, steps: list[Step], env: Env) -> Any:
     steps.append(step)
     step(env)
     return cast
-
-
-def compiled_forward(model: ModelSpec, implementation: Any, data: ModelData, device: str):
-    """The whole model as one function of its inputs, compiled by the backend in its graph
-    mode; the weights are the same seeded ones, cast as its layers cast them. The function
-    returns every model output: a compiler drops whatever does not reach an output (seen on
-    the H200: 0.038 ms for a ResNet block stack whose eager forward takes 0.46 ms, when only
-    the last of its chains was returned)."""
-    import torch
-
-    graph = model.graph
-    layers = [
-        implementation.forward([layer], [data.weights(i)], device, static_weights=True)
-        for i, layer in enumerate(model.layers)
-    ]
-    # One fed tensor per (model input, dtype and layout of a reader): prepared once, outside.
-    feeds: dict[tuple[str, int | None], Any] = {}
-    for i, layer in enumerate(model.layers):
-        for value in graph.model_inputs_of(i):
-            key = (value, i if layers[i].prepare_input is not None else None)
-            if key not in feeds:
-                x = data.value(value, layer.dtype)
-                feeds[key] = layers[i].prepared([x])[0]
-    keys = list(feeds)
-    dtypes = [torch_dtype(layer.dtype) for layer in model.layers]
-    outputs = tuple(graph.outputs)
-
-    def model_forward(*fed):
-        given = dict(zip(keys, fed, strict=True))
-
-        def step(i: int, args: tuple[Any, ...]) -> Any:
-            xs = []
-            for value, x in zip(graph.reads[i], args, strict=True):
-                if graph.is_input(value):
-                    x = given[(value, i)] if (value, i) in given else given[(value, None)]
-                xs.append(x if x.dtype == dtypes[i] else x.to(dtypes[i]))
-            return layers[i].fn(*xs)
-
-        # A model input stands in the walk as its name: each reader takes its own feed.
-        found = graph.run(step, {v: v for v in graph.inputs})
-        return tuple(found[i] for i in outputs)
-
-    inputs = [feeds[k] for k in keys]
-    compiled = implementation.compile_model(model_forward, inputs)
-    mark_step = getattr(torch.compiler, "cudagraph_mark_step_begin", lambda: None)
-
-    def forward() -> tuple[Any, ...]:
-        # Each call is a new inference step: CUDA-graph trees may reuse the last outputs.
-        mark_step()
-        return compiled(*inputs)
-
-    forward()  # compile and capture before timing
-    return Forward(forward)

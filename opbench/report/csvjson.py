@@ -117,6 +117,7 @@ def _summary(data: dict[str, Any]) -> ModelSummary:
                 e,
                 time=_interval(e.get("time")),
                 vs_torch=_f(e.get("vs_torch")),
+                vs_best_peer=_f(e.get("vs_best_peer")),
                 rel_l2=_f(e.get("rel_l2")),
                 failures=None if e.get("failures") is None else tuple(e["failures"]),
             )

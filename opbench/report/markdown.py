@@ -105,19 +105,24 @@ def _end_to_end(c: Comparison) -> list[str]:
     if not entries:
         return []
     lines = [
-        "End to end (the whole forward; × torch = torch eager's time in the same mode / this):",
+        "End to end (the whole forward; × torch = torch eager's time in the same mode / this; "
+        "× best peer = the fastest right PyTorch peer's, suite or library, named):",
         "",
-        "| model | backend | mode | ms [95%] | × torch | output check | status |",
-        "|---|---|---|---:|---:|---|---|",
+        "| model | backend | mode | ms [95%] | × torch | × best peer | output check | status |",
+        "|---|---|---|---:|---:|---:|---|---|",
     ]
     for model, e in entries:
         status = "⏸️ NOT-MEASURED (interpreted)" if e.interpreted else md(e.status)
         check = ("❌ " if e.failures else "") + md(e.check)
         lines.append(
             f"| {md(model)} | {md(e.backend)} | {md(e.mode)} | {fmt_interval(e.time)} "
-            f"| {fmt_x(e.vs_torch)} | {check} | {status} |"
+            f"| {fmt_x(e.vs_torch)} | {_vs_best(e)} | {check} | {status} |"
         )
     return lines + [""]
+
+
+def _vs_best(e) -> str:
+    return f"{fmt_x(e.vs_best_peer)} ({md(e.best_peer)})" if e.best_peer else "—"
 
 
 def _layers(c: Comparison) -> list[str]:

@@ -184,6 +184,22 @@ def group_tolerance(members: Sequence[LayerSpec], output: LayerSpec) -> GroupTol
 
 
 @dataclass(frozen=True)
+class InputData:
+    """How a model input's data is drawn when it is not random-normal floats.
+
+    dtype: "int64" (the only one so far).
+    high: ids are drawn uniformly in [0, high); None: what the reading op takes
+        (`Op.id_high`, an embedding's num_embeddings).
+    padding_mask: a padding mask instead of ids: 1 on a prefix of each row (its length drawn
+        in [1, the row's length]) and 0 after, so a query always sees at least one key.
+    """
+
+    dtype: str = "int64"
+    high: int | None = None
+    padding_mask: bool = False
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """One model instance: a sweep value expanded into its own name, e.g. `mlp[batch=8]`.
 
@@ -193,6 +209,8 @@ class ModelSpec:
         one-input form, each name of `inputs: {name: [dims]}` otherwise. Layers that set their
         own `input` add inputs of their own (see `graph`).
     graph: the model as a graph (spec/graph.py): producers, consumers, outputs, the walk.
+    input_data: the declared inputs whose data is not random-normal floats (integer ids, a
+        padding mask), by name; the others are absent.
     """
 
     name: str
@@ -202,12 +220,17 @@ class ModelSpec:
     fuse: bool = False
     line: int | None = None
     inputs: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    input_data: tuple[tuple[str, InputData], ...] = ()
 
     @cached_property
     def graph(self) -> Graph:
         from opbench.spec.graph import Graph
 
         return Graph.of(self)
+
+    def data_of(self, value: str) -> InputData | None:
+        """How model input `value` is drawn when it is not floats (ids, a mask), else None."""
+        return dict(self.input_data).get(value)
 
     def layer(self, name: str) -> LayerSpec:
         for layer in self.layers:

@@ -19,13 +19,14 @@ from opbench.errors import InputError
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS, suggest
 from opbench.spec.model import (
+    InputData,
     LayerSpec,
     ModelSpec,
     TimingSpec,
     loose_tolerance_problem,
 )
 from opbench.spec.problems import Locator, SuiteWarning
-from opbench.spec.schema import LayerModel, ModelModel, SuiteModel
+from opbench.spec.schema import InputModel, LayerModel, ModelModel, SuiteModel
 from opbench.spec.vocabulary import unknown_backend
 from opbench.spec.wiring import graph_warnings, wire_model
 from opbench.spec.yaml_lines import Path_
@@ -246,8 +247,10 @@ def _resolve_model(
                 fuse=model.fuse,
                 line=locate(("models", index)).line,
                 inputs=tuple((k, (batch, *dims)) for k, dims in wiring.declared.items()),
+                input_data=_input_data(model),
             )
         )
+        problems += _integer_problems(instances[-1], index, locate) if batch == batches[0] else []
     if (
         instances
         and len(instances[0].layers) == len(model.layers)
@@ -257,6 +260,45 @@ def _resolve_model(
         # named like the model input resolves, yet its graph cannot be built).
         warnings += graph_warnings(instances[0], model, index, locate)
     return instances
+
+
+def _input_data(model: ModelModel) -> tuple[tuple[str, InputData], ...]:
+    """The declared inputs written as mappings with a dtype: how their data is drawn."""
+    return tuple(
+        (name, InputData(value.dtype, value.high, value.padding_mask))
+        for name, value in (model.inputs or {}).items()
+        if isinstance(value, InputModel) and value.dtype is not None
+    )
+
+
+def _integer_problems(model: ModelSpec, index: int, locate: Locator) -> list[InputError]:
+    """An integer input read where an op wants floats, or floats where it wants ids."""
+    problems = []
+    for name, drawn in model.input_data:
+        readers = [layer for layer in model.layers if name in layer.inputs]
+        if (
+            drawn.high is None
+            and not drawn.padding_mask
+            and readers
+            and all(OPS[layer.op].id_high(layer.params) is None for layer in readers)
+        ):
+            problems.append(InputError(
+                f"model input {name!r}: int64 ids need `high` (no layer reading them says how "
+                "many ids there are)", locate(("models", index, "inputs", name), name)))  # fmt: skip
+    for i, layer in enumerate(model.layers):
+        if not OPS[layer.op].runs:
+            continue  # a placeholder computes nothing: it stands for any node, ids or not
+        wants = OPS[layer.op].integer_inputs(layer.params)
+        for position, value in enumerate(layer.inputs):
+            integer = model.data_of(value) is not None
+            if integer != (position in wants):
+                what = "integer ids" if integer else "floats"
+                need = "integers (an int64 model input)" if position in wants else "floats"
+                problems.append(InputError(
+                    f"{layer.op} {layer.name!r} reads {value!r} ({what}) where it takes {need}",
+                    locate(("models", index, "layers", i, "inputs"), "inputs"),
+                ))  # fmt: skip
+    return problems
 
 
 def _shape_problem(

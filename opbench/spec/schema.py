@@ -73,6 +73,21 @@ class LayerModel(CommonSettings):
         return dict(self.model_extra or {})
 
 
+class InputModel(BaseModel):
+    """A model input written as a mapping: its shape and how its data is drawn. Float data
+    (the default) is random normal in the reading layer's dtype; `dtype: int64` draws integer
+    ids uniformly in [0, high) (high defaults to what the reading op takes: an embedding's
+    num_embeddings), or, with `padding_mask: true`, a padding mask: 1 on a prefix of each
+    row (its length drawn in [1, the row's length]) and 0 after."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    shape: list[int] = Field(min_length=1)
+    dtype: Literal["int64"] | None = None
+    high: int | None = Field(default=None, ge=1)
+    padding_mask: bool = False
+
+
 class ModelModel(CommonSettings):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -81,7 +96,8 @@ class ModelModel(CommonSettings):
     # One model input, named `input` ...
     input: list[int] | None = Field(default=None, min_length=1)
     # ... or several, by name (exactly one of the two; resolve.py says so when both or none).
-    inputs: dict[str, list[int]] | None = Field(default=None, min_length=1)
+    # A value is the shape, or an InputModel ({shape, dtype: int64, high, padding_mask}).
+    inputs: dict[str, list[int] | InputModel] | None = Field(default=None, min_length=1)
     fuse: bool = False
     layers: list[LayerModel] = Field(min_length=1)
 
@@ -106,8 +122,12 @@ class ModelModel(CommonSettings):
 
     @field_validator("inputs")
     @classmethod
-    def _named_inputs(cls, inputs: dict[str, list[int]] | None) -> dict[str, list[int]] | None:
-        for name, dims in (inputs or {}).items():
+    def _named_inputs(cls, inputs: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name, value in (inputs or {}).items():
+            dims = value.shape if isinstance(value, InputModel) else value
+            if isinstance(value, InputModel) and (value.high or value.padding_mask):
+                if value.dtype != "int64":
+                    raise ValueError(f"input {name!r}: high and padding_mask need dtype: int64")
             if not re.match(NAME_PATTERN, name):
                 raise ValueError(
                     f"input name {name!r}: use letters, digits, '_' or '-' (a name layers can read)"

@@ -169,6 +169,11 @@ def wire_model(
     return Wiring(declared, tuple(reads), fresh)
 
 
+def input_dims(value) -> list[int]:
+    """The dims of a declared input: its list, or an InputModel's `shape`."""
+    return value if isinstance(value, list) else value.shape
+
+
 def _declared_inputs(
     model: ModelModel, path: tuple, locate: Locator, problems: list[InputError]
 ) -> dict[str, Dims]:
@@ -182,7 +187,7 @@ def _declared_inputs(
         )
         return {INPUT: tuple(model.input)}
     if model.inputs is not None:
-        return {name: tuple(dims) for name, dims in model.inputs.items()}
+        return {name: tuple(input_dims(value)) for name, value in model.inputs.items()}
     if model.input is None:
         problems.append(
             InputError(

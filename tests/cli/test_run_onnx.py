@@ -81,7 +81,7 @@ def test_an_onnx_file_runs_with_its_own_weights(tmp_path: Path):
 def test_a_wrong_weight_is_caught_by_the_whole_model_check(tmp_path: Path, monkeypatch):
     """Per-layer checks use the weights given, right or wrong; only ONNX Runtime's output of the
     file itself shows that the model computed is not the file's."""
-    from opbench.export.onnx_import import file_data
+    from opbench.importers.onnx import file_data
 
     path = tmp_path / "block.onnx"
     _export(path)

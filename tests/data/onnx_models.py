@@ -252,7 +252,14 @@ def export(name: str, out_dir: Path) -> Path:
         kwargs["opset_version"] = spec.opset
     if spec.dynamo:
         kwargs["external_data"] = False
-    # The exporters print progress and warnings meant for an interactive user.
+    with quiet():
+        torch.onnx.export(model, (x,), str(path), **kwargs)
+    return path
+
+
+@contextlib.contextmanager
+def quiet():
+    """No grad, and none of the progress and warnings the exporters print for a user."""
     with (
         warnings.catch_warnings(),
         contextlib.redirect_stdout(io.StringIO()),
@@ -260,8 +267,22 @@ def export(name: str, out_dir: Path) -> Path:
         torch.no_grad(),
     ):
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (x,), str(path), **kwargs)
-    return path
+        yield
+
+
+def write_exports(out: Path, names: Iterable[str], known, export_one) -> int:
+    """Export each name into OUT (exit status 2 for a name not in `known`), saying how long."""
+    names = list(names)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"unknown export(s): {', '.join(unknown)} (--list shows them)", file=sys.stderr)
+        return 2
+    for name in names:
+        started = time.perf_counter()
+        path = export_one(name, out)
+        took = time.perf_counter() - started
+        print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {took:.1f} s")
+    return 0
 
 
 def export_all(out_dir: Path, names: Iterable[str] = EIGHT) -> dict[str, Path]:
@@ -283,16 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{mark} {spec.name:26} {how:12} opset {opset!s:8} input {list(spec.input_shape)}"
             )
         return 0
-    unknown = [n for n in args.names if n not in EXPORTS]
-    if unknown:
-        print(f"unknown export(s): {', '.join(unknown)} (--list shows them)", file=sys.stderr)
-        return 2
-    for name in args.names or EIGHT:
-        started = time.perf_counter()
-        path = export(name, args.out)
-        took = time.perf_counter() - started
-        print(f"{path}  {path.stat().st_size / 1e6:.1f} MB  {took:.1f} s")
-    return 0
+    return write_exports(args.out, args.names or EIGHT, EXPORTS, export)
 
 
 if __name__ == "__main__":

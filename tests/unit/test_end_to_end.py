@@ -16,6 +16,7 @@ from opbench.backends.base import Bound, Built
 from opbench.backends.registry import get_backend
 from opbench.measure.timer import Measurement
 from opbench.pipeline import ModelData, RunOptions, time_end_to_end
+from opbench.pipeline.torch_forward import module_forward
 from opbench.results.model import Status
 from opbench.spec.load import load_suite, load_suite_text
 
@@ -168,7 +169,8 @@ def test_graph_mode_times_a_captured_forward_on_cuda(monkeypatch) -> None:
     )
     assert [t.cuda_graph for t in timer.timings] == [False, True]
     assert (graph.mode, graph.status, graph.timer) == ("cuda_graph", Status.OK, "fake")
-    assert graph.samples_ms == ((0.5, 0.7),) * 2 and graph.message is None
+    assert graph.samples_ms == ((0.5, 0.7),) * 2
+    assert graph.message == "the model as one nn.Module"  # torch's forward: pipeline/torch_forward
     assert (eager.mode, eager.status) == ("eager", Status.OK)
 
 
@@ -261,13 +263,9 @@ def test_the_compiled_whole_forward_keeps_every_chain_alive() -> None:
     suite = load_suite_text(CHAIN)
     model = suite.models[0]
     data = ModelData(suite, model, "cpu")
-    eager = get_backend("torch")
     calls = []
 
     class NoCompiler:
-        def forward(self, layers, weights, device, static_weights=False):
-            return eager.forward(layers, weights, device)
-
         def compile_model(self, forward, inputs):
             def run(*args):
                 outputs = forward(*args)
@@ -276,7 +274,7 @@ def test_the_compiled_whole_forward_keeps_every_chain_alive() -> None:
 
             return run
 
-    forward = forward_module.compiled_forward(model, NoCompiler(), data, "cpu")
+    forward = module_forward(model, data, "cpu", NoCompiler())
     outputs = forward.call()
     assert [tuple(o.shape) for o in outputs] == [(2, 4), (2, 3)]  # half's output, then side's
     assert outputs[0].dtype == torch.float16 and len(calls) == 2  # compiled once, then timed

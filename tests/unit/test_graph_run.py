@@ -18,6 +18,7 @@ from opbench.backends.base import Bound, Built
 from opbench.backends.registry import get_backend
 from opbench.backends.triton import fusion_groups
 from opbench.pipeline import ModelData, RunOptions, run_suite, time_end_to_end
+from opbench.pipeline.torch_forward import module_forward
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text
 
@@ -207,17 +208,13 @@ def test_the_compiled_whole_forward_returns_every_output_of_the_graph() -> None:
     suite = load_suite_text(RESIDUAL.replace("      - {name: out, op: relu}\n", ""), "g.yaml")
     model = suite.models[0]
     data = ModelData(suite, model, "cpu")
-    eager = get_backend("torch")
 
     class NoCompiler:
-        def forward(self, layers, weights, device, static_weights=False):
-            return eager.forward(layers, weights, device)
-
         def compile_model(self, forward, inputs):
             assert len(inputs) == 1, "one model input, read by conv1 and down"
             return forward
 
-    forward = forward_module.compiled_forward(model, NoCompiler(), data, "cpu")
+    forward = module_forward(model, data, "cpu", NoCompiler())
     (out,) = forward.call()
     refs, _ = data.model_reference()
     torch.testing.assert_close(out.double(), refs[4], rtol=1e-5, atol=1e-5)

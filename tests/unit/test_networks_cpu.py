@@ -2,7 +2,7 @@
 Triton interpreter): every layer and fused group correct against float64, and the whole model
 correct end to end. Built by suites/networks.py's own builders, so the graphs are the shipped
 ones (residual blocks with downsample branches, inverted residuals with depthwise convs and
-relu6, post-norm BERT, pre-norm LLaMA with SwiGLU) at sizes the interpreter runs in seconds."""
+relu6, post-norm BERT, pre-norm LLaMA with RoPE, GQA and SwiGLU, its decode step with the KV-cache append) at sizes the interpreter runs in seconds."""
 
 from __future__ import annotations
 
@@ -31,10 +31,12 @@ def tiny_suite() -> str:
                      n.mobilenet_v2(divide=8, image=32, classes=5)),
         n.model_text("bert", {"batch": 2, "input": [7, 32], "fuse": True},
                      n.bert_layer(hidden=32, heads=2, ffn=40)),
-        n.model_text("llama", {"batch": 1, "input": [9, 32], "fuse": True},
-                     n.llama_prefill_block(hidden=32, heads=2, ffn=48)),
-        n.model_text("decode", {"batch": 3, "inputs": {"x": [32], "attn": [32]}, "fuse": True},
-                     n.llama_decode_block(None, hidden=32, ffn=48)),
+        n.model_text("llama", {"batch": 1, "input": [9, 32], "fuse": True},  # LLaMA-3's GQA
+                     n.llama_prefill_block(hidden=32, heads=2, ffn=48, kv_heads=1,
+                                           theta=500000.0)),
+        n.model_text("decode", {"batch": 3, "inputs": {"x": [1, 32]}, "fuse": True},
+                     n.llama_decode_block(None, hidden=32, ffn=48, heads=2, kv_heads=1,
+                                          kv_len=11)),
     ]  # fmt: skip
     defaults = {"dtype": "float32", "backends": ["torch", "triton"],
                 "timing": {"warmup_ms": 0, "rep_ms": 1, "rounds": 1}}  # fmt: skip
@@ -69,3 +71,4 @@ def test_the_fusions_that_make_the_networks_fast(run) -> None:
     assert ("bert", ("attn_out", "attn_res")) in fused
     assert ("llama", ("gate", "up", "gate_act", "swiglu")) in fused
     assert ("decode", ("down", "ffn_res")) in fused
+    assert ("decode", ("rope", "attn")) in fused  # rope writes k and v into the cache

@@ -78,6 +78,7 @@ def test_decode_blocks_take_swiglu_as_one_gemm_at_every_size() -> None:
         check_plan(model)
         assert named(model, "swiglu") == [("gate", "up", "gate_act", "swiglu")]
         assert named(model, "linear_add") == [("o_proj", "attn_res"), ("down", "ffn_res")]
+        assert named(model, "rope_append") == [("rope", "attn")]
 
 
 GRAPHS = """\

@@ -82,6 +82,18 @@ FORBIDDEN = {
     "compare": ("backends", "kernels", "pipeline", "cli", "report"),
     "report": ("backends", "kernels", "pipeline", "cli"),
     "measure": ("backends", "kernels", "pipeline", "cli", "compare", "report"),
+    # An input stage beside the suite loader: what a layer is (spec, ops), nothing downstream.
+    "importers": (
+        "backends",
+        "kernels",
+        "pipeline",
+        "export",
+        "cli",
+        "measure",
+        "compare",
+        "report",
+        "match",
+    ),
 }
 
 

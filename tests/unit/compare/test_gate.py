@@ -19,8 +19,8 @@ from opbench.compare.gate import (
     merge_rerun,
     parse_threshold,
 )
-from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test, t_isf, t_sf
 from opbench.compare.gate_model import MIN_ROUNDS
+from opbench.compare.gate_stats import benjamini_hochberg, classify, log_ratio_test, t_isf, t_sf
 from opbench.errors import ExitCode, InputError
 from opbench.results.fingerprint import NOT_RECORDED
 from opbench.results.model import Correctness, LayerResult, RunResult, Status

@@ -199,10 +199,9 @@ def test_grouped_query_attention_exports_with_its_kv_heads(tmp_path: Path):
     assert _check_export(suite, tmp_path / "out") == 1
 
 
-def test_kv_cache_attention_is_bad_input(tmp_path: Path):
+def test_kv_cache_attention_exports_with_its_cache(tmp_path: Path):
+    """Decode attention over a KV cache: the cache an initializer, causal by an explicit mask."""
     suite = tmp_path / "decode.yaml"
-    suite.write_text(GROUPED.replace("[7, 96]", "[1, 64]").replace(
-        "kv_heads: 2, packed_qkv: true, causal: true", "kv_len: 10"))  # fmt: skip
-    done = runner.invoke(app, ["export", "onnx", str(suite), "--out", str(tmp_path / "out")])
-    assert done.exit_code == 2
-    assert "layer 'gqa': attention over a KV cache (kv_len) has no ONNX form yet" in done.output
+    suite.write_text(GROUPED.replace("[7, 96]", "[3, 64]").replace(
+        "packed_qkv: true, causal: true", "kv_len: 10, causal: true"))  # fmt: skip
+    assert _check_export(suite, tmp_path / "out") == 1

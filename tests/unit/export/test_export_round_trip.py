@@ -26,7 +26,7 @@ runner = CliRunner()
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("opbench.export.onnx_import") is None,
+    importlib.util.find_spec("opbench.importers.onnx") is None,
     reason="importing a graph needs the ONNX graph importer of issue 27 (branch onnx), which "
     "this branch does not hold yet",
 )

@@ -97,7 +97,7 @@ def test_imports_as_one_connected_graph(name: str, onnx_models, tmp_path: Path):
 
 @pytest.mark.parametrize("name", onnx_models_module().EIGHT)
 def test_every_node_is_accounted_for_once(name: str, onnx_models):
-    from opbench.export.onnx_import import import_onnx
+    from opbench.importers.onnx import import_onnx
 
     imported = import_onnx(onnx_models[name])
     seen = imported.accounted()

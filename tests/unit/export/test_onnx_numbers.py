@@ -14,9 +14,9 @@ import torch
 from conftest import onnx_models_module
 from test_onnx_models import EXPECTED
 
-from opbench.export.onnx_import import import_onnx
-from opbench.export.onnx_import.file_data import FileData, ort_outputs
-from opbench.export.onnx_import.suite_yaml import suite_text, write_suite
+from opbench.importers.onnx import import_onnx
+from opbench.importers.onnx.file_data import FileData, ort_outputs
+from opbench.importers.onnx.suite_yaml import suite_text, write_suite
 from opbench.ops.registry import get_op
 
 try:

@@ -1,4 +1,4 @@
-"""The importer's view algebra (opbench/export/onnx_import/views.py) against numpy: a view must
+"""The importer's view algebra (opbench/importers/onnx/views.py) against numpy: a view must
 name, for every element of the ONNX value, the element of its canonical tensor it holds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from opbench.export.onnx_import import views as V
+from opbench.importers.onnx import views as V
 
 RNG = np.random.default_rng(7)
 

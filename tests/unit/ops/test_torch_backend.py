@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+import yaml
 
 from opbench.backends.base import torch_dtype
 from opbench.backends.registry import BACKEND_NAMES, get_backend
@@ -28,11 +29,9 @@ def example_case(op_name: str) -> tuple[str, str]:
     assert example is not None, f"op {op_name!r} has no example"
     params = ", ".join(f"{key}: {json.dumps(value)}" for key, value in example.params.items())
     shapes = example.inputs
-    if len(shapes) == 1:
+    if len(shapes) == 1 and not example.integer:
         return json.dumps(list(shapes[0])), params
-    return "{" + ", ".join(
-        f"x{i}: {json.dumps(list(s))}" for i, s in enumerate(shapes)
-    ) + "}", params
+    return example.declared([f"x{i}" for i in range(len(shapes))]), params
 
 
 # One layer per built-in op (its example: odd, small shapes), whatever ops there are.
@@ -78,7 +77,7 @@ def one_layer_suite(
     declared = "input"
     if input_shape.startswith("{"):  # several named inputs (example_case), read in order
         declared = "inputs"
-        names = [part.split(":")[0].strip(" {") for part in input_shape.split("],")]
+        names = list(yaml.safe_load(input_shape))
         extra += f", inputs: [{', '.join(names)}]"
     text = (
         f"name: t\ndefaults: {{dtype: {dtype}, backends: [{backend}], timing: {TIMING}}}\n"
@@ -140,9 +139,12 @@ def test_built_layer_returns_the_layer_dtype_and_shape(dtype: str) -> None:
         data = ModelData(suite, model, "cpu")
         built = get_backend("torch").build([layer], [data.weights(0)], "cpu")
         xs = data.inputs(0)
-        assert all(x.dtype == torch_dtype(dtype) and x.abs().sum() > 0 for x in xs), (
+        ints = OPS[op].integer_inputs(layer.params)
+        floats = [x for i, x in enumerate(xs) if i not in ints]
+        assert all(x.dtype == torch_dtype(dtype) and x.abs().sum() > 0 for x in floats), (
             "inputs are random normal, never zeros"
         )
+        assert all(xs[i].dtype == torch.int64 and xs[i].unique().numel() > 1 for i in ints)
         out = built.fn(*xs)
         assert out.dtype == torch_dtype(dtype), op
         assert tuple(out.shape) == layer.output_shape, op

@@ -52,6 +52,9 @@ def test_normative_example_loads() -> None:
         "kv_len": None,
         "separate_qkv": False,
         "quant": "none",
+        "layout": "rows",
+        "mask": False,
+        "append": False,
     }
     assert model.layer("ffn_up").params["activation"] == "gelu"
     assert model.layer("ffn_down").reference_name == "FC_2"

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opbench.export.onnx_import import attention as A
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.handlers import (
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.handlers import (
     Refused,
     binary,
     clip,
@@ -22,9 +21,9 @@ from opbench.export.onnx_import.handlers import (
     view_node,
     with_batch,
 )
-from opbench.export.onnx_import.rules import _const
-from opbench.export.onnx_import.steps import _cax, attr, out_shape
-from opbench.export.onnx_import.walk import Canon, Walker
+from opbench.importers.onnx.rules import _const
+from opbench.importers.onnx.steps import _cax, attr, out_shape
+from opbench.importers.onnx.walk import Canon, Walker
 
 
 def _eps(value: Any) -> float:
@@ -243,105 +242,6 @@ def matmul(w: Walker, node: Any) -> None:
     w.set_canonical(node.outputs[0].name, made, pa)
 
 
-# ---- attention ------------------------------------------------------------------------------
-
-
-def _attention_layer(
-    w: Walker, node: Any, splits: list[A.HeadSplit], values: list[str], causal: bool
-) -> Canon:
-    """One attention layer; its first node (what names it and what a profile row of the
-    file matches) is the node that makes the output, the P·V MatMul."""
-    q, k, v = splits
-    body = w.body(node)
-    nodes = [body[-1], *body[:-1]]
-    params: dict[str, Any] = {"heads": q.heads}
-    if causal:
-        params["causal"] = True
-    out = (w.batch, q.seq, q.heads * q.head_dim)
-    same = q.tensor == k.tensor == v.tensor
-    if same and q.packed == (3, 0) and k.packed == (3, 1) and v.packed == (3, 2):
-        params["packed_qkv"] = True
-        canon = w.tensors[q.tensor]
-        return w.add_layer(
-            "attention", params, [(canon, values[0])], out, w.body(node), also_reads=values[1:]
-        )
-    if any(s.packed for s in splits):
-        raise Refused("q, k and v are parts of a packed tensor in another order")
-    if same:
-        canon = w.tensors[q.tensor]
-        return w.add_layer(
-            "attention", params, [(canon, values[0])], out, w.body(node), also_reads=values[1:]
-        )
-    inputs = [(w.tensors[s.tensor], value) for s, value in zip(splits, values, strict=True)]
-    params["separate_qkv"] = True
-    return w.add_layer("attention", params, inputs, out, nodes)
-
-
-def attention_core(w: Walker, node: Any) -> None:
-    """opbench AttentionCore(q, kᵀ, v[, mask]) from rules.py."""
-    q, kt, v = (x.name for x in node.inputs[:3])
-    try:
-        splits = [
-            A.head_split(w.views[q]),
-            A.head_split(w.views[kt], seq_last=True),
-            A.head_split(w.views[v]),
-        ]
-        A.same_split(*splits)
-        A.check_scale(attr(node, "scale"), splits[0].head_dim)
-        kind = attr(node, "mask", "none")
-        causal = False
-        if kind == "add":
-            causal = A.causal_from_mask(_const(node.inputs[3]), splits[0].seq, "add")
-        elif kind == "where":
-            fill = float(_const(node.inputs[4]).reshape(-1)[0])
-            causal = A.causal_from_mask(_const(node.inputs[3]), splits[0].seq, "keep", fill)
-    except V.NotAView as exc:
-        raise Refused(f"attention: {exc}") from None
-    made = _attention_layer(w, node, splits, [q, kt, v], causal)
-    w.set_view_of(node.outputs[0].name, A.output_view(splits[0], made.id, w.batch), made)
-
-
-def attention_node(w: Walker, node: Any) -> None:
-    """ONNX Attention (opset 23): q, k, v as [B, H, S, D], or [B, S, E] with head counts."""
-    if any(o is not None and o.name for o in node.outputs[1:]):
-        raise Refused("Attention with present key/value or score outputs")
-    if any(x is not None for x in node.inputs[4:]):
-        raise Refused("Attention with past key/value inputs")
-    q_heads, kv_heads = attr(node, "q_num_heads"), attr(node, "kv_num_heads")
-    if attr(node, "softcap", 0.0):
-        raise Refused("Attention with softcap")
-    names = [x.name for x in node.inputs[:3]]
-    try:
-        three_d = len(node.inputs[0].shape) == 3
-        found = [w.views[n] for n in names]
-        if three_d:
-            if not q_heads or kv_heads != q_heads:
-                raise V.NotAView(
-                    f"q_num_heads {q_heads} and kv_num_heads {kv_heads} (grouped-query)"
-                )
-            found = [A.from_3d(f, q_heads) for f in found]
-        splits = [A.head_split(f) for f in found]
-        A.same_split(*splits)
-        A.check_scale(attr(node, "scale"), splits[0].head_dim)
-        causal = bool(attr(node, "is_causal", 0))
-        mask = node.inputs[3] if len(node.inputs) > 3 else None
-        if mask is not None:
-            array = _const(mask)
-            if array is None:
-                raise V.NotAView("a mask that is not a constant")
-            kind = "keep" if array.dtype == bool else "add"
-            causal = causal or A.causal_from_mask(array, splits[0].seq, kind, float("-inf"))
-    except V.NotAView as exc:
-        raise Refused(f"attention: {exc}") from None
-    made = _attention_layer(w, node, splits, names, causal)
-    view = A.output_view(splits[0], made.id, w.batch)
-    if three_d:  # back from [.., H, S, D] to the node's [.., S, E]
-        rank = len(view.dims)
-        view = V.transpose(view, (*range(rank - 3), rank - 2, rank - 3, rank - 1))
-        view = V.reshape(view, out_shape(node))
-    w.set_view_of(node.outputs[0].name, view, made)
-
-
 # ---- dispatch -------------------------------------------------------------------------------
 
 Handler = Callable[[Walker, Any], None]
@@ -360,8 +260,6 @@ HANDLERS: dict[tuple[str, str], Handler] = {
     ("", "RMSNormalization"): rmsnorm,
     ("opbench", "RMSNormalization"): rmsnorm,
     ("", "Softmax"): softmax,
-    ("opbench", "AttentionCore"): attention_core,
-    ("", "Attention"): attention_node,
     ("", "Relu"): lambda w, n: unary(w, n, "relu"),
     ("", "Sigmoid"): lambda w, n: unary(w, n, "sigmoid"),
     ("opbench", "Silu"): lambda w, n: unary(w, n, "silu"),
@@ -387,9 +285,16 @@ HANDLERS[("", "Gelu")] = _gelu
 
 def handle(w: Walker, node: Any) -> None:
     """Make the node's layers, or raise Refused / NotAView saying why not."""
+    from opbench.importers.onnx.handlers_transformer import TRANSFORMER_HANDLERS, is_embedding
+
+    if is_embedding(node):
+        return TRANSFORMER_HANDLERS[("", "Gather")](w, node)
     if is_view_node(node):
         return view_node(w, node)
-    handler = HANDLERS.get((node.domain or "", node.op_type))
+    from opbench.importers.onnx.handlers_attention import ATTENTION_HANDLERS
+
+    key = (node.domain or "", node.op_type)
+    handler = HANDLERS.get(key) or TRANSFORMER_HANDLERS.get(key) or ATTENTION_HANDLERS.get(key)
     if handler is None:
         raise Refused("not a supported op")
     handler(w, node)

@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.rules import _const
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.rules import _const
 
 if TYPE_CHECKING:
-    from opbench.export.onnx_import.walk import Canon, Step, Walker
+    from opbench.importers.onnx.walk import Canon, Step, Walker
 
 VIEW_OPS = frozenset(
     {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Gather",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.export.onnx_import.model import Imported, Layer, ModelInput, Output
+from opbench.importers.onnx.model import Imported, Layer, ModelInput, Output
 
 ABSENT = -1  # views.ABSENT: a batch of 1 with no dim of its own
 
@@ -91,7 +91,9 @@ class FileData:
         feeds = {}
         for item in self.imported.inputs:
             if item.constant is None:
-                feeds[item.source] = to_onnx(np.asarray(inputs[item.name]), item.batch_axis)
+                array = np.asarray(inputs[item.name])
+                array = array.astype(np.int64 if item.dtype else np.float32)
+                feeds[item.source] = to_onnx(array, item.batch_axis)
         return feeds
 
 
@@ -106,7 +108,7 @@ def ort_outputs(model_path: str, feeds: Mapping[str, np.ndarray], outputs: list[
         model_path, sess_options=options, providers=["CPUExecutionProvider"]
     )
     names = [o.name for o in outputs]
-    values = session.run(names, {k: v.astype(np.float32) for k, v in feeds.items()})
+    values = session.run(names, dict(feeds))
     return {
         o.layer: from_onnx(np.asarray(v), o.batch_axis)
         for o, v in zip(outputs, values, strict=True)

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.model import Absorbed, Layer, ModelInput, Unsupported
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.model import Absorbed, Layer, ModelInput, Unsupported
 
 Shape = tuple[int, ...]
 
@@ -56,6 +56,14 @@ class Walker:
     reads: list[tuple[str, ...]] = field(default_factory=list)  # per layer: ONNX values read
     output_reads: list[str] = field(default_factory=list)  # model outputs read through views
     current: Any = None  # the node being handled
+    # repeat_kv outputs (handlers_transformer.repeat_kv): their stand-in tensor's id → (the
+    # repeated value, groups, the node). Only attention reads them, as kv_heads.
+    repeats: dict[int, tuple[str, int, Any]] = field(default_factory=dict)
+    # Masks computed from a model input (masks.py): attention call node → its mask graph;
+    # their nodes are left to the attention layer that reads them (mask_nodes: skipped).
+    masks: dict[str, Any] = field(default_factory=dict)
+    mask_nodes: set[str] = field(default_factory=set)
+    opsets: dict[str, int] = field(default_factory=dict)
 
     # ---- canonical tensors and views ----------------------------------------------------
 
@@ -117,7 +125,7 @@ class Walker:
                 canon, pos = self.tensor(self.views[step.out]), there
                 self.canon_of[step.out] = (canon, pos)
                 begin = k + 1
-        from opbench.export.onnx_import.steps import step_layers
+        from opbench.importers.onnx.steps import step_layers
 
         for step in steps[begin:]:
             canon, pos = step_layers(self, step, canon, pos)
@@ -127,7 +135,7 @@ class Walker:
     def _reshaped(self, value: str) -> tuple[Canon, int]:
         """A layer's output whose view is its tensor reshaped (a linear on [1, 1, 1, E] whose
         ONNX output is [1, N]): a reshape layer (a view) gives the tensor the value's shape."""
-        from opbench.export.onnx_import.steps import reshape_layer
+        from opbench.importers.onnx.steps import reshape_layer
 
         view = self.views[value]
         canon = self.tensor(view)
@@ -164,6 +172,8 @@ class Walker:
         """A layer reading `inputs` (canonical tensor, the ONNX value it was read for, None for
         a tensor made on the way) and making a new canonical tensor of `out_shape` (batch
         first). The view nodes between the two are absorbed into the layer (`finish`)."""
+        if any(c.id in self.repeats for c, _ in inputs):
+            raise V.NotAView("reads repeat_kv's copies of the kv heads (only attention reads them)")
         layer_id = f"#{len(self.layers)}"
         self.reads.append((*(v for _, v in inputs if v is not None), *also_reads))
         layer = Layer(

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from opbench.export.onnx_import.views import (
+from opbench.importers.onnx.views import (
     Atom,
     NotAView,
     Run,
@@ -87,6 +87,30 @@ def head_split(view: View, seq_last: bool = False) -> HeadSplit:
     return HeadSplit(view.tensor, view.base, lead, heads, head_dim, seq, packed)
 
 
+def through_repeat(view: View, base: tuple[int, ...], source: View, groups: int) -> View:
+    """A view of repeat_kv's [B, Hkv, G, S, D] stand-in (`base`) as a view of the repeated
+    value `source` [B, Hkv, S, D], the G copies dropped: each head reads kv head h // G, so
+    the G atom must sit right inside the Hkv atom (or Hkv be 1)."""
+    if view.fixed:
+        raise NotAView("an index held in repeat_kv's copies")
+    to_source = {0: 0, 1: 1, 3: 2, 4: 3}
+    dims = []
+    for run in view.dims:
+        atoms = normalise(run)
+        new: list[Atom] = []
+        for k, atom in enumerate(atoms):
+            if atom.axis == 2:
+                after_heads = base[1] == 1 or (k > 0 and atoms[k - 1].axis == 1)
+                if atom.size != groups or atom.inner != 1 or not after_heads:
+                    raise NotAView("repeat_kv's copies are not read as groups of query heads")
+                continue
+            if atom.size != base[atom.axis] or atom.inner != 1:
+                raise NotAView("a dim of repeat_kv's output is split")
+            new.extend(source.dims[to_source[atom.axis]])
+        dims.append(tuple(new))
+    return View(source.tensor, source.base, tuple(dims), source.fixed)
+
+
 def from_3d(view: View, heads: int) -> View:
     """A [B, S, E] input of ONNX Attention with `heads` (q_num_heads) as [B, H, S, D]."""
     s, e = view.shape[-2:]
@@ -114,7 +138,9 @@ def causal_from_mask(mask: Any, seq: int, kind: str, fill: float | None = None) 
     import numpy as np
 
     m = np.asarray(mask)
-    while m.ndim > 2 and m.shape[0] == 1:
+    # A mask built for a fixed input (BERT's from all-ones ids, HF's causal mask expanded
+    # over the batch) repeats one [S, S] mask over batch and heads: that one is the mask.
+    while m.ndim > 2 and (m.shape[0] == 1 or bool((m == m[:1]).all())):
         m = m[0]
     if m.ndim != 2 or m.shape != (seq, seq):
         raise NotAView(f"a mask of shape {list(np.shape(mask))} (one per batch or head)")
@@ -141,11 +167,19 @@ def check_scale(scale: float | None, head_dim: int) -> None:
         raise NotAView(f"scale {scale:.6g} (the suite's attention uses 1/√D = {want:.6g})")
 
 
+def _batch_lead(split: HeadSplit) -> tuple:
+    return tuple(tuple(a for a in run if a[0] != 2) for run in split.lead)
+
+
 def same_split(q: HeadSplit, k: HeadSplit, v: HeadSplit) -> None:
-    if not (q.lead == k.lead == v.lead):
+    """q, k and v pair batch and heads alike; k and v may have fewer heads (grouped-query:
+    query head h reads kv head h // G, as repeat_kv and a broadcast MatMul both do)."""
+    if not (_batch_lead(q) == _batch_lead(k) == _batch_lead(v)):
         raise NotAView("q, k and v do not pair batch and heads the same way")
-    if not (q.heads == k.heads == v.heads):
-        raise NotAView(f"heads differ: q {q.heads}, k {k.heads}, v {v.heads} (grouped-query)")
+    if k.heads != v.heads or q.heads % k.heads:
+        raise NotAView(f"heads q {q.heads}, k {k.heads}, v {v.heads} are not grouped-query")
+    if q.heads == k.heads and not (q.lead == k.lead == v.lead):
+        raise NotAView("q, k and v do not pair batch and heads the same way")
     if not (q.head_dim == k.head_dim == v.head_dim):
         raise NotAView("q, k and v head sizes differ")
     if not (q.seq == k.seq == v.seq):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.file_data import canonical_constant
-from opbench.export.onnx_import.model import ModelInput
-from opbench.export.onnx_import.rules import _const, _scalar
-from opbench.export.onnx_import.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
-from opbench.export.onnx_import.walk import Canon, Step, Walker
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.file_data import canonical_constant
+from opbench.importers.onnx.model import ModelInput
+from opbench.importers.onnx.rules import _const, _scalar
+from opbench.importers.onnx.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
+from opbench.importers.onnx.walk import Canon, Step, Walker
 from opbench.ops.kinds import epilogue_ops
 from opbench.ops.registry import OPS
 
@@ -230,6 +230,11 @@ def placeholder(w: Walker, node: Any) -> None:
         reads.append((canon, value.name))
         if k == 0 and p is not None:
             pos = p
+    if not reads:
+        # A node of constants alone (a random draw, say): the placeholder reads the first
+        # model input for its batch only, so that it is a layer of the graph like any other.
+        first = w.inputs[0]
+        reads.append((next(c for c in w.tensors.values() if c.producer == first.name), None))
     for out in node.outputs:
         if not out.name or out.shape is None:
             continue
@@ -240,7 +245,9 @@ def placeholder(w: Walker, node: Any) -> None:
         canon_shape = with_batch(shape, pos, w.batch) if pos != V.ABSENT or w.batch == 1 else None
         if canon_shape is None:
             raise Refused("its output has no batch dim to keep the graph connected with")
-        params = {"stands_for": node.op_type, "shape": list(canon_shape[1:])}
+        params: dict[str, Any] = {"stands_for": node.op_type, "shape": list(canon_shape[1:])}
+        if len(reads) != 1:
+            params["reads"] = len(reads)
         made = w.add_layer(
             "placeholder", params, reads, canon_shape, w.body(node), placeholder_for=node.op_type
         )

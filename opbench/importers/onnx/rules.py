@@ -6,10 +6,12 @@ the body as the nodes the layer covers, so nothing is dropped and profiles still
 
 Rules, in the order they are tried:
 - onnxscript's own: RMS norm (Pow/ReduceMean(axis -1)/Add/Sqrt/Reciprocal/Mul →
-  RMSNormalization), erf GELU and tanh GELU (→ com.microsoft Gelu / FastGelu);
+  RMSNormalization), erf GELU and tanh GELU (→ com.microsoft Gelu / FastGelu), and the
+  rotate-half rotary embedding x·cos + rotate_half(x)·sin (→ RotaryEmbedding);
 - ours, for the forms those miss: RMS norm over a positive last axis, with Div(1, ·) or
   Div(x, ·) instead of Reciprocal, and x·x instead of Pow (torch's legacy exporter, opbench's
-  own export); x·sigmoid(x) → Silu; MatMul + Add of a bias → Linear; and the attention core
+  own export); x·sigmoid(x) → Silu; MatMul + Add of a bias → Linear; repeat_kv's
+  Unsqueeze + Expand of k or v → RepeatKV (grouped-query attention); and the attention core
   MatMul(q, kᵀ) · scale (+ mask) → Softmax → MatMul(·, v) → AttentionCore. onnxscript's SDPA
   rule matches only 4-D [B, H, S, D] q/k/v; exports fold the batch into the heads
   ([B·H, S, D]) or transpose k on the way, so the core is matched here on the three MatMul
@@ -169,8 +171,7 @@ class _AttentionCore(pattern.RewriteRuleClassBase):
         ]
         if any(s is None for s in scales):
             return result.fail("a scale is not a constant scalar")
-        if mask_kind == "add" and _const(b.get("mask")) is None:
-            return result.fail("the mask is not a constant")
+        # (an additive mask computed from a model input is the handler's to read: masks.py)
         if mask_kind == "where" and (
             _const(b.get("keep")) is None or _scalar(b.get("fill")) is None
         ):
@@ -187,10 +188,39 @@ class _AttentionCore(pattern.RewriteRuleClassBase):
         return op.AttentionCore(*inputs, scale=self._scale, mask=mask_kind, _domain=OPBENCH)
 
 
+class _RepeatKV(pattern.RewriteRuleClassBase):
+    """Hugging Face's repeat_kv: k or v [B, Hkv, S, D] unsqueezed at 2 and expanded to
+    [B, Hkv, G, S, D], each kv head read by G query heads (grouped-query attention). The
+    handler reads it as kv_heads of the attention, not as a copy."""
+
+    def pattern(self, op, x, axes, shape):
+        return op.Expand(op.Unsqueeze(x, axes), shape, _outputs=["out"])
+
+    def check(self, context, x, axes, shape, out, **_) -> MatchResult:
+        result = MatchResult()
+        if x.shape is None or len(x.shape) != 4 or not all(isinstance(d, int) for d in x.shape):
+            return result.fail("not a static 4-D tensor")
+        found, target = _const(axes), _const(shape)
+        if found is None or [int(a) % 5 for a in found.reshape(-1)] != [2]:
+            return result.fail("not unsqueezed at dim 2")
+        b, h, s, d = x.shape
+        if target is None or target.size != 5:
+            return result.fail("not expanded to 5 dims")
+        t = [int(v) for v in target.reshape(-1)]
+        if [t[0], t[1], t[3], t[4]] not in ([b, h, s, d], [1, 1, 1, 1]) or t[2] < 1:
+            return result.fail("not an expansion of the new dim alone")
+        return result
+
+    def rewrite(self, op, x, shape, **_):
+        groups = int(_const(shape).reshape(-1)[2])
+        return op.RepeatKV(x, groups=groups, _domain=OPBENCH)
+
+
 def _library_rules() -> list[pattern.RewriteRule]:
     """onnxscript's own fusion rules, extracted as functions like ours (so the nodes stay)."""
     from onnxscript.rewriter.ort_fusions import erfgelu
     from onnxscript.rewriter.ort_fusions import gelu as ort_gelu
+    from onnxscript.rewriter.ort_fusions import rotary_embedding as rope
     from onnxscript.rewriter.rules.fusion import _rms_normalization as rms
 
     rules = []
@@ -199,6 +229,8 @@ def _library_rules() -> list[pattern.RewriteRule]:
         rules.append(_as_function(rule))
     for cls in (ort_gelu.GeluErfFusion, ort_gelu.GeluTanhFusion):
         rules.append(_as_function(cls(f"onnxscript.{cls.__name__}")))
+    # x·cos + rotate_half(x)·sin on [B, H, S, D] (Hugging Face's apply_rotary_pos_emb)
+    rules.append(_as_function(rope.RotaryEmbeddingFusion()))
     for form in (erfgelu.erf_gelu_pattern_1, erfgelu.erf_gelu_pattern_2):
         rules.append(
             pattern.RewriteRule(
@@ -223,7 +255,7 @@ def _as_function(instance: pattern.RewriteRuleClassBase) -> pattern.RewriteRule:
 def _own_rules() -> list[pattern.RewriteRule]:
     return [
         _as_function(cls(f"opbench.{cls.__name__.strip('_')}"))
-        for cls in (_RMSNorm, _Silu, _AttentionCore, _LinearBias)
+        for cls in (_RMSNorm, _Silu, _RepeatKV, _AttentionCore, _LinearBias)
     ]
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from opbench.errors import ExitCode, InputError, OpbenchError
-from opbench.export.onnx_import.model import Imported, Layer
+from opbench.importers.onnx.model import Imported, Layer
 from opbench.spec.wiring import spells_out
 
 
@@ -49,6 +49,11 @@ def _ops(names: list[str], op_of: dict[str, str]) -> str:
     return ", ".join(f"{n} ({op_of[n]})" if n in op_of else n for n in names)
 
 
+def _one_input(imp: Imported) -> bool:
+    """The suite's one-input form (`input: [dims]`): one float input named `input`."""
+    return len(imp.inputs) == 1 and imp.inputs[0].name == "input" and not imp.inputs[0].dtype
+
+
 def suite_text(imp: Imported, suite_name: str, model_name: str, source: str, dtype: str) -> str:
     if not imp.layers:
         raise InputError(f"{source}: no node of the graph makes a layer")
@@ -68,13 +73,19 @@ def suite_text(imp: Imported, suite_name: str, model_name: str, source: str, dty
         f"  - name: {model_name}",
         f"    batch: {imp.batch}",
     ]
-    if len(imp.inputs) == 1 and imp.inputs[0].name == "input":  # the one-input form
+    one_input = _one_input(imp)
+    if one_input:
         lines.append(f"    input: {_flow(list(imp.inputs[0].shape[1:]))}")
     else:
         lines.append("    inputs:")
         for item in imp.inputs:
             note = f"  # the constant {item.constant}" if item.constant else ""
-            lines.append(f"      {item.name}: {_flow(list(item.shape[1:]))}{note}")
+            shape = list(item.shape[1:])
+            # integer ids: drawn in range of the embedding that reads them
+            value = {"shape": shape, "dtype": item.dtype} if item.dtype else shape
+            if item.padding_mask:
+                value["padding_mask"] = True
+            lines.append(f"      {item.name}: {_flow(value)}{note}")
     lines += ["    fuse: true", "    layers:"]
     unsupported = {u.node: u for u in imp.unsupported}
     names = [layer.name for layer in imp.layers]

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from opbench.errors import InputError
-from opbench.export.onnx_import import views as V
-from opbench.export.onnx_import.file_data import constant_reader
-from opbench.export.onnx_import.model import Absorbed, Imported, ModelInput, Output
-from opbench.export.onnx_import.names import NodeInfo, assign, node_info
+from opbench.importers.onnx import views as V
+from opbench.importers.onnx.file_data import constant_reader
+from opbench.importers.onnx.model import Absorbed, Imported, ModelInput, Output
+from opbench.importers.onnx.names import NodeInfo, assign, node_info
 
 
 def _infos(model: Any) -> tuple[dict[str, NodeInfo], Counter]:
@@ -72,9 +72,9 @@ def _input_name(value: Any, single: bool) -> str:
 
 
 def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
-    from opbench.export.onnx_import.handlers import Refused, placeholder
-    from opbench.export.onnx_import.handlers_ops import handle
-    from opbench.export.onnx_import.walk import Walker
+    from opbench.importers.onnx.handlers import Refused, placeholder
+    from opbench.importers.onnx.handlers_ops import handle
+    from opbench.importers.onnx.walk import Walker
 
     model = loaded.model
     graph = model.graph
@@ -118,10 +118,16 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
             raise Refused(f"input {value.name!r} {list(shape)} has no batch dim")
         name = _input_name(value, len(data) == 1)
         canon_shape = (batch, *shape[:pos], *shape[pos + 1 :])
-        w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos))
+        ints = value.dtype is not None and value.dtype.is_integer()
+        dtype = "int64" if ints else None
+        w.inputs.append(ModelInput(name, canon_shape, value.name, batch_axis=pos, dtype=dtype))
         w.set_canonical(value.name, w.new_tensor(canon_shape, name), pos)
+    _find_masks(w, graph, {v.name for v in data})
+    w.opsets = dict(model.opset_imports)
     for node in graph:
         w.current = node
+        if node.name in w.mask_nodes:
+            continue  # the attention layer reading the mask computes it
         if node.op_type == "Constant" or all(
             o.const_value is not None for o in node.outputs if o is not None
         ):
@@ -142,6 +148,10 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
             placeholder(w, node)
         except (Refused, V.NotAView, KeyError):
             pass  # its readers say so in turn
+    taken = {n for layer in w.layers for n in layer.nodes}
+    for node in graph:
+        if node.name in w.mask_nodes and node.name not in taken:
+            w.unsupported_node(node, "part of an attention mask no attention layer reads")
     outputs = []
     for value in graph.outputs:
         try:
@@ -154,8 +164,27 @@ def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
     return w, outputs
 
 
+def _find_masks(w: Any, graph: Any, inputs: set[str]) -> None:
+    """The attention cores whose additive mask is computed from a model input (masks.py)."""
+    from opbench.importers.onnx import masks as M
+
+    order = {id(n): i for i, n in enumerate(graph)}
+    for node in graph:
+        if node.domain != "opbench" or node.op_type != "AttentionCore" or len(node.inputs) < 4:
+            continue
+        mask = node.inputs[3]
+        if mask is None or mask.const_value is not None:
+            continue
+        try:
+            found = M.mask_graph(mask, inputs, order)
+        except V.NotAView:
+            continue  # the attention handler says why
+        w.masks[node.name] = found
+        w.mask_nodes.update(n.name for n in found.nodes)
+
+
 def _output_problem(name: str, exc: Exception) -> Any:
-    from opbench.export.onnx_import.model import Unsupported
+    from opbench.importers.onnx.model import Unsupported
 
     return Unsupported(name, "output", "", f"the output cannot be made: {exc}")
 
@@ -177,12 +206,12 @@ def import_onnx(
     dims: Mapping[str, int] | None = None,
     log: Callable[[str], None] = lambda _m: None,
 ) -> Imported:
-    from opbench.export.onnx_import.load import load
+    from opbench.importers.onnx.load import load
 
     loaded = load(path, batch=batch, dims=dims or {}, log=log)
     model = loaded.model
     from_opbench = model.producer_name == "opbench"
-    from opbench.export.onnx_import.handlers import Refused
+    from opbench.importers.onnx.handlers import Refused
 
     best = None
     problem = ""

@@ -4,11 +4,14 @@
     importer.py  import_onnx: the steps below, the batch axis, the result
     load.py      read, static shapes, onnxscript constant folding + shape inference
     rules.py     onnxscript rewrite rules: node groups that are one op (norms, GELU, SiLU,
-                 linear + bias, the attention core), kept as functions so no node is lost
+                 linear + bias, rotary embedding, repeat_kv, the attention core), kept as
+                 functions so no node is lost
     views.py     ONNX values as views of batch-first tensors (where the batch is)
-    attention.py q, k, v head splits, masks and scale
+    attention.py q, k, v head splits (repeat_kv read as kv heads), constant masks and scale
+    masks.py     masks computed from a model input: the key padding mask, checked by evaluation
     walk.py      the walk's state; steps.py view nodes as layers where data moves
-    handlers*.py each node as layers; names.py layer names; model.py the result
+    handlers*.py each node as layers (ops, attention, transformer pieces: embedding, rope);
+                 names.py layer names; model.py the result
     suite_yaml.py the suite file; as_suite.py the suite of `opbench run model.onnx`
     file_data.py the file's own weights and constants, ONNX Runtime's outputs
 
@@ -17,6 +20,6 @@ keeps the reading with the fewest unsupported nodes: the batch is the axis the g
 through without mixing it, which is how a sequence-first model is told from a batch-first one.
 """
 
-from opbench.export.onnx_import.importer import import_onnx
+from opbench.importers.onnx.importer import import_onnx
 
 __all__ = ["import_onnx"]

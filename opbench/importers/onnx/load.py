@@ -107,7 +107,59 @@ def fix_dims(model, batch: int | None, dims: Mapping[str, int], source: str) -> 
     return loaded
 
 
-def fold(loaded: Loaded) -> None:
+def _fold_gather_elements(graph) -> None:
+    """GatherElements of two constants (BERT's token-type ids: a buffer row taken at
+    positions 0..S-1), folded with numpy: ONNX's reference evaluator, which onnxscript's
+    folder calls, fails on it ("cannot reshape array of size 1 into shape (1,16)")."""
+    import numpy as np
+    from onnxscript import ir
+
+    for node in list(graph):
+        if node.domain or node.op_type != "GatherElements" or len(node.inputs) != 2:
+            continue
+        data, index = (v.const_value if v is not None else None for v in node.inputs)
+        if data is None or index is None:
+            continue
+        axis_attr = node.attributes.get("axis")
+        axis = int(axis_attr.value) if axis_attr is not None else 0
+        array, idx = data.numpy(), index.numpy().astype(np.int64)
+        idx = np.where(idx < 0, idx + array.shape[axis], idx)
+        out = node.outputs[0]
+        value = ir.Value(name=out.name, const_value=ir.Tensor(np.take_along_axis(array, idx, axis)))
+        value.shape, value.type = ir.Shape(idx.shape), out.type
+        graph.register_initializer(value)
+        ir.convenience.replace_all_uses_with(out, value)
+        if out in graph.outputs:
+            continue
+        graph.remove(node, safe=True)
+
+
+def _quiet_folder(log: Callable[[str], None]):
+    """onnxscript's folder warns through `logging` when it cannot evaluate a node; the user
+    gets the node as unsupported with its reason instead, the message goes to the log."""
+    import contextlib
+    import logging
+
+    class _ToLog(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            log(f"onnxscript constant folding: {record.getMessage()}")
+
+    @contextlib.contextmanager
+    def quiet():
+        logger = logging.getLogger("onnxscript.optimizer._constant_folding")
+        handler, propagate = _ToLog(), logger.propagate
+        logger.addHandler(handler)
+        logger.propagate = False
+        try:
+            yield
+        finally:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+
+    return quiet()
+
+
+def fold(loaded: Loaded, log: Callable[[str], None] = lambda _m: None) -> None:
     """Constant folding and shape inference (onnxscript), then dead nodes removed."""
     import onnx_ir.passes.common as common_passes
     from onnxscript.optimizer import _constant_folding
@@ -123,9 +175,11 @@ def fold(loaded: Loaded) -> None:
         for out in node.outputs:
             if id(out) not in inputs and out.const_value is None:
                 out.shape = None
-    _constant_folding.FoldConstantsPass(
-        shape_inference=True, input_size_limit=_FOLD_LIMIT, output_size_limit=_FOLD_LIMIT
-    )(model)
+    _fold_gather_elements(graph)
+    with _quiet_folder(log):
+        _constant_folding.FoldConstantsPass(
+            shape_inference=True, input_size_limit=_FOLD_LIMIT, output_size_limit=_FOLD_LIMIT
+        )(model)
     after_fold = {id(n) for n in graph}
     common_passes.RemoveUnusedNodesPass()(model)
     after = {id(n) for n in graph}
@@ -143,7 +197,7 @@ def load(
     dims: Mapping[str, int],
     log: Callable[[str], None] = lambda _m: None,
 ) -> Loaded:
-    from opbench.export.onnx_import.rules import apply_rules
+    from opbench.importers.onnx.rules import apply_rules
 
     model = read(path)
     for i, node in enumerate(model.graph):  # every node needs a name to be accounted for
@@ -152,7 +206,7 @@ def load(
     small_constants_in_memory(model)
     loaded = fix_dims(model, batch, dims, str(path))
     try:
-        fold(loaded)
+        fold(loaded, log)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - a model the folder cannot read is bad input

@@ -27,6 +27,9 @@ _PLAIN = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _GENERATED = re.compile(r"^(node_|n\d+$|_unnamed_|[A-Z][A-Za-z]*_\d+$)")
 _PARAM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*)[._](weight|bias)$")
 _COUNTER = re.compile(r"_\d+$")
+# Layers of a pattern that a function computes in its module's forward (Hugging Face's
+# apply_rotary_pos_emb): the first node is a generic `mul`, so the op names the layer.
+_NAMED_BY_OP = frozenset({"rope"})
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ class Namer:
                 and (first.module is None or _under(first.module, module.rpartition(".")[0]))
             ):
                 return module
+        if first.module is not None and op in _NAMED_BY_OP:
+            return f"{first.module}.{op}" if first.module else op
         if first.module is not None:
             last = first.module.rpartition(".")[2]
             if first.module and (

@@ -11,9 +11,9 @@ from pathlib import Path
 import yaml
 
 from opbench.errors import InputError
-from opbench.export.onnx_import import import_onnx
-from opbench.export.onnx_import.model import Imported
-from opbench.export.onnx_import.suite_yaml import check_shapes, portable_name, suite_text
+from opbench.importers.onnx import import_onnx
+from opbench.importers.onnx.model import Imported
+from opbench.importers.onnx.suite_yaml import check_shapes, portable_name, suite_text
 
 
 def onnx_suite(

@@ -30,6 +30,8 @@ class ModelInput:
     constant: str | None = None
     batch_axis: int = 0  # where the batch sits in the ONNX tensor (the suite puts it first)
     rank: int = 0  # a constant: the rank of the tensor it joins (ONNX broadcasts it to that)
+    dtype: str | None = None  # "int64": integer ids (the suite draws them in range); None: floats
+    padding_mask: bool = False  # int64 0/1 key padding mask (an attention's `mask` input)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,2 @@
+"""Memory-bound kernels: norms, softmax, activations, elementwise joins, pooling, data movement,
+embedding, rope."""
