@@ -30,6 +30,6 @@ def suite_or_onnx(path: Path, batch: int | None = None) -> SuiteSpec:
 
         return load_suite(path)
     require_onnx("onnx", "onnxscript")
-    from opbench.export.onnx_import.as_suite import onnx_suite
+    from opbench.importers.onnx.as_suite import onnx_suite
 
     return onnx_suite(path, batch=batch)[0]

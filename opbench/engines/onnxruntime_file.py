@@ -77,7 +77,7 @@ def rename_by_layer(proto: Any, model: str, owners: dict[str, str]) -> int:
 
 def _feeds(imported: Any, session: Any, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random inputs at the imported shapes (batch first), in the file's layout."""
-    from opbench.export.onnx_import.file_data import to_onnx
+    from opbench.importers.onnx.file_data import to_onnx
 
     types = {i.name: i.type for i in session.get_inputs()}
     rng = np.random.default_rng(seed)
@@ -109,8 +109,8 @@ def profile_file(
     import onnx
 
     from opbench.engines.onnxruntime import _session, pick_provider
-    from opbench.export.onnx_import import import_onnx
-    from opbench.export.onnx_import.suite_yaml import portable_name
+    from opbench.importers.onnx import import_onnx
+    from opbench.importers.onnx.suite_yaml import portable_name
 
     imported = import_onnx(path, batch=batch)
     if batch is not None and imported.static_batch and imported.file_batch != batch:
