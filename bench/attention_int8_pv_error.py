@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from opbench.kernels.attention import split_heads  # noqa: E402
+from opbench.kernels.attention.attention import split_heads  # noqa: E402
 from tests.kernels.attention_reference import int8_codes, reference  # noqa: E402
 
 BLOCK_N = 128

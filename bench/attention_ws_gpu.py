@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon attention kernel (opbench/kernels/attention_ws.py) on one Hopper
+"""The warp-specialized Gluon attention kernel (opbench/kernels/attention/attention_ws.py) on one Hopper
 GPU in one run: correctness first, then times beside SDPA and the current kernels.
 
 Usage (GPU machine, repository root; rows go to $OUT/attention_gpu.jsonl):
@@ -58,10 +58,10 @@ from attention_gpu_common import (  # noqa: E402
     ws_bench_main,
 )
 
-from opbench.kernels.attention import split_heads  # noqa: E402
-from opbench.kernels.attention_fp8 import attention_fp8_calls  # noqa: E402
-from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
-from opbench.kernels.attention_layer import Attention  # noqa: E402
+from opbench.kernels.attention.attention import split_heads  # noqa: E402
+from opbench.kernels.attention.attention_fp8 import attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention.attention_fp8_layer import Fp8Attention  # noqa: E402
+from opbench.kernels.attention.attention_layer import Attention  # noqa: E402
 
 CHECK_CASES = [
     dict(B=2, S=1000, H=4, D=128, causal=True, dtype="fp16"),
@@ -81,15 +81,15 @@ CHECK_TIMEOUT_S = 90
 
 
 def ws_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws import WS_TILES
-    from opbench.kernels.attention_ws_step import ws_config
+    from opbench.kernels.attention.attention_ws import WS_TILES
+    from opbench.kernels.attention.attention_ws_step import ws_config
 
     return [ws_config(tile) for tile in WS_TILES[d]]
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
-    from opbench.kernels.attention_ws_step import ws_config
+    from opbench.kernels.attention.attention_ws_fp8 import WS_FP8_TILES
+    from opbench.kernels.attention.attention_ws_step import ws_config
 
     return [{**ws_config(tile), "FP8": True} for tile in WS_FP8_TILES[d]]
 
@@ -118,7 +118,7 @@ def calls_fn(make_calls, q, k, v, causal, config=None):
 
 
 def ws_fp8_calls_fn(q, k, v, causal, config=None):
-    from opbench.kernels.attention_ws_fp8 import ws_fp8_calls
+    from opbench.kernels.attention.attention_ws_fp8 import ws_fp8_calls
 
     if config is not None:
         config = {key: val for key, val in config.items() if key != "FP8"}
@@ -126,14 +126,14 @@ def ws_fp8_calls_fn(q, k, v, causal, config=None):
 
 
 def ws_fn(q, k, v, causal, config):
-    from opbench.kernels.attention_ws import ws_call
+    from opbench.kernels.attention.attention_ws import ws_call
 
     return call_fn(ws_call, q, k, v, causal, config)[0]
 
 
 def compile_section() -> None:
-    from opbench.kernels.attention_hopper import HOPPER_TILES
-    from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
+    from opbench.kernels.attention.attention_hopper import HOPPER_TILES
+    from opbench.kernels.attention.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
     jobs = []
     first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0

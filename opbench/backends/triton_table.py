@@ -82,10 +82,10 @@ def check_quant(op: str, quant: str, allowed: tuple[str, ...] = QUANTS) -> None:
 
 def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """The linear kernel the layer's quant picks (kernels/linear*.py)."""
-    from opbench.kernels.linear import Linear
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
-    from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.kernels.gemm.linear import Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear
     from opbench.ops.quant import LINEAR_QUANTS
 
     p = layer.params
@@ -109,14 +109,14 @@ def conv2d(
     activation: str | None = None,
 ) -> LayerKernel:
     """The conv, alone or with a folded batchnorm and a fused activation; a depthwise conv
-    (groups = channels) takes its own kernel (kernels/depthwise.py)."""
-    from opbench.kernels.conv import build_conv2d
-    from opbench.kernels.conv_int8 import build_conv2d_int8
+    (groups = channels) takes its own kernel (kernels/conv/depthwise.py)."""
+    from opbench.kernels.conv.conv import build_conv2d
+    from opbench.kernels.conv.conv_int8 import build_conv2d_int8
 
     p = layer.params
     check_quant("conv2d", p["quant"])
     if p["groups"] != 1 and p["groups"] == layer.input_shape[1] == p["out_channels"]:
-        from opbench.kernels.depthwise import build_depthwise_conv2d
+        from opbench.kernels.conv.depthwise import build_depthwise_conv2d
 
         if p["quant"] != "none":
             raise Unsupported(f"depthwise conv2d quant {p['quant']!r}: float only")
@@ -142,16 +142,16 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
     split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
     of those fits their shapes."""
-    from opbench.kernels.attention_decode import CacheAttention
-    from opbench.kernels.attention_fp8_layer import Fp8Attention
-    from opbench.kernels.attention_int8_layer import Int8Attention
-    from opbench.kernels.attention_layer import Attention
+    from opbench.kernels.attention.attention_decode import CacheAttention
+    from opbench.kernels.attention.attention_fp8_layer import Fp8Attention
+    from opbench.kernels.attention.attention_int8_layer import Int8Attention
+    from opbench.kernels.attention.attention_layer import Attention
 
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)
     heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
     if p["separate_qkv"]:
-        from opbench.kernels.attention_qkv import SeparateAttention
+        from opbench.kernels.attention.attention_qkv import SeparateAttention
 
         qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
                                 quant=p["quant"])  # fmt: skip
@@ -169,7 +169,7 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.transpose import bind_permute
+    from opbench.kernels.memory.transpose import bind_permute
     from opbench.ops.registry import get_op
 
     dims = get_op(layer.op).permutation(len(layer.input_shape), layer.params)
@@ -177,7 +177,7 @@ def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.softmax import bind_softmax
+    from opbench.kernels.memory.softmax import bind_softmax
 
     return LayerKernel(
         lambda x, out=None: bind_softmax(x, layer.params["dim"], out), takes_out=True
@@ -185,7 +185,7 @@ def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     slow = os.environ.get(SLOW_LAYERNORM_ENV) == "1"
     eps = layer.params["eps"]
@@ -198,7 +198,7 @@ def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     eps = layer.params["eps"]
     return LayerKernel(
@@ -215,7 +215,7 @@ def activation_name(layer: LayerSpec) -> str:
 
 
 def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.activation import bind_activation
+    from opbench.kernels.memory.activation import bind_activation
 
     name = activation_name(layer)
     return LayerKernel(lambda x, out=None: bind_activation(x, name, out), takes_out=True)
@@ -248,7 +248,7 @@ def binary(kernel_module: str, binder: str) -> Builder:
 
 
 def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.concat import bind_concat
+    from opbench.kernels.memory.concat import bind_concat
 
     axis = layer.params["axis"]
     return LayerKernel(lambda *xs, out=None: bind_concat(xs, axis, out), takes_out=True)
@@ -257,7 +257,7 @@ def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any], Any]:
     """slice / split: the view when the piece is contiguous in the input (no kernel runs,
     ops/slicing.py decides from the layer's shapes), else the copy kernel."""
-    from opbench.kernels.slicing import bind_slice, slice_view
+    from opbench.kernels.memory.slicing import bind_slice, slice_view
     from opbench.ops.registry import get_op
 
     axis, start, length, step = get_op(layer.op).piece(layer.input_shape, layer.params)
@@ -277,7 +277,7 @@ def _reshape(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
 
 def _pool(is_max: bool) -> Builder:
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        from opbench.kernels.pool import bind_pool2d
+        from opbench.kernels.memory.pool import bind_pool2d
         from opbench.ops.pool import AvgPool2d, MaxPool2d
 
         p = layer.params
@@ -293,8 +293,8 @@ def _pool(is_max: bool) -> Builder:
 
 
 def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.batchnorm import bind_batchnorm2d
     from opbench.kernels.host import fold_batchnorm
+    from opbench.kernels.memory.batchnorm import bind_batchnorm2d
 
     folded = fold_batchnorm(
         w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"]

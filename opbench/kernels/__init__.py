@@ -1,4 +1,5 @@
-"""Triton kernels, one file per op family: `@triton.jit` kernels and their launchers.
+"""Triton kernels in four family folders, `attention/`, `gemm/`, `conv/` and `memory/` (each
+with a summary in its `__init__.py`): `@triton.jit` kernels and their launchers.
 
 Each family binds once and launches many times: `bind_*` (or a layer object's `bind`) checks
 the input, allocates the output and any workspace, picks a configuration (`tuning.py`: one

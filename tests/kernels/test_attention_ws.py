@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
-from opbench.kernels.attention_ws_step import MAXNREG, ws_config
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_ws import WS_TILES, ws_call, ws_usable
+from opbench.kernels.attention.attention_ws_step import MAXNREG, ws_config
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import (
@@ -33,10 +33,10 @@ import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor
-from opbench.kernels.attention_ws_step import WG_M, MAXNREG
-from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
-from opbench.kernels.attention_ws_int8 import _attention_ws_int8_kernel, int8_descriptor
+from opbench.kernels.attention.attention_ws import _attention_ws_kernel, _descriptor
+from opbench.kernels.attention.attention_ws_step import WG_M, MAXNREG
+from opbench.kernels.attention.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
+from opbench.kernels.attention.attention_ws_int8 import _attention_ws_int8_kernel, int8_descriptor
 head_dim, causal, block_n, stages, pingpong, p_regs, quant = map(int, sys.argv[1:8])
 out_dir = sys.argv[8]
 x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
@@ -191,7 +191,7 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
 def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -> None:
     """The fp8 kernel (after attention_fp8's quantization passes) against float64, within
     `quant: fp8`'s default tolerance 8e-2 (its error model: attention_fp8's docstring)."""
-    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES, ws_fp8_calls
+    from opbench.kernels.attention.attention_ws_fp8 import WS_FP8_TILES, ws_fp8_calls
 
     batch, heads = 2, 4
     gen = torch.Generator().manual_seed(seq + head_dim + 8)
