@@ -12,7 +12,6 @@ return a plain function x -> output (a view, or a test's stand-in): it then has 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from collections.abc import Callable
@@ -221,30 +220,53 @@ def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     return LayerKernel(lambda x, out=None: bind_activation(x, name, out), takes_out=True)
 
 
-def unary(kernel_module: str, binder: str = "bind") -> Builder:
-    """The builder of an op whose kernel takes the input alone: `binder(x)` of
-    opbench.kernels.<kernel_module>, imported when a layer is built (so that one line of the
-    table below is all a new elementwise op needs here)."""
+def unary(load: Callable[[], Callable]) -> Builder:
+    """The builder of an op whose kernel takes the input alone: the binder `load()` returns
+    (`load` imports it, so that a kernel module loads only when a layer is built; one line of
+    the table below is all a new elementwise op needs here)."""
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        module = importlib.import_module(f"opbench.kernels.{kernel_module}")
-        bind = getattr(module, binder)
+        bind = load()
         return LayerKernel(bind, takes_out="out" in inspect.signature(bind).parameters)
 
     return build
 
 
-def binary(kernel_module: str, binder: str) -> Builder:
-    """The builder of an op whose kernel takes its two inputs alone: `binder(a, b)` of
-    opbench.kernels.<kernel_module>, imported when a layer is built."""
+def binary(load: Callable[[], Callable]) -> Builder:
+    """The builder of an op whose kernel takes its two inputs alone: `load()(a, b)`, the
+    binder imported when a layer is built."""
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        bind = getattr(importlib.import_module(f"opbench.kernels.{kernel_module}"), binder)
+        bind = load()
         if "out" in inspect.signature(bind).parameters:
             return LayerKernel(lambda a, b, out=None: bind(a, b, out=out), takes_out=True)
         return LayerKernel(lambda a, b: bind(a, b))
 
     return build
+
+
+def _sigmoid_binder() -> Callable:
+    from opbench.kernels.memory.sigmoid import bind_sigmoid
+
+    return bind_sigmoid
+
+
+def _add_binder() -> Callable:
+    from opbench.kernels.memory.binary import bind_add
+
+    return bind_add
+
+
+def _mul_binder() -> Callable:
+    from opbench.kernels.memory.binary import bind_mul
+
+    return bind_mul
+
+
+def _matmul_binder() -> Callable:
+    from opbench.kernels.gemm.matmul import bind_matmul
+
+    return bind_matmul
 
 
 def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
@@ -322,14 +344,14 @@ BUILDERS: dict[str, Builder] = {
     "gelu": _activation,
     "silu": _activation,
     "relu6": _activation,
-    "sigmoid": unary("sigmoid", "bind_sigmoid"),
+    "sigmoid": unary(_sigmoid_binder),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,
     "flatten": _flatten,
-    "add": binary("binary", "bind_add"),
-    "mul": binary("binary", "bind_mul"),
-    "matmul": binary("matmul", "bind_matmul"),
+    "add": binary(_add_binder),
+    "mul": binary(_mul_binder),
+    "matmul": binary(_matmul_binder),
     "concat": _concat,
     "reshape": _reshape,
     "slice": _piece,
