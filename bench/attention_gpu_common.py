@@ -4,6 +4,7 @@ timed paths on poisoned outputs); attention_gpu.py says what is measured and how
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -255,14 +256,12 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
                     "fp8": attention_fp8_calls}.get(kind)  # fmt: skip
             if kind == "hopper":
                 from opbench.kernels.attention.attention_hopper import hopper_call as call
-            if kind == "ws":
-                from opbench.kernels.attention.attention_ws import ws_call as call
-            if kind == "ws8":
-                from opbench.kernels.attention.attention_ws_fp8 import ws_fp8_calls as call
+            if kind in ("ws", "ws8", "ws_int8"):
+                from opbench.kernels.attention.attention_ws import ws_calls
 
+                quant = {"ws": "fp16", "ws8": "fp8", "ws_int8": "int8"}[kind]
+                call = functools.partial(ws_calls, quant=quant)
                 config = {key: val for key, val in config.items() if key != "FP8"}
-            if kind == "ws_int8":
-                from opbench.kernels.attention.attention_ws_int8 import ws_int8_calls as call
             call(q, k, v, out, causal=case["causal"], config=config)
         sync()
         return kind, time.perf_counter() - start, None

@@ -6,7 +6,8 @@ the input, allocates the output and any workspace, picks a configuration (`tunin
 tuner, one plan cache) and fixes every kernel argument (`launch.py`); the returned launch only
 launches. Launchers never fall back to a torch computation. Shared pieces: `host.py` (host
 helpers), `device.py` (`@triton.jit` helpers, the int8 rounding rule), `epilogue.py`
-(activations). Which kernel a layer's settings select (quant, fusion) is the backend's table
+(activations), `hopper.py` (Gluon pieces for sm_90: TMA load, barrier, ping-pong turns).
+Which kernel a layer's settings select (quant, fusion) is the backend's table
 (`backends/triton_table.py`), not the kernels'; no kernel file imports a backend.
 """
 

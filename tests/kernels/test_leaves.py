@@ -1,8 +1,8 @@
 """Kernels are leaves: no kernel module imports a backend, the CLI, the pipeline or a later
 stage; the kernel modules import each other without a cycle; and a family folder
 (`kernels/attention/`, `kernels/gemm/`, `kernels/conv/`, `kernels/memory/`) reaches into another
-family only through its public names (read from the source, so this holds whatever a test run
-happens to import)."""
+family only through its public names, never by a module-name string (read from the source, so
+this holds whatever a test run happens to import)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,22 @@ def test_every_kernel_file_sits_in_a_family_or_is_shared_infrastructure() -> Non
         assert (KERNELS / folder / "__init__.py").read_text().strip(), f"{folder} has no summary"
     for path in KERNELS.glob("*.py"):
         assert not path.stem.startswith(("attention", "linear", "conv", "gemm")), path.name
+
+
+def test_no_family_imports_another_familys_private_names() -> None:
+    for path in kernel_files():
+        own = family(module_name(path))
+        for module, name in imported_names(path):
+            other = family(module)
+            if other and other != own and name:
+                assert not name.startswith("_"), f"{path.name} imports {module}.{name}"
+
+
+def test_no_kernel_dispatches_by_module_name() -> None:
+    # A launcher names the function it calls by importing it, never by a "module.function"
+    # string resolved at run time: grep and the import checks above then see every edge.
+    for path in kernel_files():
+        assert "importlib" not in {m for m, _ in imported_names(path)}, path.name
 
 
 def test_kernel_modules_import_each_other_without_a_cycle() -> None:

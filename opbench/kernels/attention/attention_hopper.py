@@ -42,7 +42,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
-    tma,
     warpgroup_mma,
     warpgroup_mma_wait,
 )
@@ -56,16 +55,10 @@ from opbench.kernels.attention.attention import (
     portable_launch,
     views_key,
 )
+from opbench.kernels.hopper import cta_barrier, tma_load
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, chosen_call, config_call
 from opbench.kernels.tuning import Choice, Config
-
-# The TMA load into shared memory: `async_load` since Triton 3.7, where the 3.6 name
-# `async_copy_global_to_shared` was removed; same arguments (descriptor, coordinates, barrier,
-# destination).
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# The CTA-wide barrier: `gl.barrier` since Triton 3.7 (`gl.thread_barrier` in 3.6).
-_cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 
@@ -76,7 +69,7 @@ def _load_block(desc, bars, smem, index, row0, col, BLOCK_N: gl.constexpr, pred)
     slot = index % 2
     bar = bars.index(slot)
     mbarrier.expect(bar, desc.block_type.nbytes, pred=pred)
-    _tma_load(desc, [row0 + index * BLOCK_N, col], bar, smem.index(slot),
+    tma_load(desc, [row0 + index * BLOCK_N, col], bar, smem.index(slot),
                                     pred=pred)  # fmt: skip
 
 
@@ -112,7 +105,7 @@ def _stage_p(p, p_buffer):
     the softmax."""
     p_buffer.store(p.to(p_buffer.dtype))
     fence_async_shared()
-    _cta_barrier()
+    cta_barrier()
     return p_buffer
 
 
@@ -174,7 +167,7 @@ def _attention_hopper_kernel(
         mbarrier.init(v_bars.index(i), count=1)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
-    _tma_load(q_desc, [row0 + start_m, col], q_bar, q_smem)
+    tma_load(q_desc, [row0 + start_m, col], q_bar, q_smem)
     _load_block(k_desc, k_bars, k_smem, 0, row0, col, BLOCK_N, True)
     _load_block(k_desc, k_bars, k_smem, 1, row0, col, BLOCK_N, num_blocks > 1)
     _load_block(v_desc, v_bars, v_smem, 0, row0, col, BLOCK_N, True)
@@ -192,7 +185,7 @@ def _attention_hopper_kernel(
                           is_async=True)  # fmt: skip
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
     if num_warps > 4:
-        _cta_barrier()  # both warpgroups are done with K slot 0
+        cta_barrier()  # both warpgroups are done with K slot 0
     _load_block(k_desc, k_bars, k_smem, 2, row0, col, BLOCK_N, num_blocks > 2)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len, qk_scale,
                                         CAUSAL, BLOCK_N, s_layout)  # fmt: skip
@@ -207,7 +200,7 @@ def _attention_hopper_kernel(
         # behind the K wait's branch: next to that wait, ptxas hoisted wait and copy above
         # the softmax.)
         if num_warps > 4:
-            _cta_barrier()
+            cta_barrier()
         _load_block(v_desc, v_bars, v_smem, j + 1, row0, col, BLOCK_N, True)
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         _wait_block(v_bars, j)
@@ -215,7 +208,7 @@ def _attention_hopper_kernel(
         # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
         if num_warps > 4:
-            _cta_barrier()  # both warpgroups are done with K slot (j + 1) % 2
+            cta_barrier()  # both warpgroups are done with K slot (j + 1) % 2
         _load_block(k_desc, k_bars, k_smem, j + 3, row0, col, BLOCK_N, j + 3 < num_blocks)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
                                             qk_scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip

@@ -313,7 +313,7 @@ def int8_launch(
 ) -> tuple[list[KernelCall], list, Callable[[Config], KernelCall], list[Config]]:
     """The pieces of `attention_int8_calls`: the bound key passes, the tensors they write
     [k8, k_scale, workspace...], the attention kernel's KernelCall for a config, and its
-    candidates (attention_ws_int8 reuses the passes and may choose this kernel)."""
+    candidates (attention_ws.py's int8 format reuses the passes and may choose this kernel)."""
     batch, seq_len, heads, head_dim = q.shape
     check_head_dim(head_dim, q.dtype)
     if q.dtype == torch.float32:

@@ -9,7 +9,6 @@ portable kernel's launch pieces, and this module alone knows about all of them.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 import torch
@@ -49,37 +48,30 @@ class Attention:
     ) -> BoundKernels:
         q, k, v, out, out4 = self.output(x, out)
         # Imported here: Gluon's Hopper modules are needed only where a Hopper kernel may run.
-        from opbench.kernels.attention.attention_ws import tuned_sm90_ws_call, ws_usable
+        from opbench.kernels.attention.attention_ws import tuned_sm90_calls, ws_usable
 
         if config is None and ws_usable(q, k, v, out4):
-            # Hopper: the warp-specialized Gluon kernel's tiles, the single-program Gluon
-            # kernel's and the portable kernel's, one tuned choice.
-            call, choice = tuned_sm90_ws_call(q, k, v, out4, causal=self.causal)
+            # Hopper: the warp-specialized Gluon kernel's tiles and the other kernels of the
+            # layer's format, one tuned choice.
+            calls, choice, keep = tuned_sm90_calls(q, k, v, out4, causal=self.causal,
+                                                   quant=self.quant)  # fmt: skip
         else:
-            call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
-        return BoundKernels.of([call], out, [choice], keep=[q, k, v, out4])
+            calls, choice, keep = self.portable(q, k, v, out4, config)
+        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])
+
+    def portable(self, q, k, v, out4, config: Config | None) -> tuple[list, object, list]:
+        """The portable kernel's (calls, choice, keep) elsewhere than on Hopper."""
+        call, choice = attention_call(q, k, v, out4, causal=self.causal, config=config)
+        return [call], choice, []
 
 
 class QuantizedAttention(Attention):
     """`Attention` through a quantized path (attention_int8_layer, attention_fp8_layer): on
-    Hopper, for views the Gluon kernels take and no forced config, `sm90` (one tuned choice
-    over the portable kernel and the warp-specialized one; named "module.function" and
-    imported at bind, so that Gluon's Hopper modules load only where they may run); else the
+    Hopper, for views the Gluon kernels take and no forced config, one tuned choice over the
+    portable kernel of its `quant` and the warp-specialized one (attention_ws.py); else the
     portable `calls`."""
 
     calls: Callable  # (q, k, v, out, *, causal, config) -> (calls, choice, keep)
-    sm90: str
 
-    def bind(
-        self, x: torch.Tensor, out: torch.Tensor | None = None, config: Config | None = None
-    ) -> BoundKernels:
-        q, k, v, out, out4 = self.output(x, out)
-        from opbench.kernels.attention.attention_ws import ws_usable
-
-        if config is None and ws_usable(q, k, v, out4):
-            module, _, name = self.sm90.rpartition(".")
-            sm90_calls = getattr(importlib.import_module(module), name)
-            calls, choice, keep = sm90_calls(q, k, v, out4, causal=self.causal)
-        else:
-            calls, choice, keep = self.calls(q, k, v, out4, causal=self.causal, config=config)
-        return BoundKernels.of(calls, out, [choice], keep=[q, k, v, out4, *keep])
+    def portable(self, q, k, v, out4, config: Config | None) -> tuple[list, object, list]:
+        return self.calls(q, k, v, out4, causal=self.causal, config=config)

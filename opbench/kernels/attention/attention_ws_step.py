@@ -1,10 +1,10 @@
-"""The pieces of the warp-specialized Hopper attention kernels (attention_ws.py for fp16/bf16,
-attention_ws_fp8.py for e4m3, attention_ws_int8.py for int8 Q K^T) that they share: the CTA's
+"""The pieces of the warp-specialized Hopper attention kernel (attention_ws_kernel.py, one kernel
+for fp16/bf16, e4m3 and int8 Q K^T by its QUANT constexpr): the CTA's
 shape and register split, the producer warp that streams Q, K and V by TMA into the rings,
 the ping-pong turns of the two consumer warpgroups, a consumer's Q tile quantized in shared
 memory, P as the PV MMA's A operand (from registers or staged in shared memory), one key step
-of a consumer, and the mbarriers. The kernels and their launchers live in those three files;
-the schedule is described in attention_ws.py's docstring.
+of a consumer, and the mbarriers. The kernel's schedule is described in its module's
+docstring; its launchers are attention_ws.py.
 
 Compiled only for compute capability 9.x (Gluon has no interpreter path).
 """
@@ -23,14 +23,16 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from opbench.kernels.attention.attention_hopper import _cta_barrier, _softmax_block, _tma_load
+from opbench.kernels.attention.attention_hopper import _softmax_block
+from opbench.kernels.attention.attention_ws_parts import KeyRing, QueryRows, StepShape
+from opbench.kernels.hopper import cta_barrier, pass_turn, take_turn, tma_load
 from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.tuning import Config
 
 # What the key step's operands are (its QUANT argument): fp16/bf16 throughout; e4m3 throughout
-# (attention_ws_fp8); int8 Q and K with int32 scores, P and V in the input's 16-bit dtype
-# (attention_ws_int8). The quantized two scale the scores by q_scale times the key block's
+# (FP8_QUANT); int8 Q and K with int32 scores, P and V in the input's 16-bit dtype
+# (INT8_QK). The quantized two scale the scores by q_scale times the key block's
 # scale (one per 128 keys).
 NO_QUANT = gl.constexpr(0)
 FP8_QUANT = gl.constexpr(1)
@@ -64,7 +66,7 @@ def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready
     or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N)."""
     for w in gl.static_range(2):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-        _tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
+        tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
     _load_kv(k_desc, k_smem, k_ready, k_empty, 0, k_row, k_col, STAGES)
     for i in range(num_blocks):
         if i + 1 < num_blocks:
@@ -82,21 +84,7 @@ def _load_kv(desc, smem, ready, empty, i, row, col, STAGES: gl.constexpr):
     slot = i % STAGES
     mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
     mbarrier.expect(ready.index(slot), desc.block_type.nbytes)
-    _tma_load(desc, [row, col], ready.index(slot), smem.index(slot))
-
-
-@gluon.jit
-def _take_turn(turns, wg, t, PINGPONG: gl.constexpr):
-    """Wait until consumer `wg` may issue its t-th MMA pair: consumer 0 goes first (its first
-    wait is on a fresh barrier's parity 1), consumer 1 after consumer 0's t-th hand-over."""
-    if PINGPONG:
-        mbarrier.wait(turns.index(wg), (t & 1) ^ (1 - wg))
-
-
-@gluon.jit
-def _pass_turn(turns, wg, PINGPONG: gl.constexpr):
-    if PINGPONG:
-        mbarrier.arrive(turns.index(1 - wg), count=1)
+    tma_load(desc, [row, col], ready.index(slot), smem.index(slot))
 
 
 @gluon.jit
@@ -105,7 +93,7 @@ def _stage_p(p, p_buffer):
     is written while P_j V_j runs); the barrier spans this consumer's warps only."""
     p_buffer.store(p.to(p_buffer.dtype))
     fence_async_shared()
-    _cta_barrier()
+    cta_barrier()
     return p_buffer
 
 
@@ -185,7 +173,7 @@ def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr,
     else:
         q8_tile.store((q * (448.0 / q_amax)).to(q8_tile.dtype))
     fence_async_shared()
-    _cta_barrier()
+    cta_barrier()
     if INT8:
         q_scale = q_amax / 127.0
     else:
@@ -194,74 +182,70 @@ def _quantize_q(q_tile, q8_tile, m0, seq_len, qk_scale, HEAD_DIM: gl.constexpr,
 
 
 @gluon.jit
-def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
-             k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
-             qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr, s_layout: gl.constexpr,
-             o_layout: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-             PINGPONG: gl.constexpr, P_REGS: gl.constexpr, QUANT: gl.constexpr):  # fmt: skip
+def _ws_step(j, acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, ring: KeyRing, zero_s,
+             rows: QueryRows, qk_scale, q_scale, k_scale_ptr, shape: StepShape):  # fmt: skip
     """One key step of a consumer. Entering: P_j (p_op) and alpha_j from block j's softmax, O
     complete through block j - 1. Issues S_{j+1} = Q K_{j+1}^T and O = alpha_j O + P_j V_j,
     runs block j + 1's softmax while P_j V_j is in flight, and returns O through block j and
-    P_{j+1}, alpha_{j+1}, m, l. QUANT (see NO_QUANT): with FP8_QUANT (attention_ws_fp8) e4m3
-    operands, values stored transposed, P as 448 p; with INT8_QK (attention_ws_int8) int8 Q
-    and K, int32 scores; both scale the scores by q_scale times block j + 1's K scale
-    (k_scale_ptr, one per 128 keys); otherwise by qk_scale."""
-    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+    P_{j+1}, alpha_{j+1}, m, l. shape.QUANT (see NO_QUANT): with FP8_QUANT e4m3 operands,
+    values stored transposed, P as 448 p; with INT8_QK int8 Q and K, int32 scores; both scale
+    the scores by q_scale times block j + 1's K scale (k_scale_ptr, one per 128 keys);
+    otherwise by qk_scale."""
+    STAGES: gl.constexpr = shape.STAGES
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    QUANT: gl.constexpr = shape.QUANT
+    row_o: gl.constexpr = gl.SliceLayout(1, shape.o_layout)
     nxt = (j + 1) % STAGES
     cur = j % STAGES
     if QUANT != NO_QUANT:
         scale = q_scale * gl.load(k_scale_ptr + (j + 1) // (128 // BLOCK_N))
     else:
         scale = qk_scale
-    mbarrier.wait(k_ready.index(nxt), ((j + 1) // STAGES) & 1)
+    mbarrier.wait(ring.k_ready.index(nxt), ((j + 1) // STAGES) & 1)
     acc = acc * gl.convert_layout(alpha, row_o)[:, None]
-    mbarrier.wait(v_ready.index(cur), (j // STAGES) & 1)
-    _take_turn(turns, wg, j + 1, PINGPONG)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
+    mbarrier.wait(ring.v_ready.index(cur), (j // STAGES) & 1)
+    take_turn(ring.turns, wg, j + 1, shape.PINGPONG)
+    s_tok = warpgroup_mma(q_tile, ring.k_smem.index(nxt).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)  # fmt: skip
     if QUANT == FP8_QUANT:
-        acc_tok = warpgroup_mma(p_op, v_smem.index(cur).permute((1, 0)), acc, is_async=True)
+        acc_tok = warpgroup_mma(p_op, ring.v_smem.index(cur).permute((1, 0)), acc, is_async=True)
     else:
-        acc_tok = warpgroup_mma(p_op, v_smem.index(cur), acc, is_async=True)
-    _pass_turn(turns, wg, PINGPONG)
+        acc_tok = warpgroup_mma(p_op, ring.v_smem.index(cur), acc, is_async=True)
+    pass_turn(ring.turns, wg, shape.PINGPONG)
     # S_{j+1} (the older group) is done; P_j V_j runs on during block j + 1's softmax.
     s = warpgroup_mma_wait(num_outstanding=1, deps=(s_tok,))
     # Release K_{j+1} and V_{j-1} (P_{j-1} V_{j-1} was waited for last step): an arrival
     # right after the PV wait below made ptxas hoist that wait above the softmax.
-    mbarrier.arrive(k_empty.index(nxt), count=1)
-    mbarrier.arrive(v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
+    mbarrier.arrive(ring.k_empty.index(nxt), count=1)
+    mbarrier.arrive(ring.v_empty.index((j + STAGES - 1) % STAGES), count=1, pred=j > 0)
     if QUANT == INT8_QK:
-        p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, j + 1, mask_from, offs_m,
-                                                  seq_len, scale, CAUSAL, BLOCK_N,
-                                                  s_layout)  # fmt: skip
+        p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, j + 1, rows.mask_from, rows.offs_m,
+                                                  rows.seq_len, scale, shape.CAUSAL, BLOCK_N,
+                                                  shape.s_layout)  # fmt: skip
     else:
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, mask_from, offs_m, seq_len,
-                                            scale, CAUSAL, BLOCK_N, s_layout)  # fmt: skip
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j + 1, rows.mask_from, rows.offs_m,
+                                            rows.seq_len, scale, shape.CAUSAL, BLOCK_N,
+                                            shape.s_layout)  # fmt: skip
     if QUANT == FP8_QUANT:
         p = p * 448.0
-    acc, p_op = _finish_step(p, acc_tok, p_op, p_smem, 2 * wg + (j + 1) % 2, dtype, o_layout,
-                             P_REGS)  # fmt: skip
+    acc, p_op = _finish_step(p, acc_tok, p_op, ring.p_smem, 2 * wg + (j + 1) % 2, shape.dtype,
+                             shape.o_layout, shape.P_REGS)  # fmt: skip
     return acc, p_op, alpha, m_i, l_i
 
 
 @gluon.jit
-def _key_loop(acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, k_smem, v_smem, p_smem,
-              k_ready, k_empty, v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len,
-              num_blocks, qk_scale, q_scale, k_scale_ptr, dtype: gl.constexpr,
-              s_layout: gl.constexpr, o_layout: gl.constexpr, CAUSAL: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr,
-              P_REGS: gl.constexpr, QUANT: gl.constexpr):  # fmt: skip
+def _key_loop(acc, p_op, alpha, m_i, l_i, wg: gl.constexpr, q_tile, ring: KeyRing, zero_s,
+              rows: QueryRows, num_blocks, qk_scale, q_scale, k_scale_ptr,
+              shape: StepShape):  # fmt: skip
     """A consumer's key loop after block 0's softmax (P_0 in p_op): `_ws_step` for blocks
     1 ... num_blocks - 1, then P V of the last block (`_last_pv`; fp8 values stored
     transposed). Returns O, not yet divided by the row sums, and the row sums l."""
     for j in range(0, num_blocks - 1):
-        acc, p_op, alpha, m_i, l_i = _ws_step(
-            j, acc, p_op, alpha, m_i, l_i, wg, q_tile, k_smem, v_smem, p_smem, k_ready, k_empty,
-            v_ready, v_empty, turns, zero_s, mask_from, offs_m, seq_len, qk_scale, q_scale,
-            k_scale_ptr, dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
-            QUANT)  # fmt: skip
-    acc = _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, num_blocks - 1, o_layout, STAGES,
-                   QUANT == FP8_QUANT)  # fmt: skip
+        acc, p_op, alpha, m_i, l_i = _ws_step(j, acc, p_op, alpha, m_i, l_i, wg, q_tile, ring,
+                                              zero_s, rows, qk_scale, q_scale, k_scale_ptr,
+                                              shape)  # fmt: skip
+    acc = _last_pv(acc, p_op, alpha, ring.v_smem, ring.v_ready, ring.v_empty, num_blocks - 1,
+                   shape.o_layout, shape.STAGES, shape.QUANT == FP8_QUANT)  # fmt: skip
     return acc, l_i
 
 
@@ -315,10 +299,10 @@ def _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg: gl.conste
                   PINGPONG: gl.constexpr):  # fmt: skip
     """S_0 = Q K_0^T, issued on this consumer's first turn and waited for; K_0's slot released."""
     mbarrier.wait(k_ready.index(0), 0)
-    _take_turn(turns, wg, 0, PINGPONG)
+    take_turn(turns, wg, 0, PINGPONG)
     s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)  # fmt: skip
-    _pass_turn(turns, wg, PINGPONG)
+    pass_turn(turns, wg, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
     mbarrier.arrive(k_empty.index(0), count=1)
     return s
@@ -359,7 +343,7 @@ def _consumer_start(start_m, wg: gl.constexpr, mask_end, s_layout: gl.constexpr,
 def _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, last, o_layout: gl.constexpr,
              STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
     """O through the last key block: V_{last-1}'s slot released, alpha applied, P V_last
-    (V_T: values stored transposed, as attention_ws_fp8 keeps them), its slot released."""
+    (V_T: values stored transposed, as FP8_QUANT keeps them), its slot released."""
     mbarrier.arrive(v_empty.index((last + STAGES - 1) % STAGES), count=1, pred=last > 0)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     mbarrier.wait(v_ready.index(last % STAGES), (last // STAGES) & 1)
@@ -373,7 +357,7 @@ def _last_pv(acc, p_op, alpha, v_smem, v_ready, v_empty, last, o_layout: gl.cons
     return acc
 
 
-# ---- host side: the three kernels' launch pieces ------------------------------------------
+# ---- host side: the kernel's launch pieces ------------------------------------------
 def ws_config(tile: tuple[int, int, bool, bool]) -> dict:
     """A (BLOCK_N, STAGES, PINGPONG, P_REGS) tile as the config that forces it (benchmarks,
     GPU tests), with the launch's warps and registers."""
@@ -388,11 +372,12 @@ def ws_candidates(kernel: str, tiles: Sequence[tuple[int, int, bool, bool]]) -> 
     return [Config.of(KERNEL=kernel, **ws_config(tile)) for tile in tiles]
 
 
-def ws_kernel_call(kernel, q: torch.Tensor, args: tuple, causal: bool, cfg: Config) -> KernelCall:
+def ws_kernel_call(kernel, q: torch.Tensor, args: tuple, causal: bool, cfg: Config,
+                   quant: int) -> KernelCall:  # fmt: skip
     """`kernel` over q's [B, S, H, D] shape: one CTA per 128 query rows of each (batch, head),
-    the tile's constexprs from cfg."""
+    the tile's constexprs from cfg, QUANT (NO_QUANT, FP8_QUANT, INT8_QK) from `quant`."""
     batch, seq, heads, head_dim = q.shape
     named = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_N=cfg["BLOCK_N"], STAGES=cfg["STAGES"],
-                 PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"])  # fmt: skip
+                 PINGPONG=cfg["PINGPONG"], P_REGS=cfg["P_REGS"], QUANT=quant)  # fmt: skip
     return KernelCall(kernel, (cdiv(seq, CTA_M.value), batch * heads), args, named,
                       cfg.options())  # fmt: skip

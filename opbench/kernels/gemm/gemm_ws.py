@@ -75,11 +75,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from opbench.kernels.attention.attention_hopper import _cta_barrier, _tma_load
-from opbench.kernels.attention.attention_ws_step import _pass_turn, _take_turn
 from opbench.kernels.epilogue import SWIGLU_PAIRS, apply_activation
 from opbench.kernels.gemm.linear_kernels import _tile_coords
 from opbench.kernels.gemm.linear_plans import WS_MAXNREG
+from opbench.kernels.hopper import cta_barrier, pass_turn, take_turn, tma_load
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.tuning import Config
@@ -120,9 +119,9 @@ def _ws_producer(a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_prog
             bar = ready.index(slot)
             mbarrier.expect(bar, nbytes)
             for i in gl.static_range(A_TILES):
-                _tma_load(a_desc, [row + i * WG_M, k * BLOCK_K], bar,
+                tma_load(a_desc, [row + i * WG_M, k * BLOCK_K], bar,
                           a_smem.index(A_TILES * slot + i))  # fmt: skip
-            _tma_load(w_desc, [col, k * BLOCK_K], bar, w_smem.index(slot))
+            tma_load(w_desc, [col, k * BLOCK_K], bar, w_smem.index(slot))
             step += 1
 
 
@@ -170,7 +169,7 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
             acc = gl.zeros([WG_M, BLOCK_N], gl.float32, layout)
         # Ping-pong: issue this tile's MMAs only once the other consumer has issued all of its
         # previous tile's; then they run back to back while the other does its epilogue.
-        _take_turn(turns, wg, done, PINGPONG)
+        take_turn(turns, wg, done, PINGPONG)
         for k in range(k_steps):
             slot = step % STAGES
             mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
@@ -181,21 +180,21 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
             mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=k > 0)
             step += 1
-        _pass_turn(turns, wg, PINGPONG)
+        pass_turn(turns, wg, PINGPONG)
         # The output tiles of the previous tile have left shared memory (their stores ran
         # under this tile's K loop); the residual comes into them while the last MMA runs.
         tma.store_wait(0)
         if HAS_RESIDUAL:
             mbarrier.expect(res_bar, 2 * res_desc.block_type.nbytes)
-            _tma_load(res_desc, [row0, col0], res_bar, lo_buf)
-            _tma_load(res_desc, [row0, col0 + HALF_N], res_bar, hi_buf)
+            tma_load(res_desc, [row0, col0], res_bar, lo_buf)
+            tma_load(res_desc, [row0, col0 + HALF_N], res_bar, hi_buf)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
         if HAS_RESIDUAL:
             mbarrier.wait(res_bar, done & 1)
         # The stores were issued (and waited for) by one thread: the others write the tiles
         # only after it passed store_wait.
-        _cta_barrier()
+        cta_barrier()
 
         # The epilogue by column halves: the split stays within each thread's registers and
         # halves what the scales, bias and residual of a half keep live.
@@ -206,14 +205,14 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
             # One buffer (a ring stage's worth of shared memory saved): the first half's
             # store must have read it before the second half is written.
             fence_async_shared()
-            _cta_barrier()
+            cta_barrier()
             _tma_store(c_desc, [row0, col0], lo_buf)
             tma.store_wait(0)
-            _cta_barrier()
+            cta_barrier()
         _epilogue_half(hi, hi_buf, row0, col0 + HALF_N, M, N, bias_ptr, row_scale_ptr,
                        col_scale_ptr, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         fence_async_shared()
-        _cta_barrier()  # all four warps wrote their rows (a barrier of this warpgroup)
+        cta_barrier()  # all four warps wrote their rows (a barrier of this warpgroup)
         if C_BUFS == 2:
             _tma_store(c_desc, [row0, col0], lo_buf)
         _tma_store(c_desc, [row0, col0 + HALF_N], hi_buf)
