@@ -62,11 +62,11 @@ from attention_gpu_common import (  # noqa: E402
     timed,
 )
 
-from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
-from opbench.kernels.attention_decode import CacheAttention  # noqa: E402
-from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
-from opbench.kernels.attention_int8_layer import Int8Attention  # noqa: E402
-from opbench.kernels.attention_layer import Attention  # noqa: E402
+from opbench.kernels.attention.attention import attention_call, split_heads  # noqa: E402
+from opbench.kernels.attention.attention_decode import CacheAttention  # noqa: E402
+from opbench.kernels.attention.attention_fp8_layer import Fp8Attention  # noqa: E402
+from opbench.kernels.attention.attention_int8_layer import Int8Attention  # noqa: E402
+from opbench.kernels.attention.attention_layer import Attention  # noqa: E402
 
 COMPILE_TIMEOUT_S = 150
 HOPPER = not TINY and torch.cuda.get_device_capability()[0] == 9
@@ -86,7 +86,7 @@ if TINY:
 
 
 def hopper_fn(q, k, v, causal, config=None):
-    from opbench.kernels.attention_hopper import hopper_call
+    from opbench.kernels.attention.attention_hopper import hopper_call
 
     return call_fn(hopper_call, q, k, v, causal, config)
 
@@ -112,7 +112,7 @@ def check_section() -> None:
         variants = {"portable": lambda: portable_fn(q, k, v, causal),
                     "auto": lambda: layer_fn(Attention, x, h, causal)}  # fmt: skip
         if HOPPER:
-            from opbench.kernels.attention_hopper import HOPPER_TILES
+            from opbench.kernels.attention.attention_hopper import HOPPER_TILES
 
             for bm, bn, w in HOPPER_TILES[d]:
                 cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": 1}

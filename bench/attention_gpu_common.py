@@ -4,6 +4,7 @@ timed paths on poisoned outputs); attention_gpu.py says what is measured and how
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -21,10 +22,10 @@ if TINY:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from opbench.kernels.attention import attention_call, split_heads  # noqa: E402
-from opbench.kernels.attention_decode import decode_calls  # noqa: E402
-from opbench.kernels.attention_fp8 import attention_fp8_calls  # noqa: E402
-from opbench.kernels.attention_int8 import attention_int8_calls  # noqa: E402
+from opbench.kernels.attention.attention import attention_call, split_heads  # noqa: E402
+from opbench.kernels.attention.attention_decode import decode_calls  # noqa: E402
+from opbench.kernels.attention.attention_fp8 import attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention.attention_int8 import attention_int8_calls  # noqa: E402
 
 DEVICE = "cpu" if TINY else "cuda"
 OUT = Path(os.environ.get("OUT") or tempfile.mkdtemp(prefix="attn_"))
@@ -254,15 +255,13 @@ def compile_job(job: tuple) -> tuple[str, float, str | None]:
             call = {"portable": attention_call, "int8": attention_int8_calls,
                     "fp8": attention_fp8_calls}.get(kind)  # fmt: skip
             if kind == "hopper":
-                from opbench.kernels.attention_hopper import hopper_call as call
-            if kind == "ws":
-                from opbench.kernels.attention_ws import ws_call as call
-            if kind == "ws8":
-                from opbench.kernels.attention_ws_fp8 import ws_fp8_calls as call
+                from opbench.kernels.attention.attention_hopper import hopper_call as call
+            if kind in ("ws", "ws8", "ws_int8"):
+                from opbench.kernels.attention.attention_ws import ws_calls
 
+                quant = {"ws": "fp16", "ws8": "fp8", "ws_int8": "int8"}[kind]
+                call = functools.partial(ws_calls, quant=quant)
                 config = {key: val for key, val in config.items() if key != "FP8"}
-            if kind == "ws_int8":
-                from opbench.kernels.attention_ws_int8 import ws_int8_calls as call
             call(q, k, v, out, causal=case["causal"], config=config)
         sync()
         return kind, time.perf_counter() - start, None
@@ -336,9 +335,9 @@ def ws_bench_main(check_child, compile_section, check_section, prefill_section, 
 
 def compile_jobs(check_cases: list[dict], decode: list[dict], prefill: list[dict]) -> list[tuple]:
     """Every (kind, case, config) the run binds."""
-    from opbench.kernels.attention_decode_plans import tuning_candidates
-    from opbench.kernels.attention_hopper import HOPPER_TILES
-    from opbench.kernels.attention_plans import (
+    from opbench.kernels.attention.attention_decode_plans import tuning_candidates
+    from opbench.kernels.attention.attention_hopper import HOPPER_TILES
+    from opbench.kernels.attention.attention_plans import (
         FP8_TILES,
         FP16_TILES,
         INT8_TILES,

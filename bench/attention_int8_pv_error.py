@@ -3,7 +3,7 @@
 Q per 64 rows, K smoothed per 128 keys), then the online softmax over 128-key blocks with P
 and V rounded as a P V MMA would take them, against unquantized float64 attention:
   fp16  P in fp16, V as given (fp16 input)
-  e4m3  P as 448 p and V per channel in e4m3 (attention_ws_fp8's P V)
+  e4m3  P as 448 p and V per channel in e4m3 (the ws kernel's fp8 P V)
   int8  P as 127 p and V per channel in int8
 Input: random normal, keys with a per-channel bias (as the GPU benches draw it).
 
@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from opbench.kernels.attention import split_heads  # noqa: E402
+from opbench.kernels.attention.attention import split_heads  # noqa: E402
 from tests.kernels.attention_reference import int8_codes, reference  # noqa: E402
 
 BLOCK_N = 128

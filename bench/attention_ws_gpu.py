@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon attention kernel (opbench/kernels/attention_ws.py) on one Hopper
+"""The warp-specialized Gluon attention kernel (opbench/kernels/attention/attention_ws.py) on one Hopper
 GPU in one run: correctness first, then times beside SDPA and the current kernels.
 
 Usage (GPU machine, repository root; rows go to $OUT/attention_gpu.jsonl):
@@ -26,6 +26,7 @@ L2 flushed; TFLOP/s = 4 B H S^2 D / t, half when causal).
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -41,7 +42,6 @@ from attention_gpu_common import (  # noqa: E402
     OUT,
     PEAK,
     attention_ref,
-    call_fn,
     child_rows,
     compile_pool,
     heads_view,
@@ -58,10 +58,10 @@ from attention_gpu_common import (  # noqa: E402
     ws_bench_main,
 )
 
-from opbench.kernels.attention import split_heads  # noqa: E402
-from opbench.kernels.attention_fp8 import attention_fp8_calls  # noqa: E402
-from opbench.kernels.attention_fp8_layer import Fp8Attention  # noqa: E402
-from opbench.kernels.attention_layer import Attention  # noqa: E402
+from opbench.kernels.attention.attention import split_heads  # noqa: E402
+from opbench.kernels.attention.attention_fp8 import attention_fp8_calls  # noqa: E402
+from opbench.kernels.attention.attention_fp8_layer import Fp8Attention  # noqa: E402
+from opbench.kernels.attention.attention_layer import Attention  # noqa: E402
 
 CHECK_CASES = [
     dict(B=2, S=1000, H=4, D=128, causal=True, dtype="fp16"),
@@ -81,17 +81,17 @@ CHECK_TIMEOUT_S = 90
 
 
 def ws_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws import WS_TILES
-    from opbench.kernels.attention_ws_step import ws_config
+    from opbench.kernels.attention.attention_ws import WS_TILES
+    from opbench.kernels.attention.attention_ws_step import ws_config
 
-    return [ws_config(tile) for tile in WS_TILES[d]]
+    return [ws_config(tile) for tile in WS_TILES["fp16"][d]]
 
 
 def ws_fp8_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES
-    from opbench.kernels.attention_ws_step import ws_config
+    from opbench.kernels.attention.attention_ws import WS_TILES
+    from opbench.kernels.attention.attention_ws_step import ws_config
 
-    return [{**ws_config(tile), "FP8": True} for tile in WS_FP8_TILES[d]]
+    return [{**ws_config(tile), "FP8": True} for tile in WS_TILES["fp8"][d]]
 
 
 def cfg_name(cfg: dict) -> str:
@@ -118,22 +118,22 @@ def calls_fn(make_calls, q, k, v, causal, config=None):
 
 
 def ws_fp8_calls_fn(q, k, v, causal, config=None):
-    from opbench.kernels.attention_ws_fp8 import ws_fp8_calls
+    from opbench.kernels.attention.attention_ws import ws_calls
 
     if config is not None:
         config = {key: val for key, val in config.items() if key != "FP8"}
-    return calls_fn(ws_fp8_calls, q, k, v, causal, config)
+    return calls_fn(functools.partial(ws_calls, quant="fp8"), q, k, v, causal, config)
 
 
 def ws_fn(q, k, v, causal, config):
-    from opbench.kernels.attention_ws import ws_call
+    from opbench.kernels.attention.attention_ws import ws_calls
 
-    return call_fn(ws_call, q, k, v, causal, config)[0]
+    return calls_fn(ws_calls, q, k, v, causal, config)[0]
 
 
 def compile_section() -> None:
-    from opbench.kernels.attention_hopper import HOPPER_TILES
-    from opbench.kernels.attention_plans import FP8_TILES, FP16_TILES, tile_config
+    from opbench.kernels.attention.attention_hopper import HOPPER_TILES
+    from opbench.kernels.attention.attention_plans import FP8_TILES, FP16_TILES, tile_config
 
     jobs = []
     first = int(sys.argv[sys.argv.index("--from") + 1]) if "--from" in sys.argv else 0

@@ -1,4 +1,4 @@
-"""The warp-specialized int8 attention kernel (opbench/kernels/attention_ws_int8.py) on one
+"""The warp-specialized int8 attention kernel (opbench/kernels/attention/attention_ws.py, quant "int8") on one
 Hopper GPU in one run, beside the portable int8 kernel, the warp-specialized fp8 kernel and
 SDPA: attention_ws_gpu.py's sections (whose helpers it reuses) for the quantized paths.
 
@@ -24,6 +24,7 @@ TFLOP/s = 4 B H S^2 D / t (half when causal); % of 1979 (int8/fp8 dense peak) or
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import traceback
@@ -54,9 +55,9 @@ from attention_gpu_common import (  # noqa: E402
 from attention_ws_gpu import CHECK_CASES as WS_CHECK_CASES  # noqa: E402
 from attention_ws_gpu import calls_fn, rows, ws_fp8_calls_fn, ws_fp8_configs  # noqa: E402
 
-from opbench.kernels.attention import split_heads  # noqa: E402
-from opbench.kernels.attention_int8 import attention_int8_calls  # noqa: E402
-from opbench.kernels.attention_int8_layer import Int8Attention  # noqa: E402
+from opbench.kernels.attention.attention import split_heads  # noqa: E402
+from opbench.kernels.attention.attention_int8 import attention_int8_calls  # noqa: E402
+from opbench.kernels.attention.attention_int8_layer import Int8Attention  # noqa: E402
 
 # attention_ws_gpu's odd shapes (S 1000 and 37), and S 300 causal at D 64 instead of its S 4096.
 CHECK_CASES = [*WS_CHECK_CASES[:5], dict(B=2, S=300, H=2, D=64, causal=True, dtype="fp16")]
@@ -68,10 +69,10 @@ CHECK_TIMEOUT_S = 60
 
 
 def ws_int8_configs(d: int) -> list[dict]:
-    from opbench.kernels.attention_ws_int8 import WS_INT8_TILES
-    from opbench.kernels.attention_ws_step import ws_config
+    from opbench.kernels.attention.attention_ws import WS_TILES
+    from opbench.kernels.attention.attention_ws_step import ws_config
 
-    return [ws_config(tile) for tile in WS_INT8_TILES[d]]
+    return [ws_config(tile) for tile in WS_TILES["int8"][d]]
 
 
 def int8_name(cfg: dict) -> str:
@@ -85,13 +86,13 @@ def fp8_name(cfg: dict) -> str:
 
 
 def ws_int8_fn(q, k, v, causal, config):
-    from opbench.kernels.attention_ws_int8 import ws_int8_calls
+    from opbench.kernels.attention.attention_ws import ws_calls
 
-    return calls_fn(ws_int8_calls, q, k, v, causal, config)[0]
+    return calls_fn(functools.partial(ws_calls, quant="int8"), q, k, v, causal, config)[0]
 
 
 def compile_section() -> None:
-    from opbench.kernels.attention_plans import INT8_TILES, tile_config
+    from opbench.kernels.attention.attention_plans import INT8_TILES, tile_config
 
     jobs = []
     for case in CHECK_CASES + PREFILL:

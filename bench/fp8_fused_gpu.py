@@ -50,12 +50,12 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from opbench.backends.torch_fp8 import fp8_linear  # noqa: E402
+from opbench.kernels.gemm.linear import gemm_calls  # noqa: E402
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_plans import gemm_plan  # noqa: E402
 from opbench.kernels.launch import BoundKernels, sequence  # noqa: E402
-from opbench.kernels.linear import gemm_calls  # noqa: E402
-from opbench.kernels.linear_fp8 import Fp8Linear  # noqa: E402
-from opbench.kernels.linear_plans import gemm_plan  # noqa: E402
-from opbench.kernels.norm import bind_norm  # noqa: E402
-from opbench.kernels.quantize import quantize_rows_call  # noqa: E402
+from opbench.kernels.memory.norm import bind_norm  # noqa: E402
+from opbench.kernels.memory.quantize import quantize_rows_call  # noqa: E402
 from opbench.ops.quant import FP8_MAX, dequantize_rows, fp8_rows  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"

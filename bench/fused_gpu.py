@@ -40,11 +40,11 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from opbench.kernels import tuning  # noqa: E402
-from opbench.kernels.conv import build_conv2d  # noqa: E402
-from opbench.kernels.depthwise import build_depthwise_conv2d  # noqa: E402
-from opbench.kernels.linear import Linear  # noqa: E402
-from opbench.kernels.norm import bind_norm  # noqa: E402
-from opbench.kernels.swiglu import build_swiglu  # noqa: E402
+from opbench.kernels.conv.conv import build_conv2d  # noqa: E402
+from opbench.kernels.conv.depthwise import build_depthwise_conv2d  # noqa: E402
+from opbench.kernels.gemm.linear import Linear  # noqa: E402
+from opbench.kernels.gemm.swiglu import build_swiglu  # noqa: E402
+from opbench.kernels.memory.norm import bind_norm  # noqa: E402
 
 DEVICE = "cpu" if SMOKE else "cuda"
 H = torch.float16

@@ -1,4 +1,4 @@
-"""The warp-specialized Gluon GEMM (opbench/kernels/gemm_ws.py) on the GPU, beside its peers.
+"""The warp-specialized Gluon GEMM (opbench/kernels/gemm/gemm_ws.py) on the GPU, beside its peers.
 
 For each shape: every ws plan of both schedules (cooperative and ping-pong) is checked on
 fresh random data (NaN-poisoned output, relative L2 against an fp32 reference of the same
@@ -31,12 +31,12 @@ import torch
 from triton.testing import do_bench
 
 from opbench.kernels import tuning
-from opbench.kernels.gemm_ws import ws_call
+from opbench.kernels.gemm.gemm_ws import ws_call
+from opbench.kernels.gemm.linear import Linear, gemm_calls
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+from opbench.kernels.gemm.linear_int8 import Int8Linear
+from opbench.kernels.gemm.linear_plans import sm_count, ws_candidates
 from opbench.kernels.launch import sequence
-from opbench.kernels.linear import Linear, gemm_calls
-from opbench.kernels.linear_fp8 import Fp8Linear
-from opbench.kernels.linear_int8 import Int8Linear
-from opbench.kernels.linear_plans import sm_count, ws_candidates
 from opbench.ops.quant import fp8_rows, int8_rows
 
 PEAK = {"fp16": 989.0, "bf16": 989.0, "fp8": 1979.0, "int8": 1979.0}

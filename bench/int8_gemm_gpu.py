@@ -53,16 +53,16 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from opbench.kernels import tuning  # noqa: E402
-from opbench.kernels.launch import BoundKernels, sequence  # noqa: E402
-from opbench.kernels.linear import gemm_calls  # noqa: E402
-from opbench.kernels.linear_int8 import Int8Linear  # noqa: E402
-from opbench.kernels.linear_plans import (  # noqa: E402
+from opbench.kernels.gemm.linear import gemm_calls  # noqa: E402
+from opbench.kernels.gemm.linear_int8 import Int8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_plans import (  # noqa: E402
     gemm_plan,
     ws_candidates,
     ws_deep_k_candidates,
 )
-from opbench.kernels.norm import bind_norm  # noqa: E402
-from opbench.kernels.quantize import quantize_rows, quantize_rows_call  # noqa: E402
+from opbench.kernels.launch import BoundKernels, sequence  # noqa: E402
+from opbench.kernels.memory.norm import bind_norm  # noqa: E402
+from opbench.kernels.memory.quantize import quantize_rows, quantize_rows_call  # noqa: E402
 from opbench.ops.quant import dequantize_rows, int8_rows  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"

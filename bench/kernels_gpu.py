@@ -40,19 +40,19 @@ if SMOKE:  # before the first `import triton`
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from opbench.kernels.activation import bind_activation  # noqa: E402
-from opbench.kernels.attention_layer import Attention  # noqa: E402
-from opbench.kernels.batchnorm import bind_batchnorm2d  # noqa: E402
-from opbench.kernels.conv import build_conv2d  # noqa: E402
+from opbench.kernels.attention.attention_layer import Attention  # noqa: E402
+from opbench.kernels.conv.conv import build_conv2d  # noqa: E402
+from opbench.kernels.gemm.linear import Linear  # noqa: E402
+from opbench.kernels.gemm.linear_int8 import Int8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_plans import split_k_candidates  # noqa: E402
 from opbench.kernels.host import fold_batchnorm  # noqa: E402
 from opbench.kernels.launch import BoundKernels  # noqa: E402
-from opbench.kernels.linear import Linear  # noqa: E402
-from opbench.kernels.linear_int8 import Int8Linear  # noqa: E402
-from opbench.kernels.linear_plans import split_k_candidates  # noqa: E402
-from opbench.kernels.norm import bind_norm  # noqa: E402
-from opbench.kernels.pool import bind_pool2d  # noqa: E402
-from opbench.kernels.softmax import bind_softmax  # noqa: E402
-from opbench.kernels.transpose import bind_permute  # noqa: E402
+from opbench.kernels.memory.activation import bind_activation  # noqa: E402
+from opbench.kernels.memory.batchnorm import bind_batchnorm2d  # noqa: E402
+from opbench.kernels.memory.norm import bind_norm  # noqa: E402
+from opbench.kernels.memory.pool import bind_pool2d  # noqa: E402
+from opbench.kernels.memory.softmax import bind_softmax  # noqa: E402
+from opbench.kernels.memory.transpose import bind_permute  # noqa: E402
 
 DEVICE = "cpu" if SMOKE else "cuda"
 EPS = 1e-5

@@ -29,7 +29,7 @@ from opbench.spec.model import LayerSpec, ModelSpec  # noqa: E402
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 MIB = 2**20
-MIN_CHANNELS_FOR_BLOCKS = 16  # kernels/conv_plans.py: fewer channels take the gather path
+MIN_CHANNELS_FOR_BLOCKS = 16  # kernels/conv/conv_plans.py: fewer channels take the gather path
 
 
 def planned_group(model: ModelSpec, group: tuple[int, ...]) -> bool:

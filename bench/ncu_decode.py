@@ -21,8 +21,8 @@ if TINY:
 
 import torch  # noqa: E402
 
-from opbench.kernels.linear import Linear  # noqa: E402
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
+from opbench.kernels.gemm.linear import Linear  # noqa: E402
+from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
 
 DEVICE = "cpu" if TINY else "cuda"
 # (K, N): the up projection's shape and the down projection's.

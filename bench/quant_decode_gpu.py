@@ -53,18 +53,18 @@ OPTS = parse_options(budget=170.0, only="decode,quant,block", workers=14)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from opbench.kernels.launch import KernelCall  # noqa: E402
-from opbench.kernels.linear import Linear  # noqa: E402
-from opbench.kernels.linear_fp8 import Fp8Linear  # noqa: E402
-from opbench.kernels.linear_plans import gemm_plan, sm_count  # noqa: E402
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
-from opbench.kernels.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
-from opbench.kernels.stream_plans import (  # noqa: E402
+from opbench.kernels.gemm.linear import Linear  # noqa: E402
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_plans import gemm_plan, sm_count  # noqa: E402
+from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
+from opbench.kernels.gemm.stream_plans import (  # noqa: E402
     stream_plan,
     stream_q_plan,
     stream_q_variants,
     stream_variants,
 )
+from opbench.kernels.launch import KernelCall  # noqa: E402
+from opbench.kernels.memory.quantize import _quantize_rows_kernel, quantize_rows  # noqa: E402
 from opbench.kernels.tuning import Config  # noqa: E402
 from opbench.ops.quant import fp8_rows, quantized_weight  # noqa: E402
 
@@ -285,7 +285,7 @@ def quantize_configs(k: int) -> list[tuple[str, Config, bool]]:
     """(label, config, one step) for the quantizer: the rule (`quantize.row_config`) and one
     step with 4, 8, 16 warps (16 was the rule for K > 8192 before this run)."""
     from opbench.kernels.host import next_power_of_2
-    from opbench.kernels.quantize import row_config
+    from opbench.kernels.memory.quantize import row_config
 
     rule = row_config(k)
     out = [("rule", rule, k <= rule["BLOCK_K"])]
@@ -357,8 +357,8 @@ def section_fp8_calls() -> None:
             measure({**base, "variant": "ours fp8 whole call", "plan": describe(plan)},
                     bound.launch, out, exact, None, 0)  # fmt: skip
             xq, sx = quantize_rows(x, dtype=torch.float8_e4m3fn)
+            from opbench.kernels.gemm.linear import gemm_calls
             from opbench.kernels.launch import sequence
-            from opbench.kernels.linear import gemm_calls
 
             calls, keep = gemm_calls(plan, xq, layer, out, row_scale=sx)
             measure({**base, "variant": "ours fp8 GEMM alone", "plan": describe(plan)},

@@ -48,14 +48,14 @@ OPTS = parse_options(budget=330.0, only="copy,decode,block,prefill", workers=12)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from opbench.kernels.gemm.linear import Linear, gemm_calls  # noqa: E402
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_int8 import Int8Linear  # noqa: E402
+from opbench.kernels.gemm.linear_plans import decode_plan, gemm_plan, sm_count  # noqa: E402
+from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
+from opbench.kernels.gemm.stream_plans import stream_candidates  # noqa: E402
 from opbench.kernels.launch import sequence  # noqa: E402
-from opbench.kernels.linear import Linear, gemm_calls  # noqa: E402
-from opbench.kernels.linear_fp8 import Fp8Linear  # noqa: E402
-from opbench.kernels.linear_int8 import Int8Linear  # noqa: E402
-from opbench.kernels.linear_plans import decode_plan, gemm_plan, sm_count  # noqa: E402
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear  # noqa: E402
-from opbench.kernels.quantize import quantize_rows, quantize_rows_call  # noqa: E402
-from opbench.kernels.stream_plans import stream_candidates  # noqa: E402
+from opbench.kernels.memory.quantize import quantize_rows, quantize_rows_call  # noqa: E402
 from opbench.ops.quant import fp8_rows, int8_rows, quantized_weight  # noqa: E402
 
 DEV = "cpu" if OPTS.tiny else "cuda"

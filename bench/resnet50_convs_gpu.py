@@ -189,7 +189,7 @@ def main() -> None:
     args = sys.argv[1:]
     old_dir = args[args.index("--old") + 1] if "--old" in args else None
     only = args[args.index("--only") + 1].split(",") if "--only" in args else None
-    variants = [("new", "opbench.kernels.conv")]
+    variants = [("new", "opbench.kernels.conv.conv")]
     if old_dir:
         sys.path.insert(0, old_dir)
         variants.append(("old", "conv_old"))

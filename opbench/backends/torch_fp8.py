@@ -1,6 +1,6 @@
 """PyTorch's own fp8 path for `quant: fp8` linear layers: the peer of our Triton fp8 linear.
 
-The scheme is the Triton kernel's (ops/quant.py, kernels/linear_fp8.py), written as a PyTorch
+The scheme is the Triton kernel's (ops/quant.py, kernels/gemm/linear_fp8.py), written as a PyTorch
 user writes row-wise fp8 (the way torchao's float8 row-wise inference does it):
 
 - build: W [N, K] in the layer's dtype -> Wq e4m3 and sw[n] = max_k |W[n, k]| / 448;

@@ -1,6 +1,6 @@
 """PyTorch's own int8 path for `quant: int8` linear layers: the peer of our Triton W8A8 linear.
 
-The scheme is the Triton kernel's (kernels/quantize.py, kernels/linear_int8.py), written as a
+The scheme is the Triton kernel's (kernels/memory/quantize.py, kernels/gemm/linear_int8.py), written as a
 PyTorch user writes dynamic-activation int8 (the way torchao's W8A8 does it):
 
 - build: W [N, K] in the layer's dtype → Wq int8 and sw[n] = max_k |W[n, k]| / 127;

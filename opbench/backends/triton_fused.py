@@ -79,15 +79,15 @@ def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKerne
     w = cast_weights(weights[0], conv.dtype)
     geometry = dict(stride=p["stride"], padding=p["padding"], dilation=p["dilation"])
     if p["groups"] != 1:
-        from opbench.kernels.depthwise import build_depthwise_conv2d
+        from opbench.kernels.conv.depthwise import build_depthwise_conv2d
 
         if add is not None:
             raise Unsupported("a depthwise conv takes no residual in its epilogue")
         kernel = build_depthwise_conv2d(w["weight"], w.get("bias"), activation=activation,
                                         batchnorm=batchnorm, **geometry)  # fmt: skip
         return _by_name(layers, lambda v, out, _: kernel.bind(v[conv.inputs[0]], out))
-    from opbench.kernels.conv import build_conv2d
-    from opbench.kernels.conv_int8 import build_conv2d_int8
+    from opbench.kernels.conv.conv import build_conv2d
+    from opbench.kernels.conv.conv_int8 import build_conv2d_int8
 
     check_quant("conv2d", p["quant"])
     build = build_conv2d_int8 if p["quant"] == "int8" else build_conv2d
@@ -102,7 +102,7 @@ def _conv(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKerne
 
 def _swiglu(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
     """gate and up linears, [silu], mul: one GEMM over interleaved weights."""
-    from opbench.kernels.swiglu import build_swiglu
+    from opbench.kernels.gemm.swiglu import build_swiglu
 
     by_name = {layer.name: (layer, w) for layer, w in zip(layers, weights, strict=True)}
     mul = layers[-1] if layers[-1].op == "mul" else next(la for la in layers if la.op == "mul")
@@ -128,9 +128,9 @@ def _swiglu(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKer
 def _epilogue_linear(linear: LayerSpec, weights: Weights, activation: str):
     """The linear kernel of the layer's quant (16-bit, int8 or fp8: EPILOGUE_QUANTS) with
     `activation` in its epilogue."""
-    from opbench.kernels.linear import Linear
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear import Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
 
     quant = linear.params["quant"]
     check_quant("linear", quant, EPILOGUE_QUANTS)
@@ -158,7 +158,7 @@ def _linear_act(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
 def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
     """add → layernorm/rmsnorm: the sum and its normalisation in one pass; the sum is the
     kernel's `extra` output."""
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     add, norm = layers
     w = cast_weights(weights[1], norm.dtype)
@@ -184,8 +184,8 @@ def _add_norm(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerK
 
 def _codes_linear(linear: LayerSpec, weights: Weights):
     """The fp8 or int8 linear of a norm_*/glu_* group: its GEMM reads codes (CodesInput)."""
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
 
     w = cast_weights(weights, linear.dtype)
     cls = {"fp8": Fp8Linear, "int8": Int8Linear}[linear.quant]
@@ -207,7 +207,7 @@ def _norm_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Laye
     a trailing add (one linear only) in that GEMM's epilogue. With several linears the last
     is the group's output and the others its `extra` outputs, in walk order."""
     from opbench.kernels.launch import BoundKernels
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     head, skip = _residual_of(layers)
     norm, *linears = head
@@ -245,7 +245,7 @@ def _glu_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Layer
     (or a * b) in fp32 and writes its codes and row scales, the GEMM reads them (and adds the
     residual in its epilogue: LLaMA's down projection + ffn_res)."""
     from opbench.kernels.launch import BoundKernels
-    from opbench.kernels.quantize import quantize_rows_call
+    from opbench.kernels.memory.quantize import quantize_rows_call
 
     head, skip = _residual_of(layers)
     *front, mul, linear = head

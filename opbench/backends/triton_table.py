@@ -12,7 +12,6 @@ return a plain function x -> output (a view, or a test's stand-in): it then has 
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import os
 from collections.abc import Callable
@@ -82,10 +81,10 @@ def check_quant(op: str, quant: str, allowed: tuple[str, ...] = QUANTS) -> None:
 
 def _linear(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """The linear kernel the layer's quant picks (kernels/linear*.py)."""
-    from opbench.kernels.linear import Linear
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
-    from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.kernels.gemm.linear import Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear
     from opbench.ops.quant import LINEAR_QUANTS
 
     p = layer.params
@@ -109,14 +108,14 @@ def conv2d(
     activation: str | None = None,
 ) -> LayerKernel:
     """The conv, alone or with a folded batchnorm and a fused activation; a depthwise conv
-    (groups = channels) takes its own kernel (kernels/depthwise.py)."""
-    from opbench.kernels.conv import build_conv2d
-    from opbench.kernels.conv_int8 import build_conv2d_int8
+    (groups = channels) takes its own kernel (kernels/conv/depthwise.py)."""
+    from opbench.kernels.conv.conv import build_conv2d
+    from opbench.kernels.conv.conv_int8 import build_conv2d_int8
 
     p = layer.params
     check_quant("conv2d", p["quant"])
     if p["groups"] != 1 and p["groups"] == layer.input_shape[1] == p["out_channels"]:
-        from opbench.kernels.depthwise import build_depthwise_conv2d
+        from opbench.kernels.conv.depthwise import build_depthwise_conv2d
 
         if p["quant"] != "none":
             raise Unsupported(f"depthwise conv2d quant {p['quant']!r}: float only")
@@ -142,22 +141,22 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
     """Self-attention (fp16/bf16/fp32, int8 or fp8); grouped heads or a KV cache go to the
     split-K kernel, which has no quantized form; three inputs (separate_qkv) to whichever
     of those fits their shapes."""
-    from opbench.kernels.attention_decode import CacheAttention
-    from opbench.kernels.attention_fp8_layer import Fp8Attention
-    from opbench.kernels.attention_int8_layer import Int8Attention
-    from opbench.kernels.attention_layer import Attention
+    from opbench.kernels.attention.attention_decode import CacheAttention
+    from opbench.kernels.attention.attention_fp8_layer import Fp8Attention
+    from opbench.kernels.attention.attention_int8_layer import Int8Attention
+    from opbench.kernels.attention.attention_layer import Attention
 
     p = layer.params
     check_quant("attention", p["quant"], ATTENTION_QUANTS)
     heads, kv_heads = p["heads"], p["kv_heads"] or p["heads"]
     if p["append"]:
-        from opbench.kernels.attention_qkv import CacheAppendAttention
+        from opbench.kernels.attention.attention_qkv import CacheAppendAttention
 
         step = CacheAppendAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
                                     k_cache=w["k_cache"], v_cache=w["v_cache"])  # fmt: skip
         return LayerKernel(step.bind, takes_out=True)
     if p["separate_qkv"] or p["layout"] == "bhsd":
-        from opbench.kernels.attention_qkv import SeparateAttention
+        from opbench.kernels.attention.attention_qkv import SeparateAttention
 
         qkv = SeparateAttention(heads=heads, kv_heads=kv_heads, causal=p["causal"],
                                 quant=p["quant"], bhsd=p["layout"] == "bhsd")  # fmt: skip
@@ -177,7 +176,7 @@ def _attention(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.transpose import bind_permute
+    from opbench.kernels.memory.transpose import bind_permute
     from opbench.ops.registry import get_op
 
     dims = get_op(layer.op).permutation(len(layer.input_shape), layer.params)
@@ -185,7 +184,7 @@ def _permute(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.softmax import bind_softmax
+    from opbench.kernels.memory.softmax import bind_softmax
 
     return LayerKernel(
         lambda x, out=None: bind_softmax(x, layer.params["dim"], out), takes_out=True
@@ -193,7 +192,7 @@ def _softmax(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     slow = os.environ.get(SLOW_LAYERNORM_ENV) == "1"
     eps = layer.params["eps"]
@@ -206,7 +205,7 @@ def _layernorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 
 
 def _rmsnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.norm import bind_norm
+    from opbench.kernels.memory.norm import bind_norm
 
     eps = layer.params["eps"]
     return LayerKernel(
@@ -226,31 +225,30 @@ def activation_name(layer: LayerSpec) -> str:
 
 
 def _activation(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.activation import bind_activation
+    from opbench.kernels.memory.activation import bind_activation
 
     name = activation_name(layer)
     return LayerKernel(lambda x, out=None: bind_activation(x, name, out), takes_out=True)
 
 
-def unary(kernel_module: str, binder: str = "bind") -> Builder:
-    """The builder of an op whose kernel takes the input alone: `binder(x)` of
-    opbench.kernels.<kernel_module>, imported when a layer is built (so that one line of the
-    table below is all a new elementwise op needs here)."""
+def unary(load: Callable[[], Callable]) -> Builder:
+    """The builder of an op whose kernel takes the input alone: the binder `load()` returns
+    (`load` imports it, so that a kernel module loads only when a layer is built; one line of
+    the table below is all a new elementwise op needs here)."""
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        module = importlib.import_module(f"opbench.kernels.{kernel_module}")
-        bind = getattr(module, binder)
+        bind = load()
         return LayerKernel(bind, takes_out="out" in inspect.signature(bind).parameters)
 
     return build
 
 
-def binary(kernel_module: str, binder: str) -> Builder:
-    """The builder of an op whose kernel takes its two inputs alone: `binder(a, b)` of
-    opbench.kernels.<kernel_module>, imported when a layer is built."""
+def binary(load: Callable[[], Callable]) -> Builder:
+    """The builder of an op whose kernel takes its two inputs alone: `load()(a, b)`, the
+    binder imported when a layer is built."""
 
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        bind = getattr(importlib.import_module(f"opbench.kernels.{kernel_module}"), binder)
+        bind = load()
         if "out" in inspect.signature(bind).parameters:
             return LayerKernel(lambda a, b, out=None: bind(a, b, out=out), takes_out=True)
         return LayerKernel(lambda a, b: bind(a, b))
@@ -258,8 +256,32 @@ def binary(kernel_module: str, binder: str) -> Builder:
     return build
 
 
+def _sigmoid_binder() -> Callable:
+    from opbench.kernels.memory.sigmoid import bind_sigmoid
+
+    return bind_sigmoid
+
+
+def _add_binder() -> Callable:
+    from opbench.kernels.memory.binary import bind_add
+
+    return bind_add
+
+
+def _mul_binder() -> Callable:
+    from opbench.kernels.memory.binary import bind_mul
+
+    return bind_mul
+
+
+def _matmul_binder() -> Callable:
+    from opbench.kernels.gemm.matmul import bind_matmul
+
+    return bind_matmul
+
+
 def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.concat import bind_concat
+    from opbench.kernels.memory.concat import bind_concat
 
     axis = layer.params["axis"]
     return LayerKernel(lambda *xs, out=None: bind_concat(xs, axis, out), takes_out=True)
@@ -268,7 +290,7 @@ def _concat(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
 def _piece(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel | Callable[[Any], Any]:
     """slice / split: the view when the piece is contiguous in the input (no kernel runs,
     ops/slicing.py decides from the layer's shapes), else the copy kernel."""
-    from opbench.kernels.slicing import bind_slice, slice_view
+    from opbench.kernels.memory.slicing import bind_slice, slice_view
     from opbench.ops.registry import get_op
 
     axis, start, length, step = get_op(layer.op).piece(layer.input_shape, layer.params)
@@ -288,7 +310,7 @@ def _reshape(layer: LayerSpec, w: dict[str, Any]) -> Callable[[Any], Any]:
 
 def _pool(is_max: bool) -> Builder:
     def build(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-        from opbench.kernels.pool import bind_pool2d
+        from opbench.kernels.memory.pool import bind_pool2d
         from opbench.ops.pool import AvgPool2d, MaxPool2d
 
         p = layer.params
@@ -304,8 +326,8 @@ def _pool(is_max: bool) -> Builder:
 
 
 def _batchnorm(layer: LayerSpec, w: dict[str, Any]) -> LayerKernel:
-    from opbench.kernels.batchnorm import bind_batchnorm2d
     from opbench.kernels.host import fold_batchnorm
+    from opbench.kernels.memory.batchnorm import bind_batchnorm2d
 
     folded = fold_batchnorm(
         w["running_mean"], w["running_var"], w["weight"], w["bias"], layer.params["eps"]
@@ -353,14 +375,14 @@ BUILDERS: dict[str, Builder] = {
     "rmsnorm": _rmsnorm,
     # Every op an epilogue can apply runs alone on the epilogue's elementwise kernel.
     **dict.fromkeys(epilogue_ops(), _activation),
-    "sigmoid": unary("sigmoid", "bind_sigmoid"),
+    "sigmoid": unary(_sigmoid_binder),
     "maxpool2d": _pool(is_max=True),
     "avgpool2d": _pool(is_max=False),
     "batchnorm2d": _batchnorm,
     "flatten": _flatten,
-    "add": binary("binary", "bind_add"),
-    "mul": binary("binary", "bind_mul"),
-    "matmul": binary("matmul", "bind_matmul"),
+    "add": binary(_add_binder),
+    "mul": binary(_mul_binder),
+    "matmul": binary(_matmul_binder),
     "concat": _concat,
     "reshape": _reshape,
     "slice": _piece,

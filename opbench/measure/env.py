@@ -28,8 +28,9 @@ def _run(cmd: list[str], cwd: Path | None = None) -> str | None:
 def kernel_version() -> str:
     """A hash of the kernel sources: the gate treats a change here as a new code version."""
     digest = hashlib.sha256()
-    for path in sorted((PACKAGE_DIR / "kernels").glob("*.py")):
-        digest.update(path.name.encode())
+    root = PACKAGE_DIR / "kernels"
+    for path in sorted(root.rglob("*.py")):  # the family folders too
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

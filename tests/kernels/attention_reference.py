@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from opbench.kernels.attention import split_heads
+from opbench.kernels.attention.attention import split_heads
 
 
 def reference(x: torch.Tensor, heads: int, causal: bool, packed: bool = True) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.activation import activation, gelu, gelu_tanh, relu, relu6, silu
+from opbench.kernels.memory.activation import activation, gelu, gelu_tanh, relu, relu6, silu
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 REFERENCE = {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opbench.kernels.norm import bind_norm
+from opbench.kernels.memory.norm import bind_norm
 from opbench.kernels.tuning import Config
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}

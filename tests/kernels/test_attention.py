@@ -14,8 +14,8 @@ import torch
 
 from opbench.backends.triton_table import ATTENTION_QUANTS, check_quant
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import attention_forward, split_heads
-from opbench.kernels.attention_layer import Attention as prepare_attention
+from opbench.kernels.attention.attention import attention_forward, split_heads
+from opbench.kernels.attention.attention_layer import Attention as prepare_attention
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 

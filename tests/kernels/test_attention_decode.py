@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention_decode import CacheAttention, decode_forward
-from opbench.kernels.attention_decode_plans import split_count, split_options
+from opbench.kernels.attention.attention_decode import CacheAttention, decode_forward
+from opbench.kernels.attention.attention_decode_plans import split_count, split_options
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 

@@ -17,15 +17,15 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_fp8 import (
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_fp8 import (
     FP8_DTYPE,
     attention_fp8_forward,
     quantize_kv_calls,
     to_e4m3,
 )
-from opbench.kernels.attention_fp8_layer import Fp8Attention
-from opbench.kernels.attention_int8 import KEY_BLOCK
+from opbench.kernels.attention.attention_fp8_layer import Fp8Attention
+from opbench.kernels.attention.attention_int8 import KEY_BLOCK
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_hopper import HOPPER_TILES, hopper_call, hopper_usable
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_hopper import HOPPER_TILES, hopper_call, hopper_usable
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
@@ -29,7 +29,7 @@ import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from opbench.kernels.attention_hopper import _attention_hopper_kernel as fn, _descriptor
+from opbench.kernels.attention.attention_hopper import _attention_hopper_kernel as fn, _descriptor
 head_dim, causal, block_m, block_n, warps, out_dir = (*map(int, sys.argv[1:6]), sys.argv[6])
 x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
 q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2]

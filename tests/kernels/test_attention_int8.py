@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_int8 import (
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_int8 import (
     KEY_BLOCK,
     _key_partial_sums_kernel,
     _quantize_keys_kernel,
     attention_int8_forward,
 )
-from opbench.kernels.attention_int8_layer import Int8Attention
+from opbench.kernels.attention.attention_int8_layer import Int8Attention
 
 TOLERANCE = 3e-2
 

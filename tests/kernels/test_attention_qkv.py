@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.attention_qkv import SeparateAttention
+from opbench.kernels.attention.attention_qkv import SeparateAttention
 
 
 def reference(q, k, v, heads: int, kv_heads: int, causal: bool) -> torch.Tensor:

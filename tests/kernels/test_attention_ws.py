@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_ws import WS_TILES, ws_call, ws_usable
-from opbench.kernels.attention_ws_step import MAXNREG, ws_config
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_ws import WS_TILES, ws_calls, ws_usable
+from opbench.kernels.attention.attention_ws_step import MAXNREG, ws_config
 from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import (
@@ -33,34 +33,26 @@ import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from opbench.kernels.attention_ws import _attention_ws_kernel, _descriptor
-from opbench.kernels.attention_ws_step import WG_M, MAXNREG
-from opbench.kernels.attention_ws_fp8 import _attention_ws_fp8_kernel, fp8_descriptor
-from opbench.kernels.attention_ws_int8 import _attention_ws_int8_kernel, int8_descriptor
+from opbench.kernels.attention.attention_ws import ws_args
+from opbench.kernels.attention.attention_ws_kernel import _attention_ws_kernel as fn
+from opbench.kernels.attention.attention_ws_step import MAXNREG
 head_dim, causal, block_n, stages, pingpong, p_regs, quant = map(int, sys.argv[1:8])
 out_dir = sys.argv[8]
 x = torch.empty(2, 256, 3, 2, head_dim, dtype=torch.float16)
 q, k, v = x[:, :, 0], x[:, :, 1], x[:, :, 2]
 out = torch.empty(2, 256, 2, head_dim, dtype=torch.float16)
 if quant == 1:
-    fn = _attention_ws_fp8_kernel
-    k8 = torch.empty(4, 256, head_dim, dtype=torch.float8_e4m3fn)
-    vt8 = torch.empty(4, head_dim, 256, dtype=torch.float8_e4m3fn)
-    args = [_descriptor(q, WG_M.value), fp8_descriptor(k8, [block_n, head_dim]),
-            fp8_descriptor(vt8, [head_dim, block_n]), torch.empty(4, 2),
-            torch.empty(4, head_dim), out, 256, 256, 2, 1, 1, 1, 0.1]
+    quantized = [torch.empty(4, 256, head_dim, dtype=torch.float8_e4m3fn), torch.empty(4, 2),
+                 torch.empty(4, head_dim, 256, dtype=torch.float8_e4m3fn), torch.empty(4, head_dim)]
 elif quant == 2:
-    fn = _attention_ws_int8_kernel
-    k8 = torch.empty(4, 256, head_dim, dtype=torch.int8)
-    args = [_descriptor(q, WG_M.value), int8_descriptor(k8, [block_n, head_dim]),
-            _descriptor(v, block_n), torch.empty(4, 2), out, 256, 256, 2, 1, 1, 1, 0.1]
+    quantized = [torch.empty(4, 256, head_dim, dtype=torch.int8), torch.empty(4, 2)]
 else:
-    fn = _attention_ws_kernel
-    args = [_descriptor(q, WG_M.value), _descriptor(k, block_n), _descriptor(v, block_n), out,
-            256, 2, 1, 1, 1, 0.1]
+    quantized = []
+args = ws_args(q, k, v, out, ("fp16", "fp8", "int8")[quant], quantized, block_n)
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
-const = dict(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_N=block_n, STAGES=stages,
-             PINGPONG=bool(pingpong), P_REGS=bool(p_regs))
+const = {name: arg for name, arg in zip(fn.arg_names, args) if arg is None}
+const.update(HEAD_DIM=head_dim, CAUSAL=bool(causal), BLOCK_N=block_n, STAGES=stages,
+             PINGPONG=bool(pingpong), P_REGS=bool(p_regs), QUANT=quant)
 signature.update(dict.fromkeys(const, "constexpr"))
 compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4, num_stages=1, maxnreg=MAXNREG))
@@ -68,13 +60,13 @@ open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
 open(out_dir + "/k.cubin", "wb").write(compiled.asm["cubin"])
 print(compiled.metadata.num_warps, compiled.metadata.shared)
 """
-INT8 = 2  # compile_sm90's `fp8` argument for the int8 kernel (attention_ws_int8)
+INT8 = 2  # compile_sm90's `fp8` argument for the int8 format (QUANT INT8_QK)
 
 
 def compile_sm90(
     head_dim: int, causal: bool, tile: tuple[int, int, bool, bool], fp8: bool | int, out: Path
 ) -> str:
-    """The fp16 kernel, the fp8 one (fp8 True) or the int8 one (fp8 = INT8) compiled for
+    """The kernel for fp16, fp8 (fp8 True) or int8 (fp8 = INT8) compiled for
     sm_90 on this machine (out/k.ptx, out/k.cubin); returns the compiler's "num_warps
     shared_bytes" line."""
     argv = [int(a) if isinstance(a, bool) else a for a in (head_dim, causal, *tile, fp8)]
@@ -151,9 +143,27 @@ def test_compiles_for_sm90_with_p_in_registers(head_dim, causal, tile, fp8, tmp_
 def test_configs_fit_the_launch() -> None:
     """Every tuned tile takes the register split the kernel's partitions are written for."""
     assert MAXNREG * 12 * 32 <= 65536
-    for tiles in WS_TILES.values():
-        for block_n, stages, _, _ in tiles:
-            assert block_n in (64, 128) and stages >= 2
+    for by_dim in WS_TILES.values():
+        for tiles in by_dim.values():
+            for block_n, stages, _, _ in tiles:
+                assert block_n in (64, 128) and stages >= 2
+
+
+@pytest.mark.parametrize("quant", ["fp16", "fp8", "int8"])
+def test_each_format_passes_none_for_what_it_does_not_read(quant) -> None:
+    """A None argument is a constexpr, not a kernel parameter: each format's parameter list is
+    then the one its own kernel had before the three were merged (same SASS)."""
+    from opbench.kernels.attention.attention_ws import ws_args
+
+    q, k, v = torch.randn(3, 1, 256, 2, 64).half()
+    codes = {"fp16": [], "int8": [torch.zeros(2, 256, 64, dtype=torch.int8), torch.rand(2, 2)],
+             "fp8": [torch.zeros(2, 256, 64, dtype=torch.float8_e4m3fn), torch.rand(2, 2),
+                     torch.zeros(2, 64, 256, dtype=torch.float8_e4m3fn), torch.rand(2, 64)]}  # fmt: skip
+    args = ws_args(q, k, v, torch.empty_like(q), quant, codes[quant], 128)
+    unused = {name for name, value in args._asdict().items() if value is None}
+    assert unused == {"fp16": {"k_scale", "v_scale", "padded_len"}, "int8": {"v_scale"},
+                      "fp8": set()}[quant]  # fmt: skip
+    assert args.seq_len == 256 and args.heads == 2 and args.stride_oh == 64
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
@@ -170,12 +180,13 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for tile in WS_TILES[head_dim]:
+    for tile in WS_TILES["fp16"][head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         out4 = out.unflatten(-1, (heads, head_dim))
         assert ws_usable(q, k, v, out4)
         config = ws_config(tile)
-        ws_call(q, k, v, out4, causal=causal, config=config)[0].call()
+        (call,) = ws_calls(q, k, v, out4, causal=causal, config=config)[0]
+        call.call()
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), config
         err = ((out.double() - ref).norm() / ref.norm()).item()
@@ -191,18 +202,16 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
 def test_gpu_fp8_every_tile_within_its_tolerance(dtype, seq, head_dim, causal) -> None:
     """The fp8 kernel (after attention_fp8's quantization passes) against float64, within
     `quant: fp8`'s default tolerance 8e-2 (its error model: attention_fp8's docstring)."""
-    from opbench.kernels.attention_ws_fp8 import WS_FP8_TILES, ws_fp8_calls
-
     batch, heads = 2, 4
     gen = torch.Generator().manual_seed(seq + head_dim + 8)
     x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).to(dtype).cuda()
     ref = reference(x, heads, causal)
     q, k, v = split_heads(x, heads, True)
-    for tile in WS_FP8_TILES[head_dim]:
+    for tile in WS_TILES["fp8"][head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         config = ws_config(tile)
-        calls = ws_fp8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
-                             config=config)[0]  # fmt: skip
+        calls = ws_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
+                         quant="fp8", config=config)[0]  # fmt: skip
         for call in calls:
             call.call()
         torch.cuda.synchronize()

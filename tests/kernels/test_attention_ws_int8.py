@@ -1,4 +1,4 @@
-"""The warp-specialized int8 attention kernel (attention_ws_int8.py) and the float64 model of
+"""The warp-specialized attention kernel in its int8 format (attention_ws.py, quant "int8") and the float64 model of
 what the int8 kernels compute (attention_reference.int8_model).
 
 Gluon has no interpreter: the CPU run compiles every tile for sm_90 (test_attention_ws's
@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_int8 import attention_int8_forward
-from opbench.kernels.attention_ws_step import ws_config
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_int8 import attention_int8_forward
+from opbench.kernels.attention.attention_ws_step import ws_config
 from tests.kernels.attention_reference import int8_model, reference
 from tests.kernels.sm90 import dump_sass, no_spills_where_measured, ptxas_report
 from tests.kernels.test_attention_ws import (
@@ -35,9 +35,9 @@ MODEL_LIMIT = {torch.float16: 2e-3, torch.bfloat16: 1e-2}
 def ws_int8_tiles() -> dict[int, list[tuple[int, int, bool, bool]]]:
     # Imported inside: the module imports Gluon's Hopper pieces, which the CPU run has too,
     # but keeping the import here makes a Triton without Gluon fail these tests alone.
-    from opbench.kernels.attention_ws_int8 import WS_INT8_TILES
+    from opbench.kernels.attention.attention_ws import WS_TILES
 
-    return WS_INT8_TILES
+    return WS_TILES["int8"]
 
 
 def make_input(batch, seq, heads, head_dim, dtype, seed, device="cpu") -> torch.Tensor:
@@ -115,7 +115,7 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     """Odd S (CTAs cross batch ends, the last key block is partial), every tile, outputs
     NaN-poisoned: within 3e-2 of unquantized float64 and within 16-bit rounding of the
     int8 model with the kernel's 64-row Q tiles."""
-    from opbench.kernels.attention_ws_int8 import ws_int8_calls
+    from opbench.kernels.attention.attention_ws import ws_calls
 
     batch, heads = 2, 4
     x = make_input(batch, seq, heads, head_dim, dtype, seed=seq + head_dim, device="cuda")
@@ -125,8 +125,8 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
     for tile in ws_int8_tiles()[head_dim]:
         out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=dtype, device="cuda")
         config = ws_config(tile)
-        calls = ws_int8_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
-                              config=config)[0]  # fmt: skip
+        calls = ws_calls(q, k, v, out.unflatten(-1, (heads, head_dim)), causal=causal,
+                         quant="int8", config=config)[0]  # fmt: skip
         for call in calls:
             call.call()
         torch.cuda.synchronize()
@@ -139,7 +139,7 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
 def test_gpu_layer_tunes_over_both_kernels() -> None:
     """`Int8Attention` on Hopper: one tuned choice over the Gluon tiles and the portable
     kernel's (KERNEL names which won), and its output within the tolerance."""
-    from opbench.kernels.attention_int8_layer import Int8Attention
+    from opbench.kernels.attention.attention_int8_layer import Int8Attention
 
     batch, seq, heads, head_dim = 2, 1000, 4, 128
     x = make_input(batch, seq, heads, head_dim, torch.float16, seed=11, device="cuda")

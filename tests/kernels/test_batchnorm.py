@@ -11,9 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels import Unsupported, batchnorm
-from opbench.kernels.batchnorm import batchnorm2d
+from opbench.kernels import Unsupported
 from opbench.kernels.host import fold_batchnorm
+from opbench.kernels.memory import batchnorm
+from opbench.kernels.memory.batchnorm import batchnorm2d
 from opbench.kernels.tuning import Config
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}

@@ -1,4 +1,4 @@
-"""add / mul Triton kernels (kernels/binary.py) vs float64, under the CPU interpreter: same
+"""add / mul Triton kernels (kernels/memory/binary.py) vs float64, under the CPU interpreter: same
 shapes, every broadcasting layout a network uses (per-channel, per-sample gate, per-row,
 per-column, a RoPE-like table, scalar-like), each dtype. Every output starts as NaN and must be
 fully written."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.binary import add, bind_add, bind_binary, bind_mul, broadcast_plan, mul
+from opbench.kernels.memory.binary import add, bind_add, bind_binary, bind_mul, broadcast_plan, mul
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 REFERENCE = {"add": lambda a, b: a + b, "mul": lambda a, b: a * b}

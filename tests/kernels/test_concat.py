@@ -1,4 +1,4 @@
-"""The concat Triton kernel (kernels/concat.py) vs torch.cat, under the CPU interpreter: a copy,
+"""The concat Triton kernel (kernels/memory/concat.py) vs torch.cat, under the CPU interpreter: a copy,
 so the result must be bit-exact. Odd shapes, every axis kind (channels of NCHW, the last
 axis, a middle axis), two to many inputs of different lengths, each dtype; outputs start as
 NaN and must be fully written, in one launch."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.concat import MAX_INPUTS, _tile_shape, bind_concat, concat
+from opbench.kernels.memory.concat import MAX_INPUTS, _tile_shape, bind_concat, concat
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

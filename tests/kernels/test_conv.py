@@ -13,10 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.conv import build_conv2d
-from opbench.kernels.conv import build_conv2d as prepare_conv2d
-from opbench.kernels.conv_int8 import build_conv2d_int8
-from opbench.kernels.conv_shapes import output_size
+from opbench.kernels.conv.conv import build_conv2d
+from opbench.kernels.conv.conv import build_conv2d as prepare_conv2d
+from opbench.kernels.conv.conv_int8 import build_conv2d_int8
+from opbench.kernels.conv.conv_shapes import output_size
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}

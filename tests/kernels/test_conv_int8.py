@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.conv_int8 import Int8Conv
-from opbench.kernels.conv_int8 import build_conv2d_int8 as prepare_conv2d
-from opbench.kernels.conv_shapes import output_size
+from opbench.kernels.conv.conv_int8 import Int8Conv
+from opbench.kernels.conv.conv_int8 import build_conv2d_int8 as prepare_conv2d
+from opbench.kernels.conv.conv_shapes import output_size
 
 INT8_TOLERANCE = 3e-2
 

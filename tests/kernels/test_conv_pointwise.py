@@ -14,10 +14,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels.conv import build_conv2d
-from opbench.kernels.conv_plans import float_paths
-from opbench.kernels.conv_pointwise import pixel_run_stride
-from opbench.kernels.conv_shapes import output_size
+from opbench.kernels.conv.conv import build_conv2d
+from opbench.kernels.conv.conv_plans import float_paths
+from opbench.kernels.conv.conv_pointwise import pixel_run_stride
+from opbench.kernels.conv.conv_shapes import output_size
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "silu": F.silu}
@@ -146,7 +146,7 @@ def test_pointwise_refuses_padding_and_larger_kernels():
 def test_every_stride_1_1x1_conv_has_gpu_candidates(monkeypatch, channels, cout):
     """The GPU's tile tables (not the interpreter's one tile): MobileNetV2's 16- and 24-deep
     1x1 convs once had no candidate at all and stopped the run."""
-    from opbench.kernels import conv_plans
+    from opbench.kernels.conv import conv_plans
 
     monkeypatch.setattr(conv_plans, "INTERPRET", False)
     x = torch.empty(1, channels, 56, 56, dtype=torch.float16)

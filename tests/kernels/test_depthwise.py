@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels.conv_shapes import output_size
-from opbench.kernels.depthwise import build_depthwise_conv2d
+from opbench.kernels.conv.conv_shapes import output_size
+from opbench.kernels.conv.depthwise import build_depthwise_conv2d
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "silu": F.silu}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear
 from opbench.kernels.launch import BoundKernels
-from opbench.kernels.linear_fp8 import Fp8Linear
-from opbench.kernels.norm import bind_norm
-from opbench.kernels.quantize import quantize_rows_call
+from opbench.kernels.memory.norm import bind_norm
+from opbench.kernels.memory.quantize import quantize_rows_call
 from tests.kernels.test_fp8_producers import (
     CHAIN_TOLERANCE,
     EPS,

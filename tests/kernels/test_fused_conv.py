@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels.conv import build_conv2d
-from opbench.kernels.conv_int8 import build_conv2d_int8
-from opbench.kernels.conv_shapes import output_size
+from opbench.kernels.conv.conv import build_conv2d
+from opbench.kernels.conv.conv_int8 import build_conv2d_int8
+from opbench.kernels.conv.conv_shapes import output_size
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 INT8_TOLERANCE = 3e-2

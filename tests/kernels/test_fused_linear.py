@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import gemm_plan
-from opbench.kernels.swiglu import build_swiglu, interleave_rows
+from opbench.kernels.gemm.linear import Linear
+from opbench.kernels.gemm.linear_plans import gemm_plan
+from opbench.kernels.gemm.swiglu import build_swiglu, interleave_rows
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 INT8_TOLERANCE = 3e-2
@@ -68,7 +68,7 @@ def test_residual_on_every_kernel_kind(dtype):
 
 
 def test_residual_with_leading_dims_and_int8():
-    from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
 
     gen = torch.Generator().manual_seed(2)
     x, w = randn(3, 5, 40, gen=gen).half(), randn(24, 40, gen=gen, scale=40**-0.5).half()
@@ -163,7 +163,7 @@ def test_a_residual_never_takes_the_streaming_gemv() -> None:
     import torch
 
     from opbench.kernels import Unsupported
-    from opbench.kernels.linear import Linear
+    from opbench.kernels.gemm.linear import Linear
 
     gen = torch.Generator().manual_seed(11)
     w = (torch.randn(24, 40, generator=gen) / 6).half()

@@ -13,9 +13,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels.host import INTERPRET
-from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import (
+from opbench.kernels.gemm.linear import Linear
+from opbench.kernels.gemm.linear_plans import (
     SM90_SHARED_BYTES,
     WS_DEEP_K_TILES,
     WS_MAXNREG,
@@ -25,6 +24,7 @@ from opbench.kernels.linear_plans import (
     ws_deep_k_candidates,
     ws_shared_bytes,
 )
+from opbench.kernels.host import INTERPRET
 from opbench.kernels.tuning import Config
 from tests.kernels.sm90 import (
     dump_sass,
@@ -42,7 +42,7 @@ import sys, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.runtime.jit import mangle_type
-from opbench.kernels.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
+from opbench.kernels.gemm.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
 dtype = getattr(torch, sys.argv[1])
 wg_m, bn, stages, c_bufs, act, res, bias, pingpong, k_bytes = map(int, sys.argv[2:11])
 out_dir = sys.argv[11]
@@ -264,8 +264,8 @@ def test_gpu_quantized_matches_the_portable_kernel(quant) -> None:
     """int8 (int32 sums) and fp8 (fp32 sums) ws tiles: against the same layer's portable
     tiled plan (same quantized x and W, so only summation order differs) and, within the
     quantization's tolerance, against the float64 of the unquantized layer."""
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
 
     m, n, k = 1000, 1000, 1040
     x, w, b, r = _inputs(m, n, k, torch.float16, seed=7)
@@ -300,8 +300,8 @@ def test_gpu_pingpong_schedule_matches_float64(kind) -> None:
     programs have a single tile). 16-bit: against float64 of the same operands; fp8 and
     int8: against the same layer's portable tiled plan (same quantized x and W) and, within
     the quantization's error, float64 of the unquantized layer."""
-    from opbench.kernels.linear_fp8 import Fp8Linear
-    from opbench.kernels.linear_int8 import Int8Linear
+    from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+    from opbench.kernels.gemm.linear_int8 import Int8Linear
 
     m, n, k = 4095, 2056, 1040
     dtype = torch.bfloat16 if kind == "bf16" else torch.float16

@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels import rows as row_module
+from opbench.kernels.gemm.linear_int8 import Int8Linear
 from opbench.kernels.launch import BoundKernels
-from opbench.kernels.linear_int8 import Int8Linear
-from opbench.kernels.norm import bind_norm
-from opbench.kernels.quantize import quantize_rows_call
+from opbench.kernels.memory import rows as row_module
+from opbench.kernels.memory.norm import bind_norm
+from opbench.kernels.memory.quantize import quantize_rows_call
 from opbench.ops.quant import INT8_MAX, dequantize_rows, int8_rows
 from opbench.spec.model import QUANT_TOLERANCE
 from tests.kernels.test_fp8_producers import norm64, randn, rel_l2

@@ -15,10 +15,10 @@ import math
 import pytest
 import torch
 
-from opbench.kernels.attention import split_heads
-from opbench.kernels.attention_int8 import KEY_BLOCK, key_quantize_calls
-from opbench.kernels.conv_int8 import quantize_calls
-from opbench.kernels.quantize import quantize_per_row, quantize_rows
+from opbench.kernels.attention.attention import split_heads
+from opbench.kernels.attention.attention_int8 import KEY_BLOCK, key_quantize_calls
+from opbench.kernels.conv.conv_int8 import quantize_calls
+from opbench.kernels.memory.quantize import quantize_per_row, quantize_rows
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0")
 

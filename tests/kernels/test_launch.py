@@ -15,20 +15,20 @@ import torch
 import torch.nn.functional as F
 
 from opbench.backends.triton_table import LayerKernel
-from opbench.kernels.activation import activation, bind_activation
-from opbench.kernels.attention_int8_layer import Int8Attention
-from opbench.kernels.attention_layer import Attention
-from opbench.kernels.batchnorm import batchnorm2d, bind_batchnorm2d
-from opbench.kernels.conv import build_conv2d
-from opbench.kernels.conv_int8 import build_conv2d_int8
+from opbench.kernels.attention.attention_int8_layer import Int8Attention
+from opbench.kernels.attention.attention_layer import Attention
+from opbench.kernels.conv.conv import build_conv2d
+from opbench.kernels.conv.conv_int8 import build_conv2d_int8
+from opbench.kernels.gemm.linear import Linear
+from opbench.kernels.gemm.linear_int8 import Int8Linear
 from opbench.kernels.host import fold_batchnorm
 from opbench.kernels.launch import signature_args
-from opbench.kernels.linear import Linear
-from opbench.kernels.linear_int8 import Int8Linear
-from opbench.kernels.norm import bind_norm, layernorm, rmsnorm
-from opbench.kernels.pool import avgpool2d, bind_pool2d, maxpool2d
-from opbench.kernels.softmax import bind_softmax, softmax
-from opbench.kernels.transpose import bind_permute, permute
+from opbench.kernels.memory.activation import activation, bind_activation
+from opbench.kernels.memory.batchnorm import batchnorm2d, bind_batchnorm2d
+from opbench.kernels.memory.norm import bind_norm, layernorm, rmsnorm
+from opbench.kernels.memory.pool import avgpool2d, bind_pool2d, maxpool2d
+from opbench.kernels.memory.softmax import bind_softmax, softmax
+from opbench.kernels.memory.transpose import bind_permute, permute
 
 pytestmark = pytest.mark.filterwarnings("ignore:Conversion of an array with ndim > 0")
 
@@ -140,7 +140,7 @@ def test_every_family_reports_where_its_plan_came_from() -> None:
 def test_int8_linear_fused_quantization_is_one_launch() -> None:
     """Quantizing x inside the GEMM is one kernel, two without; the decode table takes the two
     (measured faster on the H200, linear_plans.FUSED_QUANT_MAX_M)."""
-    from opbench.kernels.linear_plans import decode_plan
+    from opbench.kernels.gemm.linear_plans import decode_plan
 
     for m in (1, 16, 64):
         assert not decode_plan(m, 4096, 4096, 1, int8=True, sm_count=132)["FUSED_QUANT"]
@@ -156,7 +156,7 @@ def test_decode_table_is_fixed_by_shape() -> None:
     """The same plan for the same shape on every machine of one SM count. K = N = 4096 on 132
     SMs: fp16 up to 16 rows splits K four ways (256 programs, two per SM); wider fp16 rows and
     int8 split two ways (128 programs, one per SM); 64-column tiles throughout."""
-    from opbench.kernels.linear_plans import decode_plan
+    from opbench.kernels.gemm.linear_plans import decode_plan
 
     for m in (1, 8, 16, 32, 64):
         for int8, elem in ((False, 2), (True, 1)):
@@ -193,7 +193,7 @@ def test_decode_table_plans_fit_in_shared_memory() -> None:
     """Every decode-table plan's pipelined tiles (x and W, num_stages deep) fit in a Hopper
     SM's shared memory: the table is fixed, so a plan that does not fit would be an error on
     the GPU, not a slower choice (seen: 64 rows at 512-byte K steps and four stages)."""
-    from opbench.kernels.linear_plans import SMALL_M, decode_plan
+    from opbench.kernels.gemm.linear_plans import SMALL_M, decode_plan
 
     for m in range(1, SMALL_M + 1):
         for int8, elem in ((False, 2), (True, 1)):

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 
 from opbench.backends.triton_table import check_quant
 from opbench.kernels import Unsupported, tuning
-from opbench.kernels.linear import Linear as prepare_linear
-from opbench.kernels.linear_plans import gemm_plan
+from opbench.kernels.gemm.linear import Linear as prepare_linear
+from opbench.kernels.gemm.linear_plans import gemm_plan
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
 ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.linear_fp8 import Fp8Linear
-from opbench.kernels.quantize import quantize_rows
+from opbench.kernels.gemm.linear_fp8 import Fp8Linear
+from opbench.kernels.memory.quantize import quantize_rows
 from opbench.ops.quant import dequantize_rows, fp8_rows
 from opbench.spec.model import QUANT_TOLERANCE
 

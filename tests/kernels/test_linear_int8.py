@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.linear_int8 import Int8Linear
-from opbench.kernels.quantize import quantize_per_row, quantize_rows
+from opbench.kernels.gemm.linear_int8 import Int8Linear
+from opbench.kernels.memory.quantize import quantize_per_row, quantize_rows
 
 TOLERANCE = 3e-2
 ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
@@ -112,7 +112,7 @@ def test_quantized_x_comes_from_shared_scratch() -> None:
     """xq and the row scales are per-launch scratch (the quantize launch writes them, the GEMM
     of the same call reads them): bound in a ScratchArena group they are views of its block,
     and a launch from a poisoned block is still right."""
-    from opbench.kernels.linear_plans import gemm_plan
+    from opbench.kernels.gemm.linear_plans import gemm_plan
     from tests.kernels.arena import bind_in_arena
 
     x, w, b = make_inputs(5, 27, 80, torch.float16, bias=True, seed=3)

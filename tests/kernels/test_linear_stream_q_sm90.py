@@ -24,7 +24,7 @@ COMPILE_SM90 = """
 import sys, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from opbench.kernels.linear_stream_q import _weight_only_kernel as fn
+from opbench.kernels.gemm.linear_stream_q import _weight_only_kernel as fn
 bits, out_dir = int(sys.argv[1]), sys.argv[2]
 pointers = {"x_ptr": "*fp16", "w_ptr": "*u8" if bits == 4 else "*i8",
             "w_scale_ptr": "*fp16" if bits == 4 else "*fp32", "out_ptr": "*fp16",
@@ -68,8 +68,8 @@ def test_packed_unpack_compiles_for_sm90(bits: int, tmp_path: Path) -> None:
 @pytest.mark.skipif(not ON_GPU, reason=GPU_REASON)
 @pytest.mark.parametrize("quant", ["int8-weight", "int4-weight"])
 def test_gpu_packed_unpack_matches_float64(quant: str) -> None:
-    from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
-    from opbench.kernels.stream_plans import stream_q_candidates
+    from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+    from opbench.kernels.gemm.stream_plans import stream_q_candidates
     from opbench.ops.quant import quantized_weight
 
     m, n, k, group = 5, 333, 1024, 128

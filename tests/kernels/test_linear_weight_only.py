@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 from opbench.kernels import Unsupported
-from opbench.kernels.linear import Linear
-from opbench.kernels.linear_weight_only import Int4WeightLinear, Int8WeightLinear
-from opbench.kernels.stream_plans import (
+from opbench.kernels.gemm.linear import Linear
+from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear
+from opbench.kernels.gemm.stream_plans import (
     GEMV_MAX_M,
     stream_plan,
     stream_q_candidates,
@@ -223,7 +223,7 @@ def test_wave_split_fills_whole_waves(monkeypatch) -> None:
     assert wave_split(64, 86, 132, 8) == 16  # capped by MAX_WAVE_SPLIT
     assert wave_split(64, 8, 132, 8) == 2  # 4 steps a split at least
     assert wave_split(500, 32, 132, 1) == 1
-    from opbench.kernels import stream_plans
+    from opbench.kernels.gemm import stream_plans
 
     monkeypatch.setattr(stream_plans, "INTERPRET", False)  # the GPU's tiles, not the CPU's
     plan = stream_plan(1, 11008, 4096, 16, 0, 132, waves=True, programs_per_sm=4)

@@ -1,4 +1,4 @@
-"""The batched matmul Triton kernel (kernels/matmul.py) vs float64, under the CPU interpreter:
+"""The batched matmul Triton kernel (kernels/gemm/matmul.py) vs float64, under the CPU interpreter:
 odd M, N, K (partial tiles, K not a multiple of BLOCK_K), batches with broadcast leading dims,
 each dtype; outputs start as NaN and must be fully written. Also: every GPU configuration
 fits Hopper's shared memory."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.matmul import (
+from opbench.kernels.gemm.matmul import (
     HOPPER_SMEM_BYTES,
     bind_matmul,
     matmul,

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from opbench.kernels import rows as row_module
-from opbench.kernels.norm import bind_norm, layernorm, rmsnorm
+from opbench.kernels.memory import rows as row_module
+from opbench.kernels.memory.norm import bind_norm, layernorm, rmsnorm
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 DTYPES = list(TOLERANCE)
@@ -123,7 +123,7 @@ def test_test_only_slowdown_switch_keeps_layernorm_correct(
 ) -> None:
     """deliberately_slow (the gate's GPU demonstration) changes only the speed: the looped
     16-element kernel must still compute the same layernorm, on odd hidden sizes."""
-    from opbench.kernels import norm
+    from opbench.kernels.memory import norm
 
     for shape in [(3, 37), (2, 5, 300)]:
         x, w, b = inputs(shape, dtype, seed=shape[-1] + 7)
@@ -164,7 +164,7 @@ def test_every_gpu_config_on_small_rows(
 def test_rows_of_up_to_1024_elements_take_two_warp_programs(monkeypatch) -> None:
     """The H200's winners for 768- and 1024-element rows (norm.fit_norm_rows); longer rows
     keep every config `fit_rows_to_shape` keeps."""
-    from opbench.kernels import norm
+    from opbench.kernels.memory import norm
 
     configs = gpu_row_configs(monkeypatch)
     short = norm.fit_norm_rows(configs, 12608, 1024)

@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from opbench.kernels import Unsupported, pool, pool_global
-from opbench.kernels.pool import avgpool2d, maxpool2d
+from opbench.kernels import Unsupported
+from opbench.kernels.memory import pool, pool_global
+from opbench.kernels.memory.pool import avgpool2d, maxpool2d
 from opbench.kernels.tuning import Config
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}

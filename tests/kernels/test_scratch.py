@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from opbench.kernels.linear import Linear
-from opbench.kernels.linear_plans import gemm_plan
+from opbench.kernels.gemm.linear import Linear
+from opbench.kernels.gemm.linear_plans import gemm_plan
 from opbench.kernels.scratch import ScratchArena
 
 

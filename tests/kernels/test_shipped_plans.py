@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from opbench.cli.main import app
 from opbench.kernels import shipped_plans, tuning
-from opbench.kernels.linear_plans import gemm_plan
+from opbench.kernels.gemm.linear_plans import gemm_plan
 
 TAG = "NVIDIA H100 80GB HBM3|sm90|triton-3.6.0"
 PLAN = gemm_plan("tma", 128, 256, 64, 8, 3, persistent=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.sigmoid import bind_sigmoid, sigmoid
+from opbench.kernels.memory.sigmoid import bind_sigmoid, sigmoid
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 

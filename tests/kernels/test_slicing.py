@@ -1,4 +1,4 @@
-"""slice / split copy kernels (kernels/slicing.py, through transpose.py's strided copy) vs
+"""slice / split copy kernels (kernels/memory/slicing.py, through transpose.py's strided copy) vs
 torch's indexing, under the CPU interpreter: a copy, so bit-exact. Odd shapes, steps, negative
 indices, every axis, each dtype; outputs start as NaN and must be fully written."""
 
@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels.slicing import bind_slice, bind_split, slice_copy, slice_view, split_copy
+from opbench.kernels.memory.slicing import (
+    bind_slice,
+    bind_split,
+    slice_copy,
+    slice_view,
+    split_copy,
+)
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels import rows as softmax_module
-from opbench.kernels.softmax import softmax
+from opbench.kernels.memory import rows as softmax_module
+from opbench.kernels.memory.softmax import softmax
 
 TOLERANCE = {torch.float32: 1e-4, torch.float16: 5e-3, torch.bfloat16: 2e-2}
 # The interpreter emulates the GPU on fully masked rows (-inf - -inf) and indexes `range` with

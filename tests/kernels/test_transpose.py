@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from opbench.kernels import Unsupported
-from opbench.kernels import transpose as transpose_module
 from opbench.kernels.host import alignment, collapse_dims
-from opbench.kernels.transpose import permute, transpose
+from opbench.kernels.memory import transpose as transpose_module
+from opbench.kernels.memory.transpose import permute, transpose
 from opbench.kernels.tuning import Config
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]

@@ -93,8 +93,8 @@ def test_output_is_the_w8a8_formula(monkeypatch) -> None:
 
 
 def test_quantization_rounds_exactly_as_the_triton_kernels() -> None:
-    from opbench.kernels.quantize import quantize_per_row as quantize_weights
-    from opbench.kernels.quantize import quantize_rows
+    from opbench.kernels.memory.quantize import quantize_per_row as quantize_weights
+    from opbench.kernels.memory.quantize import quantize_rows
 
     ties = torch.tensor(
         [[127.0, 0.5, -0.5, 1.5, -2.5, 63.5, -126.5, 0.0], [0.0] * 8], dtype=torch.float32

@@ -50,3 +50,15 @@ def test_run_json_records_them(tmp_path: Path, monkeypatch) -> None:
     assert result.exit_code == 0, result.output
     (run_json,) = (p for p in (out / "tiny").glob("*/run.json") if not p.parent.is_symlink())
     assert read_run(run_json).env["opbench_vars"]["OPBENCH_TEST_SLOW_LAYERNORM"] == "1"
+
+
+def test_the_kernel_hash_covers_the_family_folders(tmp_path: Path, monkeypatch) -> None:
+    from opbench.measure import env
+
+    kernel = tmp_path / "kernels" / "attention" / "attention.py"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("BLOCK = 64\n")
+    monkeypatch.setattr(env, "PACKAGE_DIR", tmp_path)
+    before = env.kernel_version()
+    kernel.write_text("BLOCK = 128\n")
+    assert env.kernel_version() != before

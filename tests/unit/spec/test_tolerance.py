@@ -22,7 +22,7 @@ from opbench.spec.model import (
 
 def quantized(v: torch.Tensor, dim: int) -> torch.Tensor:
     """Symmetric int8 rounding with one scale per slice along `dim` (max|v| / 127), as the
-    kernels do it (kernels/quantize.py, kernels/conv_int8.py), back in float64."""
+    kernels do it (kernels/memory/quantize.py, kernels/conv/conv_int8.py), back in float64."""
     scale = v.abs().amax(dim=dim, keepdim=True) / 127
     return torch.round(v / scale).clamp(-127, 127) * scale
 
@@ -97,7 +97,7 @@ def e4m3(v: torch.Tensor, dim: tuple[int, ...]) -> torch.Tensor:
 
 def fp8_attention_error(head_dim: int, seq: int = 512) -> float:
     """Relative L2 error of attention with Q (per 64 rows), K (per 128 keys), P (448 p) and
-    V (per channel) in e4m3, as kernels/attention_fp8.py quantizes them, on normal data."""
+    V (per channel) in e4m3, as kernels/attention/attention_fp8.py quantizes them, on normal data."""
     gen = torch.Generator().manual_seed(head_dim)
     q, k, v = torch.randn(3, 4, seq, head_dim, dtype=torch.float64, generator=gen)
     exact = (q @ k.transpose(-1, -2) / math.sqrt(head_dim)).softmax(-1) @ v
