@@ -278,7 +278,7 @@ def _rope_append(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Lay
     the rotated q to a buffer of its own and the rotated k and the v straight into the cache's
     last slots (memory/rope.py APPEND), then the split-K kernel attends over the cache: one
     launch fewer, and no packed rope output written and read back."""
-    from opbench.kernels.attention_decode import CacheAttention
+    from opbench.kernels.attention.attention_decode import CacheAttention
     from opbench.kernels.launch import BoundKernels
     from opbench.kernels.memory.rope import bind_rope
     from opbench.ops.registry import get_op

@@ -104,7 +104,7 @@ class CacheAppendAttention:
     queries over all N slots. `bind(x, out=None)` -> BoundKernels, output [B, S, H D]."""
 
     def __init__(self, *, heads: int, kv_heads: int, causal: bool, k_cache, v_cache) -> None:
-        from opbench.kernels.attention_decode import CacheAttention
+        from opbench.kernels.attention.attention_decode import CacheAttention
 
         self.heads = heads
         self.k_cache, self.v_cache = k_cache, v_cache
