@@ -2,7 +2,7 @@
 interpreter, so the CPU run compiles the kernel for sm_90 with the ptxas of Triton's package
 (no GPU needed) and checks that the PTX sequences are in it and nothing spills; the GPU run
 (TRITON_INTERPRET=0 on an H100/H200) checks the results against float64 (so did
-bench/quant_decode_gpu.py, docs/perf/gemm.md).
+the retired bench/quant_decode_gpu.py (b3fbaa8), docs/perf/gemm.md).
 """
 
 from __future__ import annotations

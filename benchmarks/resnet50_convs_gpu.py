@@ -2,14 +2,14 @@
 timed in Triton (this tree's kernels and, optionally, older copies) beside cuDNN.
 
 Usage (GPU machine, repository root; writes $OUT/convs.json and the tuned plans when $OUT is set):
-    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/resnet50_convs_gpu.py [--old DIR] [--only a,b]
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/resnet50_convs_gpu.py [--old DIR] [--only a,b]
 CPU check of the plumbing (interpreter, tiny shapes; the numbers mean nothing):
-    PYTHONPATH=. python3 bench/resnet50_convs_gpu.py --cpu-smoke
+    PYTHONPATH=. python3 benchmarks/resnet50_convs_gpu.py --tiny
 
 Cases: the 16 distinct 1x1 conv shapes of ResNet-50 (torchvision v1.5) at batch 32, each as its
 group runs in the network (conv → folded batchnorm [→ + skip] [→ relu]), plus the four 3x3
 shapes and the 7x7 stem. For each: the fused group through `build_conv2d` (path "auto": every
-candidate plan tuned, as a network run does), then `triton.testing.do_bench` medians (L2
+candidate plan tuned, as a network run does), then medians of opbench's timer (benchmarks/timing.py; L2
 flushed before every call). torch columns are cuDNN's conv alone (NCHW, and channels_last with
 weights to match; cudnn.benchmark on), the lower bound of what eager torch does for the group.
 
@@ -29,12 +29,13 @@ import sys
 import time
 import traceback
 
-SMOKE = "--cpu-smoke" in sys.argv
+SMOKE = "--tiny" in sys.argv
 if SMOKE:
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 from opbench.kernels import tuning  # noqa: E402
 
@@ -115,12 +116,7 @@ def reference(case: dict, t: dict) -> torch.Tensor:
 
 
 def bench(fn) -> float:
-    if SMOKE:
-        fn()
-        return float("nan")
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return median_ms(fn, DEVICE, tiny=SMOKE)
 
 
 def floors(case: dict, t: dict) -> dict:
@@ -167,13 +163,11 @@ def torch_times(case: dict, t: dict) -> dict:
 def calibrate() -> dict:
     if SMOKE:
         return {}
-    from triton.testing import do_bench
-
     a = torch.randn(8192, 8192, device=DEVICE, dtype=torch.float16)
-    mm = do_bench(lambda: a @ a, warmup=10, rep=50, return_mode="median")
+    mm = median_ms(lambda: a @ a, DEVICE)
     src = torch.empty(256 * 2**20, device=DEVICE, dtype=torch.uint8)
     dst = torch.empty_like(src)
-    cp = do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median")
+    cp = median_ms(lambda: dst.copy_(src), DEVICE)
     return {"cublas_tflops": 2 * 8192**3 / mm / 1e9, "copy_tbps": 2 * src.numel() / cp / 1e9}
 
 
@@ -246,7 +240,7 @@ def short(plan: list[dict]) -> str:
 
 def table(results: dict, variants: list[str]) -> str:
     bw = results["calibration"].get("copy_tbps", float("nan"))
-    lines = [f"{results['device']} batch {results['batch']}; copy {bw:.2f} TB/s; ms (do_bench median)",
+    lines = [f"{results['device']} batch {results['batch']}; copy {bw:.2f} TB/s; ms (median, opbench's timer)",
              "case | GFLOP | MB | floor ms | cudnn NCHW | cudnn CL | " + " | ".join(variants) + " | new TFLOP/s | new % of floor | new plan"]  # fmt: skip
     for name, row in results["cases"].items():
         if "error" in row:

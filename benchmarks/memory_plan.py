@@ -6,7 +6,8 @@ the bytes of the NHWC input copies the conv kernel makes when its tuned plan rea
 an NCHW input: their sum (each conv's own copy) and their largest (one shared scratch block,
 kernels/scratch.py), an upper bound either way since tuning may pick the direct path.
 
-    PYTHONPATH=. python3 bench/memory_plan.py suites/cnn.yaml suites/llama.yaml
+    PYTHONPATH=. python3 benchmarks/memory_plan.py suites/cnn.yaml suites/llama.yaml
+    PYTHONPATH=. python3 benchmarks/memory_plan.py --tiny     (suites/quickstart.yaml alone)
 
 A prediction of the GPU's `peak_bytes` of the triton rows: arena + scratch + the prepared
 model inputs (+ what a call allocates besides: nothing for bound groups).
@@ -18,7 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from opbench.backends.triton_fusion import fusion_groups  # noqa: E402
 from opbench.backends.triton_table import is_view_layer  # noqa: E402
@@ -66,8 +68,13 @@ def nhwc_copy_bytes(layer: LayerSpec) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("suites", nargs="+", type=Path)
+    parser.add_argument("suites", nargs="*", type=Path)
+    parser.add_argument("--tiny", action="store_true", help="suites/quickstart.yaml alone")
     args = parser.parse_args()
+    if args.tiny:
+        args.suites = args.suites or [ROOT / "suites" / "quickstart.yaml"]
+    if not args.suites:
+        parser.error("give one suite or more (or --tiny)")
     print(
         "| model | groups | one buffer each MiB | planned arena MiB | × fewer | live (torch) MiB "
         "| NHWC copies: sum / largest MiB | model inputs MiB |"

@@ -8,7 +8,9 @@ alone: where it lacks a member, torch's time stands in and the cell is marked `+
 against PyTorch with that quantized GEMM, the rest eager); a peer with no row for any member
 gives no ratio.
 
-Usage: python3 bench/suite_table.py RUN.json [--copy-tbps 4.27] [--peak-tflops 790]
+Usage: python3 benchmarks/suite_table.py RUN.json [--copy-tbps 4.27] [--peak-tflops 790]
+CPU check of the plumbing: python3 benchmarks/suite_table.py --tiny (runs two layers of
+quickstart's mlp through `opbench run` in the interpreter, then tables that run)
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from opbench.compare.model import QUANT_PEERS  # noqa: E402
 from opbench.results.io import read_run  # noqa: E402
@@ -49,12 +52,36 @@ def peer_ms(by_layer: dict, model: str, members, peer: str) -> tuple[float | Non
     return (total if own else None), filled
 
 
+def tiny_run(out: Path) -> Path:
+    """Two layers of quickstart's mlp through `opbench run` on the CPU: the run folder."""
+    from typer.testing import CliRunner
+
+    from opbench.cli.main import app
+
+    suite = ROOT / "suites" / "quickstart.yaml"
+    argv = ["run", str(suite), "-m", "mlp", "-l", "ln", "-l", "fc1", "--device", "cpu",
+            "--quick", "--out", str(out)]  # fmt: skip
+    done = CliRunner().invoke(app, argv)
+    if done.exit_code != 0:
+        raise SystemExit(f"opbench run failed (exit {done.exit_code}):\n{done.output}")
+    return out / "quickstart" / "latest"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("run")
+    parser.add_argument("run", nargs="?")
     parser.add_argument("--copy-tbps", type=float, default=4.27)
     parser.add_argument("--peak-tflops", type=float, default=790.0)
+    parser.add_argument("--tiny", action="store_true")
     args = parser.parse_args()
+    if args.tiny:
+        import os
+        import tempfile
+
+        os.environ["TRITON_INTERPRET"] = "1"  # before the run imports triton
+        args.run = str(tiny_run(Path(tempfile.mkdtemp(prefix="suite-table-"))))
+    if args.run is None:
+        parser.error("give a RUN.json (or --tiny)")
     run = read_run(Path(args.run))
     peers = [b for b in run.backends if b != SUBJECT]
     rows: dict[tuple[str, str], dict] = {}

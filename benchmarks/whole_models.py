@@ -10,7 +10,7 @@ uses). torch.compile backends give only their graph figure here (the whole forwa
 the backend's graph mode: reduce-overhead, or max-autotune); their eager row would be per-layer
 compiled layers, which this script does not build.
 
-    python3 bench/whole_models.py suites/cnn.yaml -m 'resnet50[batch=1]' \
+    python3 benchmarks/whole_models.py suites/cnn.yaml -m 'resnet50[batch=1]' \
         -b torch -b triton -b torch-compile-max-autotune --out results.json
 
 `--rest-on torch` runs, on a peer backend that takes only quantized linears (torch-fp8,
@@ -20,23 +20,30 @@ user runs it with `torch._scaled_mm` / `torch._int_mm` linears (the row's backen
 layers are handed over: a quantized linear the peer refuses stops the script, never runs
 unquantized under the peer's name.
 
-    python3 bench/whole_models.py suites/llama_quant.yaml -m llama7b_prefill_fp8 \
+    python3 benchmarks/whole_models.py suites/llama_quant.yaml -m llama7b_prefill_fp8 \
         -b torch -b triton -b torch-fp8 --rest-on torch --out results.json
 
 Prints one table (median ms, × torch eager in the same mode, peak memory, correctness) and
 writes every row as JSON.
+
+CPU check of the plumbing (Triton interpreter, quickstart's mlp on torch and triton, one round;
+the numbers mean nothing):  PYTHONPATH=. python3 benchmarks/whole_models.py --tiny
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+if "--tiny" in sys.argv:  # before the first `import triton`
+    os.environ["TRITON_INTERPRET"] = "1"
 
 from opbench.backends.base import Unsupported  # noqa: E402
 from opbench.backends.registry import all_backends  # noqa: E402
@@ -86,9 +93,11 @@ def eager_layers(model, data, device: str) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("suite")
-    parser.add_argument("-m", "--model", action="append", required=True)
-    parser.add_argument("-b", "--backend", action="append", required=True)
+    parser.add_argument("suite", nargs="?")
+    parser.add_argument("-m", "--model", action="append")
+    parser.add_argument("-b", "--backend", action="append")
+    parser.add_argument("--tiny", action="store_true",
+                        help="quickstart's mlp on the CPU, torch and triton, one round")  # fmt: skip
     parser.add_argument("--device", default=None)
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
@@ -99,6 +108,12 @@ def main() -> int:
                         help="layers without `quant` that a backend refuses run on torch eager "
                         "(a quantized-linear peer's whole block: torch-fp8+torch)")  # fmt: skip
     args = parser.parse_args()
+    if args.tiny:
+        args.suite = args.suite or str(ROOT / "suites" / "quickstart.yaml")
+        args.model, args.backend = args.model or ["mlp"], args.backend or ["torch", "triton"]
+        args.device, args.rounds = "cpu", 1
+    if not (args.suite and args.model and args.backend):
+        parser.error("give SUITE, -m MODEL and -b BACKEND (or --tiny)")
     if args.conv_autotune == "aten":
         import torch._inductor.config as inductor_config
 

@@ -1,9 +1,9 @@
 """Bound Triton launchers on the GPU: host cost, decode-sized GEMMs and norms against torch.
 
 Usage (GPU machine, repository root; writes $OUT/kernels_gpu.json when $OUT is set):
-    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 bench/kernels_gpu.py
+    PYTHONPATH=. PYTHONUNBUFFERED=1 python3 benchmarks/kernels_gpu.py
 CPU check of the script's plumbing (interpreter, tiny shapes; the numbers mean nothing):
-    PYTHONPATH=. python3 bench/kernels_gpu.py --cpu-smoke
+    PYTHONPATH=. python3 benchmarks/kernels_gpu.py --tiny
 One or more sections only: --only decode (host, decode, norms; comma-separated)
 
 Three sections, each checked for correctness before it is timed:
@@ -15,11 +15,11 @@ Three sections, each checked for correctness before it is timed:
    Targets (issue 16): bound <= 1.0x torch, int8 linear <= 1.3x torch's fp16 F.linear.
 2. decode: y = x W^T, K = N = 4096, M = 1, 8, 16, 32, 64: torch F.linear fp16, our fp16 and
    int8 linears (the fixed decode-table plan; int8 includes quantizing x), all
-   `triton.testing.do_bench` medians (L2 flushed before every call). The best of every
+   medians of opbench's timer (benchmarks/timing.py; L2 flushed before every call). The best of every
    split-K candidate is timed too, so the table's plan can be judged against it.
    Targets: fp16 >= 1.0x, int8 >= 1.4x torch fp16.
 3. norms: rmsnorm and layernorm at 2x2048x4096 and 8x512x768, fp16 and bf16, against
-   F.rms_norm / F.layer_norm and torch.compile of the same call, do_bench medians.
+   F.rms_norm / F.layer_norm and torch.compile of the same call, opbench's timer.
    Targets: >= 1.2x eager and >= 1.0x torch.compile.
 """
 
@@ -33,12 +33,13 @@ import time
 import traceback
 from collections.abc import Callable
 
-SMOKE = "--cpu-smoke" in sys.argv
+SMOKE = "--tiny" in sys.argv
 if SMOKE:  # before the first `import triton`
     os.environ["TRITON_INTERPRET"] = "1"
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 from opbench.kernels.activation import bind_activation  # noqa: E402
 from opbench.kernels.attention_layer import Attention  # noqa: E402
@@ -73,13 +74,7 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def device_ms(fn: Callable[[], object]) -> float:
-    if SMOKE:
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-    from triton.testing import do_bench
-
-    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+    return median_ms(fn, DEVICE, tiny=SMOKE)
 
 
 def host_us(fn: Callable[[], object], calls: int = 50, rounds: int = 15) -> float:
@@ -184,7 +179,7 @@ def run_decode() -> list[dict]:
     w = randn(n, k, scale=k**-0.5)
     layers = {"fp16": Linear(w, None), "int8": Int8Linear(w, None)}
     rows = []
-    for m in (1, 8, 16, 32, 64):
+    for m in (1,) if SMOKE else (1, 8, 16, 32, 64):
         x = randn(m, k)
         ref = x.double() @ w.double().T
         row: dict = {"M": m, "K": k, "N": n, "torch_fp16_ms": device_ms(lambda: F.linear(x, w))}
@@ -208,7 +203,8 @@ def best_candidate(layer: Linear, x: torch.Tensor) -> dict:
     """Every split-K candidate timed: is the decode table's fixed plan near the best?"""
     out = torch.empty(x.shape[0], layer.out_features, dtype=x.dtype, device=x.device)
     timed = []
-    for plan in split_k_candidates(x.shape[0], layer.weight.element_size(), layer.is_int8):
+    candidates = split_k_candidates(x.shape[0], layer.weight.element_size(), layer.is_int8)
+    for plan in candidates[:2] if SMOKE else candidates:
         try:
             calls, keep = layer.calls(plan, x, out)
             timed.append((device_ms(lambda calls=calls: [c.call() for c in calls]), plan))
@@ -222,11 +218,11 @@ def best_candidate(layer: Linear, x: torch.Tensor) -> dict:
 
 
 def run_norms() -> list[dict]:
-    shapes = [(2, 8, 64), (2, 4, 48)] if SMOKE else [(2, 2048, 4096), (8, 512, 768)]
+    shapes = [(2, 4, 48)] if SMOKE else [(2, 2048, 4096), (8, 512, 768)]
     compiled_backend = "eager" if SMOKE else "inductor"
     rows = []
     for shape in shapes:
-        for dtype in (torch.float16, torch.bfloat16):
+        for dtype in (torch.float16,) if SMOKE else (torch.float16, torch.bfloat16):
             x = randn(*shape, dtype=dtype)
             hidden = shape[-1]
             w, b = randn(hidden, dtype=dtype), randn(hidden, dtype=dtype)
