@@ -79,8 +79,8 @@ def device_ms(fn: Callable[[], object]) -> float:
 
 def host_us(fn: Callable[[], object], calls: int = 50, rounds: int = 15) -> float:
     """Median host time to issue one call (no synchronisation inside a round)."""
-    calls, rounds = (2, 2) if SMOKE else (calls, rounds)
-    for _ in range(5):
+    calls, rounds, warm = (1, 1, 1) if SMOKE else (calls, rounds, 5)
+    for _ in range(warm):
         fn()
     sync()
     samples = []
