@@ -361,7 +361,7 @@ a fused group is reported as covering its layers, compared with the sum of their
 Whole model: torch, torch.compile and triton run every layer and are timed end to end. The
 peers run only the quantized linears, so their whole-model row is `unsupported` ("not every
 layer was built on this backend"), never a partial sum; the block as a PyTorch user runs it
-with _scaled_mm linears comes from bench/whole_models.py -b torch-fp8 --rest-on torch.
+with _scaled_mm linears comes from benchmarks/whole_models.py -b torch-fp8 --rest-on torch.
 """
     return suite_text(header, "llama_quant", "LLaMA-7B prefill block (2048 tokens), bf16 with fp8 and int8 W8A8 linears, against torch bf16 and torch._scaled_mm / _int_mm",
                       {"dtype": "bfloat16", "backends": ["torch", "torch-compile", "triton"]},

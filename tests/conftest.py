@@ -7,3 +7,24 @@ before any test module imports opbench.kernels.
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    """The `gpu` and `hopper` marks (pyproject.toml): a Hopper test is a GPU test too, so that
+    `-m gpu` selects it, and both are skipped where tests/gpu.py says they cannot run.
+    tryfirst: the added marks must be there before `-m` selects."""
+    from tests.gpu import GPU_FLOOR, why_not
+
+    for item in items:
+        hopper = item.get_closest_marker("hopper")
+        gpu = item.get_closest_marker("gpu")
+        if hopper is None and gpu is None:
+            continue
+        if gpu is None:
+            item.add_marker("gpu")
+        reason = why_not(None if hopper else gpu.kwargs.get("capability", GPU_FLOOR))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -12,7 +12,7 @@ user writes row-wise fp8 (the way torchao's float8 row-wise inference does it):
 
 `use_fast_accum=True` because Triton's fp8 dot on Hopper accumulates the same way by default
 (its `max_num_imprecise_acc` default): both sides sum the tensor cores' fp8 products without
-promoting them to full fp32 every few steps. bench/quant_gpu.py also times torch with
+promoting them to full fp32 every few steps. The retired bench/quant_gpu.py (`git show b3fbaa8:bench/quant_gpu.py`) also times torch with
 `use_fast_accum=False`, and tensor-wise scales, for docs/perf/gemm.md.
 
 Like torch-int8, the build times eager and `torch.compile` (which fuses the quantization of x)

@@ -5,6 +5,8 @@ machine with the ptxas and cuobjdump of Triton's package (no GPU needed) and che
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import re
 import subprocess
@@ -20,17 +22,70 @@ ROOT = Path(__file__).parents[2]
 MEASURED_TRITON = "3.6."
 
 
-def run_uninterpreted(script: str, *argv: object) -> str:
-    """`script` run in a fresh interpreter with TRITON_INTERPRET=0 (the test run has the
-    interpreter on, and under it gluon.jit helpers become interpreted functions that the
-    compiler cannot call); its stdout. A failure fails the test with the script's stderr."""
+# The uninterpreted Python that runs the compile scripts: one process for the whole test run,
+# started at the first script. Importing torch, Triton's Gluon and opbench's kernels costs about
+# as much CPU as one compile, and 48 compile tests paid it once each.
+_SERVER = r"""
+import contextlib, io, json, sys, traceback
+reply = sys.stdout
+for line in sys.stdin:
+    job = json.loads(line)
+    out, ok = io.StringIO(), True
+    sys.argv = ["-c", *job["argv"]]
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(job["script"], "<sm90 script>", "exec"), {"__name__": "__main__"})
+    except BaseException:
+        ok = False
+        out.write(traceback.format_exc())
+    reply.write("sm90-reply " + json.dumps({"ok": ok, "out": out.getvalue()}) + "\n")
+    reply.flush()
+"""
+_server: subprocess.Popen | None = None
+_REPLY = "sm90-reply "  # what starts the server's answer (a compiler may print lines of its own)
+
+
+def _start_server() -> subprocess.Popen:
     env = {**os.environ, "TRITON_INTERPRET": "0",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    run = subprocess.run([sys.executable, "-c", script, *map(str, argv)], env=env,
-                         capture_output=True, text=True)  # fmt: skip
-    if run.returncode != 0:
-        raise AssertionError(f"the sm_90 compile failed:\n{run.stderr}")
-    return run.stdout
+    server = subprocess.Popen([sys.executable, "-u", "-c", _SERVER], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)  # fmt: skip
+    atexit.register(_stop, server)
+    return server
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """End of the test run: the server's loop ends at end of input; waited for, so that no
+    process is left behind (and its CPU time counts in the run's)."""
+    server.stdin.close()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
+def run_uninterpreted(script: str, *argv: object) -> str:
+    """`script` run with TRITON_INTERPRET=0 (the test run has the interpreter on, and under it
+    gluon.jit helpers become interpreted functions that the compiler cannot call), in the one
+    uninterpreted process of this test run, with `argv` as its sys.argv[1:]; its stdout. A
+    failure fails the test with the script's traceback."""
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = _start_server()
+    _server.stdin.write(json.dumps({"script": script, "argv": [str(a) for a in argv]}) + "\n")
+    _server.stdin.flush()
+    printed = []
+    while not (line := _server.stdout.readline()).startswith(_REPLY):
+        if not line:  # the process died (a crash in the compiler): the next script gets a new one
+            _server = None
+            raise AssertionError("the sm_90 compile process died (its stderr is the test's):\n"
+                                 + "".join(printed))  # fmt: skip
+        printed.append(line)
+    done = json.loads(line[len(_REPLY) :])
+    if not done["ok"]:
+        raise AssertionError(f"the sm_90 compile failed:\n{done['out']}")
+    return done["out"]
 
 
 def ptxas_report(ptx: Path, cubin: Path) -> str:

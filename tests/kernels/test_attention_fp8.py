@@ -27,6 +27,7 @@ from opbench.kernels.attention.attention_fp8 import (
 from opbench.kernels.attention.attention_fp8_layer import Fp8Attention
 from opbench.kernels.attention.attention_int8 import KEY_BLOCK
 from opbench.kernels.host import INTERPRET
+from tests.gpu import on_gpu
 from tests.kernels.attention_reference import reference
 
 TOLERANCE = 8e-2
@@ -36,13 +37,9 @@ EPS_E4M3 = 2.66e-2  # relative rms rounding error of e4m3 on normal data
 # by ~1e-2; a float32 run of the same model differs from the float64 one by 3.4e-3 (D = 128),
 # the kernel by 0.5e-3 from the float32 model. A scale 2% off anywhere costs 2e-2.
 MODEL_MATCH = 1e-2
-GPU_REASON = (
-    "the fp8 hardware path needs a CUDA GPU of compute capability >= 8.9 and "
-    "TRITON_INTERPRET=0 (the CPU run covers the same kernels with e4m3 rounding emulated)"
-)
-ON_GPU = (not INTERPRET and torch.cuda.is_available()
-          and torch.cuda.get_device_capability() >= (8, 9))  # fmt: skip
-DEVICE = "cuda" if ON_GPU else "cpu"
+# The fp8 hardware path needs sm_89+; the CPU run covers the same kernels with e4m3 rounding
+# emulated, and the GPU run puts every test of this file on the GPU.
+DEVICE = "cuda" if on_gpu((8, 9)) else "cpu"
 
 
 def fp8(t: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
@@ -212,7 +209,7 @@ def test_unsupported_settings() -> None:
         )
 
 
-@pytest.mark.skipif(not ON_GPU, reason=GPU_REASON)
+@pytest.mark.gpu(capability=(8, 9))
 @pytest.mark.parametrize("head_dim,causal", [(64, False), (128, True), (128, False)])
 def test_gpu_hardware_fp8_path(head_dim: int, causal: bool) -> None:
     """The real e4m3 conversion and fp8 MMA, at a size where every tuned tile runs."""

@@ -13,14 +13,8 @@ import torch
 
 from opbench.kernels.attention.attention import split_heads
 from opbench.kernels.attention.attention_hopper import HOPPER_TILES, hopper_call, hopper_usable
-from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import dump_sass, ptxas_report, run_uninterpreted
-
-ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
-             and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
-GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
-
 
 # Run in a fresh interpreter with TRITON_INTERPRET=0: under the interpreter (this test run)
 # gluon.jit helpers become interpreted functions that the Gluon compiler cannot call.
@@ -79,7 +73,7 @@ def test_compiles_for_sm90_with_its_overlap(head_dim, causal, tile, tmp_path) ->
     assert " ".join(events) == "m H W0 e m H m H W1 e W0 m H W0", events
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,head_dim,causal", [(torch.float16, 128, True), (torch.bfloat16, 64, False)]
 )

@@ -13,7 +13,6 @@ import torch
 from opbench.kernels.attention.attention import split_heads
 from opbench.kernels.attention.attention_ws import WS_TILES, ws_calls, ws_usable
 from opbench.kernels.attention.attention_ws_step import MAXNREG, ws_config
-from opbench.kernels.host import INTERPRET
 from tests.kernels.attention_reference import reference
 from tests.kernels.sm90 import (
     dump_sass,
@@ -21,10 +20,6 @@ from tests.kernels.sm90 import (
     ptxas_report,
     run_uninterpreted,
 )
-
-ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
-             and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
-GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
 
 # A fresh interpreter with TRITON_INTERPRET=0: under the interpreter (this test run) gluon.jit
 # helpers become interpreted functions that the Gluon compiler cannot call.
@@ -166,7 +161,7 @@ def test_each_format_passes_none_for_what_it_does_not_read(quant) -> None:
     assert args.seq_len == 256 and args.heads == 2 and args.stride_oh == 64
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,seq,head_dim,causal",
     [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),
@@ -193,7 +188,7 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
         assert err <= limit, (config, err)
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,seq,head_dim,causal",
     [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),

@@ -18,9 +18,7 @@ from opbench.kernels.attention.attention_ws_step import ws_config
 from tests.kernels.attention_reference import int8_model, reference
 from tests.kernels.sm90 import dump_sass, no_spills_where_measured, ptxas_report
 from tests.kernels.test_attention_ws import (
-    GPU_REASON,
     INT8,
-    ON_HOPPER,
     compile_sm90,
     sass_events,
 )
@@ -104,7 +102,7 @@ def test_model_is_what_the_portable_int8_kernel_computes() -> None:
     assert 2e-3 <= rel_l2(model, exact) <= TOLERANCE, rel_l2(model, exact)
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,seq,head_dim,causal",
     [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),
@@ -135,7 +133,7 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
         assert rel_l2(out, model) <= MODEL_LIMIT[dtype], (config, rel_l2(out, model))
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 def test_gpu_layer_tunes_over_both_kernels() -> None:
     """`Int8Attention` on Hopper: one tuned choice over the Gluon tiles and the portable
     kernel's (KERNEL names which won), and its output within the tolerance."""

@@ -24,7 +24,6 @@ from opbench.kernels.gemm.linear_plans import (
     ws_deep_k_candidates,
     ws_shared_bytes,
 )
-from opbench.kernels.host import INTERPRET
 from opbench.kernels.tuning import Config
 from tests.kernels.sm90 import (
     dump_sass,
@@ -32,10 +31,6 @@ from tests.kernels.sm90 import (
     ptxas_report,
     run_uninterpreted,
 )
-
-ON_HOPPER = (not INTERPRET and torch.cuda.is_available()
-             and torch.cuda.get_device_capability()[0] == 9)  # fmt: skip
-GPU_REASON = "runs the Gluon kernel: needs an sm_90 GPU and TRITON_INTERPRET=0"
 
 COMPILE_SM90 = """
 import sys, torch, triton
@@ -232,7 +227,7 @@ def _inputs(m, n, k, dtype, seed):
     return x, w, b, r
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,m,n,k,activation,residual",
     [(torch.float16, 1000, 1000, 1032, "silu", True), (torch.bfloat16, 4095, 776, 4096, "gelu", False),
@@ -258,7 +253,7 @@ def test_gpu_every_tile_matches_float64(dtype, m, n, k, activation, residual) ->
         assert err <= {torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype], (plan, err)
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize("quant", ["int8", "fp8"])
 def test_gpu_quantized_matches_the_portable_kernel(quant) -> None:
     """int8 (int32 sums) and fp8 (fp32 sums) ws tiles: against the same layer's portable
@@ -289,7 +284,7 @@ def test_gpu_quantized_matches_the_portable_kernel(quant) -> None:
         assert err <= 3e-2, (plan, err)
 
 
-@pytest.mark.skipif(not ON_HOPPER, reason=GPU_REASON)
+@pytest.mark.hopper
 @pytest.mark.parametrize("kind", ["fp16", "bf16", "fp8", "int8"])
 def test_gpu_pingpong_schedule_matches_float64(kind) -> None:
     """The ping-pong schedule (each consumer its own tile, the two taking turns on the tensor

@@ -2,7 +2,7 @@
 interpreter, so the CPU run compiles the kernel for sm_90 with the ptxas of Triton's package
 (no GPU needed) and checks that the PTX sequences are in it and nothing spills; the GPU run
 (TRITON_INTERPRET=0 on an H100/H200) checks the results against float64 (so did
-bench/quant_decode_gpu.py, docs/perf/gemm.md).
+the retired bench/quant_decode_gpu.py (b3fbaa8), docs/perf/gemm.md).
 """
 
 from __future__ import annotations
@@ -13,11 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from opbench.kernels.host import INTERPRET
 from tests.kernels.sm90 import ptxas_report, run_uninterpreted
-
-ON_GPU = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 8
-GPU_REASON = "runs the inline-PTX unpack: needs a CUDA GPU and TRITON_INTERPRET=0"
 
 # In a fresh interpreter with TRITON_INTERPRET=0 (this test run has the interpreter on).
 COMPILE_SM90 = """
@@ -65,7 +61,7 @@ def test_packed_unpack_compiles_for_sm90(bits: int, tmp_path: Path) -> None:
     assert "0 bytes spill stores" in report and "0 bytes spill loads" in report, report
 
 
-@pytest.mark.skipif(not ON_GPU, reason=GPU_REASON)
+@pytest.mark.gpu
 @pytest.mark.parametrize("quant", ["int8-weight", "int4-weight"])
 def test_gpu_packed_unpack_matches_float64(quant: str) -> None:
     from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear

@@ -59,27 +59,35 @@ def configs(plans: dict) -> dict:
             for key, plan in plans.items()}  # fmt: skip
 
 
-def test_round_trip_reproduces_the_recorded_configurations(tmp_path: Path) -> None:
-    first, recorded = run(tmp_path, "a", "--plans-out", tmp_path / "plans.json")
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> tuple[Path, object, dict]:
+    """One run that records its plans (`--plans-out`), shared by the tests that reuse them:
+    its folder (plans.json, the run under a/), its result and its plans."""
+    folder = tmp_path_factory.mktemp("recorded")
+    result, plans = run(folder, "a", "--plans-out", folder / "plans.json")
+    return folder, result, plans
+
+
+def test_round_trip_reproduces_the_recorded_configurations(recorded, tmp_path: Path) -> None:
+    folder, first, recorded_plans = recorded
     assert first.exit_code == 0, first.output
-    assert set(recorded) == {("mlp", "ln"), ("mlp", "fc"), ("mlp", "sm"), ("cnn", "conv")}
-    assert all(c["source"] == "fixed" for p in recorded.values() for c in p["choices"])
-    plan_file = json.loads((tmp_path / "plans.json").read_text())
+    assert set(recorded_plans) == {("mlp", "ln"), ("mlp", "fc"), ("mlp", "sm"), ("cnn", "conv")}
+    assert all(c["source"] == "fixed" for p in recorded_plans.values() for c in p["choices"])
+    plan_file = json.loads((folder / "plans.json").read_text())
     assert plan_file["opbench_plans"] == 1 and len(plan_file["plans"]) == 4
 
-    second, reused = run(tmp_path, "b", "--plans", tmp_path / "plans.json")
+    second, reused = run(tmp_path, "b", "--plans", folder / "plans.json")
     assert second.exit_code == 0, second.output
-    assert configs(reused) == configs(recorded)
+    assert configs(reused) == configs(recorded_plans)
     assert all(c["source"] == "reused" for p in reused.values() for c in p["choices"])
 
     # A run.json serves as the plan file too.
-    third, from_run = run(tmp_path, "c", "--plans", resolve_latest(tmp_path / "a" / "plans"))
-    assert third.exit_code == 0 and configs(from_run) == configs(recorded)
+    third, from_run = run(tmp_path, "c", "--plans", resolve_latest(folder / "a" / "plans"))
+    assert third.exit_code == 0 and configs(from_run) == configs(recorded_plans)
 
 
-def test_an_edited_configuration_is_the_one_that_runs(tmp_path: Path) -> None:
-    run(tmp_path, "a", "--plans-out", tmp_path / "plans.json")
-    data = json.loads((tmp_path / "plans.json").read_text())
+def test_an_edited_configuration_is_the_one_that_runs(recorded, tmp_path: Path) -> None:
+    data = json.loads((recorded[0] / "plans.json").read_text())
     (fc,) = [p for p in data["plans"] if p["layer"] == "fc"]
     meta = fc["plan"]["choices"][0]["config"]["meta"]
     assert meta["SPLIT_K"] == 1
@@ -91,9 +99,8 @@ def test_an_edited_configuration_is_the_one_that_runs(tmp_path: Path) -> None:
     assert choice["source"] == "reused" and choice["config"]["meta"]["SPLIT_K"] == 3
 
 
-def test_a_plan_for_another_shape_is_tuned_again_with_a_warning(tmp_path: Path) -> None:
-    run(tmp_path, "a", "--plans-out", tmp_path / "plans.json")
-    data = json.loads((tmp_path / "plans.json").read_text())
+def test_a_plan_for_another_shape_is_tuned_again_with_a_warning(recorded, tmp_path: Path) -> None:
+    data = json.loads((recorded[0] / "plans.json").read_text())
     for entry in data["plans"]:
         if entry["layer"] == "sm":
             entry["plan"]["choices"][0]["key"] += "-other-shape"

@@ -158,7 +158,7 @@ SM90_SHARED_BYTES = 227 * 1024 - 1024
 # beside the 128-byte tiles on an H100 (docs/perf/gemm.md, 2026-11-26): the best of them 11-30%
 # behind the best 128-byte tile on every LLaMA-7B shape at M 2048 and 4096 (the shared-memory
 # bytes per MMA do not move, the stages halve), so the tuner is not offered them; the bench
-# (bench/int8_gemm_gpu.py) times them.
+# (the retired bench/int8_gemm_gpu.py, `git show b3fbaa8:bench/int8_gemm_gpu.py`) times them.
 WS_DEEP_K_TILES = [(128, 128, 3, 1, True), (64, 128, 4, 2, True), (128, 128, 2, 1, False),
                    (64, 128, 3, 2, False)]  # fmt: skip
 
