@@ -10,8 +10,8 @@ quantization passes run once before, unchanged by the merge), by opbench's own t
 flushed, adaptive median). Registers and spills are the loaded kernel's (`n_regs`,
 `n_spills`, from the driver).
 
-    PYTHONPATH=. python3 bench/attention_ws_before_after.py            # on an sm_90 GPU
-    PYTHONPATH=. python3 bench/attention_ws_before_after.py --tiny     # CPU: imports, args
+    PYTHONPATH=. python3 benchmarks/attention_ws_before_after.py            # on an sm_90 GPU
+    PYTHONPATH=. python3 benchmarks/attention_ws_before_after.py --tiny     # CPU: imports, args
 
 With $OUT set, the rows also go to $OUT/attention_ws_<tree>.json.
 """

@@ -17,8 +17,8 @@ On the CPU, one thread, at shapes that compute next to nothing (the quickstart's
 dispatcher), which is what an eager forward at batch 1 on a GPU costs. (The meta device would
 compute nothing at all, but its Python shape functions cost more than the ops' CPU kernels.)
 
-    PYTHONPATH=. python3 bench/host_cost.py               # ~1 minute
-    PYTHONPATH=. python3 bench/host_cost.py --device cuda # the issuing thread's time on a GPU
+    PYTHONPATH=. python3 benchmarks/host_cost.py               # ~1 minute
+    PYTHONPATH=. python3 benchmarks/host_cost.py --device cuda # the issuing thread's time on a GPU
                                                           # host, and ResNet-50 b1 fp16 too
 """
 
@@ -204,12 +204,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--device", default="cpu", help="cuda: also ResNet-50 b1 fp16 itself")
+    parser.add_argument("--tiny", action="store_true", help="CPU check: the mlp, a few calls")
     args = parser.parse_args(argv)
+    if args.tiny:
+        args.rounds, args.calls, args.device = 2, 2, "cpu"
     torch.set_num_threads(1)  # host cost is one thread's; no OpenMP spinning on a loaded machine
     quick = load_suite(ROOT / "suites/quickstart.yaml")
     cases = [(quick, m) for m in quick.models]
-    narrow = narrow_resnet50()
-    cases += [(narrow, m) for m in narrow.models]
+    if args.tiny:
+        cases = cases[:1]
+    else:
+        narrow = narrow_resnet50()
+        cases += [(narrow, m) for m in narrow.models]
     if args.device.startswith("cuda"):
         cnn = load_suite(ROOT / "suites/cnn.yaml")
         cases.append((cnn, cnn.model("resnet50[batch=1]")))

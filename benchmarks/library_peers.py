@@ -4,15 +4,15 @@ beside the suite's own rows, so that a speed-up is divided by the faster of the 
 For ResNet-50 and MobileNetV2 (torchvision; channels_last and `cudnn.benchmark` on CUDA, as
 PyTorch's performance guide has it), the BERT-base layer (transformers' BertLayer) and the
 LLaMA-7B block (transformers' LlamaDecoderLayer): the library module is given the suite's
-seeded weights (bench/peer_models.py: every parameter set exactly once), its output is checked
+seeded weights (benchmarks/peer_models.py: every parameter set exactly once), its output is checked
 against the float64/float32 reference of the suite's whole graph (the check the suite's rows
 pass) and against the suite's torch forward, then timed eager, as a CUDA graph of the eager
 call, and under torch.compile(mode="reduce-overhead"). The suite's rows are the pipeline's own
 end-to-end rows (pipeline/end_to_end.py): torch eager and CUDA graph, torch-compile's graph,
 triton eager and CUDA graph.
 
-    PYTHONPATH=. python3 bench/library_peers.py                 # the four networks, on CUDA
-    PYTHONPATH=. python3 bench/library_peers.py --tiny          # shrunk, on the CPU: a test
+    PYTHONPATH=. python3 benchmarks/library_peers.py                 # the four networks, on CUDA
+    PYTHONPATH=. python3 benchmarks/library_peers.py --tiny          # shrunk, on the CPU: a test
 
 Prints one table (median ms; "× best peer": triton's CUDA graph against the fastest torch
 figure of suite and library in graph/compiled mode, named) and writes every row as JSON to

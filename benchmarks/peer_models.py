@@ -179,20 +179,29 @@ def llama_peer(model, data) -> Peer:
              "o_proj": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
              "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}  # fmt: skip
     rope: dict[tuple, tuple] = {}
+    at = [i for i, layer in enumerate(model.layers) if layer.op == "rope"]
+    # The suite's rope layer holds cos and sin [S, D] as LlamaRotaryEmbedding computes them
+    # (its theta, positions 0..S-1): the library layer gets the same tables. A block without
+    # one gets cos 1, sin 0, a rotation by nothing (the library still runs its arithmetic).
+    tables = data.weights(at[0]) if at else None
 
     def call(m: Any, x: Any) -> Any:
-        # The suite's block has no rotary embedding: cos 1, sin 0 rotates by nothing, so the
-        # library layer computes the same block (and still runs its rotary arithmetic).
         key = (x.shape, x.dtype, x.device)
         if key not in rope:
-            shape = (*x.shape[:2], hidden // heads)
-            rope[key] = (torch.ones(shape, dtype=x.dtype, device=x.device),
-                         torch.zeros(shape, dtype=x.dtype, device=x.device))  # fmt: skip
+            if tables is not None:
+                rope[key] = tuple(t.to(x.device, x.dtype).expand(x.shape[0], -1, -1).contiguous()
+                                  for t in (tables["cos"], tables["sin"]))  # fmt: skip
+            else:
+                shape = (*x.shape[:2], hidden // heads)
+                rope[key] = (torch.ones(shape, dtype=x.dtype, device=x.device),
+                             torch.zeros(shape, dtype=x.dtype, device=x.device))  # fmt: skip
             for tensor in rope[key]:  # fixed across calls, like a model's rotary cache
                 torch._dynamo.mark_static_address(tensor)
         return m(x, position_embeddings=rope[key])
 
-    note = "rotary embedding by 0 (cos 1, sin 0): the suite's block has none"
+    note = ("the suite's rotary tables as position_embeddings" if at
+            else "rotary embedding by 0 (cos 1, sin 0): the suite's block has none")  # fmt: skip
+    names.update({model.layers[i].name: SKIP for i in at})
     return Peer(
         f"transformers {tf.__version__}",
         load_suite_weights(module, model, data, names),
@@ -211,6 +220,9 @@ def _first(call: Callable) -> Callable:
     return first
 
 
+# A suite layer whose weights the library takes another way (the rotary tables).
+SKIP = object()
+
 PEERS = {"resnet50": resnet50_peer, "mobilenet_v2": mobilenet_v2_peer,
          "bert_layer": bert_peer, "llama7b_prefill": llama_peer}  # fmt: skip
 
@@ -225,6 +237,8 @@ def load_suite_weights(module: Any, model, data, names: dict[str, Any]) -> Any:
         if not weights:
             continue
         target = names.get(layer.name)
+        if target is SKIP:
+            continue  # tables the library computes itself, handed to it another way
         if target is None:
             raise ValueError(f"no library parameter for the suite's layer {layer.name!r}")
         parts = target if isinstance(target, tuple) else (target,)

@@ -17,10 +17,10 @@
 Every whole-model row is checked against the float64/float32 reference of the whole graph
 (pipeline/end_to_end.py); the HF layer is timed only (its weights are its own).
 
-    PYTHONPATH=. python3 bench/transformer_targets.py              # GPU; results to $OUT
-    PYTHONPATH=. python3 bench/transformer_targets.py --tiny       # CPU: tiny shapes, flow only
+    PYTHONPATH=. python3 benchmarks/transformer_targets.py              # GPU; results to $OUT
+    PYTHONPATH=. python3 benchmarks/transformer_targets.py --tiny       # CPU: tiny shapes, flow only
 
-    PYTHONPATH=. python3 bench/transformer_targets.py --parts prefill,hf   # one part at a time
+    PYTHONPATH=. python3 benchmarks/transformer_targets.py --parts prefill,hf   # one part at a time
 
 Writes $OUT/transformer_targets_<parts>.json (every row, ratios and verdicts) and prints the
 targets. A part that fails is recorded as an error row; the others still run.
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 PREFILL = ("llama.yaml", "llama3_8b_prefill")
 DECODE = ("decode.yaml", ("decode_fp16_kv4096[batch=1]", "decode_fp16_kv4096[batch=16]"))
@@ -78,7 +78,7 @@ def load(tiny: bool, which: int):
 
 
 def whole_model_rows(suite, name: str, backends, device: str, options) -> list[dict]:
-    """Each backend's end-to-end rows of one model (bench/whole_models.py's builders)."""
+    """Each backend's end-to-end rows of one model (benchmarks/whole_models.py's builders)."""
     from whole_models import COMPILED, build_all, eager_layers
 
     from opbench.backends.registry import all_backends

@@ -223,5 +223,11 @@ def test_gpu_hardware_fp8_path(head_dim: int, causal: bool) -> None:
     assert not torch.isnan(out).any()
     tile = bound.choices[0].config.kwargs
     err = rel_err(out, reference(x, heads, causal, True))
+    assert err <= TOLERANCE, (err, tile)
+    if tile.get("KERNEL", "").startswith("ws"):
+        # The tuner may pick the warp-specialised kernel on Hopper (timing decides). kernel_model
+        # is the portable kernel's arithmetic; every ws tile is held against float64 at this
+        # tolerance in test_attention_ws.py (test_gpu_fp8_every_tile_within_its_tolerance).
+        return
     model = kernel_model(x, heads, causal, tile["BLOCK_M"], tile["BLOCK_N"])
-    assert err <= TOLERANCE and rel_err(out, model) <= MODEL_MATCH, (err, tile)
+    assert rel_err(out, model) <= MODEL_MATCH, (err, tile)

@@ -12,7 +12,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 # Modules the scripts import, not scripts.
-HELPERS = {"timing.py", "attention_gpu_common.py"}
+HELPERS = {"timing.py", "attention_gpu_common.py", "peer_models.py"}
 SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if p.name not in HELPERS)
 
 
