@@ -5,6 +5,8 @@ Usage (GPU machine, repository root; writes $OUT/attention_gpu.jsonl row by row)
 CPU check of the plumbing (Triton interpreter, tiny shapes; the numbers mean nothing):
     PYTHONPATH=. python3 benchmarks/attention_gpu.py --tiny
 
+`--sections check,prefill` runs only those; `--seqs 2048,8192` keeps only those prefill
+sequence lengths (issue 43's cuDNN comparison fits one call that way).
 Sections, in this order (each case in its own try/except; past --budget-s the rest is
 recorded as skipped):
   env      card, versions, copy bandwidth (bytes read + written / time of a 2 GiB copy) and
@@ -69,6 +71,7 @@ from opbench.kernels.attention.attention_int8_layer import Int8Attention  # noqa
 from opbench.kernels.attention.attention_layer import Attention  # noqa: E402
 
 COMPILE_TIMEOUT_S = 150
+SECTIONS = sys.argv[sys.argv.index("--sections") + 1].split(",") if "--sections" in sys.argv else []
 HOPPER = not TINY and torch.cuda.get_device_capability()[0] == 9
 CHECK_CASES = [
     dict(B=2, S=1000, H=4, D=128, causal=True, dtype="fp16", quant=True),
@@ -273,8 +276,12 @@ def main() -> None:
     import json
 
     env = env_section()
-    for step in (compile_section, check_section, lambda: decode_section(env["copy_GBps"]),
-                 prefill_section):  # fmt: skip
+    steps = {"compile": compile_section, "check": check_section,
+             "decode": lambda: decode_section(env["copy_GBps"]), "prefill": prefill_section}  # fmt: skip
+    chosen = SECTIONS or list(steps)
+    for name, step in steps.items():
+        if name not in chosen:
+            continue
         try:
             step()
         except Exception:

@@ -211,6 +211,9 @@ def prefill_cases() -> list[dict]:
             cases.append(dict(B=16384 // s, S=s, H=16, D=128, causal=causal, dtype="bf16"))
     for case in cases:
         case["quant"] = case["dtype"] == "fp16" and (case["S"], case["D"]) in QUANT_SHAPES
+    if "--seqs" in sys.argv:
+        keep = {int(s) for s in sys.argv[sys.argv.index("--seqs") + 1].split(",")}
+        cases = [c for c in cases if c["S"] in keep]
     return cases
 
 
