@@ -189,6 +189,28 @@ def test_gpu_every_tile_matches_float64(dtype, seq, head_dim, causal) -> None:
 
 
 @pytest.mark.hopper
+@pytest.mark.parametrize("layer", ["Attention", "Int8Attention", "Fp8Attention"])
+def test_gpu_layer_tuned_choice_matches_float64(layer) -> None:
+    """The layer the triton backend binds (one tuned choice over the ws tiles and the other
+    kernels of its format) on Hopper: the path `opbench run` takes, not a forced tile."""
+    from opbench.kernels.attention.attention_fp8_layer import Fp8Attention
+    from opbench.kernels.attention.attention_int8_layer import Int8Attention
+    from opbench.kernels.attention.attention_layer import Attention
+
+    make = {"Attention": Attention, "Int8Attention": Int8Attention, "Fp8Attention": Fp8Attention}
+    limit = {"Attention": 5e-3, "Int8Attention": 3e-2, "Fp8Attention": 8e-2}[layer]
+    batch, seq, heads, head_dim = 2, 1000, 4, 128
+    gen = torch.Generator().manual_seed(seq + 7)
+    x = torch.randn(batch, seq, 3 * heads * head_dim, generator=gen).half().cuda()
+    ref = reference(x, heads, True)
+    out = torch.full((batch, seq, heads * head_dim), float("nan"), dtype=x.dtype, device="cuda")
+    make[layer](heads=heads, causal=True, packed_qkv=True).bind(x, out).launch()
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any()
+    assert ((out.double() - ref).norm() / ref.norm()).item() <= limit
+
+
+@pytest.mark.hopper
 @pytest.mark.parametrize(
     "dtype,seq,head_dim,causal",
     [(torch.float16, 1000, 128, True), (torch.bfloat16, 1000, 64, False),

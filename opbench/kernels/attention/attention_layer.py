@@ -25,6 +25,10 @@ class Attention:
     Settings no kernel covers raise Unsupported (at build time when they are known then,
     else at bind, when the head dim and dtype are)."""
 
+    # The warp-specialized kernel's format (attention_ws.py QUANT): fp16 covers bf16 too; the
+    # quantized layers (attention_int8_layer, attention_fp8_layer) override it.
+    quant = "fp16"
+
     def __init__(self, *, heads: int, causal: bool, packed_qkv: bool) -> None:
         if heads < 1:
             raise Unsupported(f"attention needs heads >= 1, got {heads}")
