@@ -120,10 +120,11 @@ class FakeTimer:
     """Stands in for time_callable: records each timing asked for and calls fn twice."""
 
     def __init__(self) -> None:
-        self.timings = []
+        self.timings, self.holds = [], []
 
     def __call__(self, fn, timing, device, **options):
         self.timings.append(timing)
+        self.holds.append(options.get("hold", True))
         fn()
         fn()
         return Measurement(((0.5, 0.7),) * timing.rounds, "fake")
@@ -203,6 +204,9 @@ def test_torch_compile_graph_figure_is_its_whole_forward_compile(monkeypatch) ->
     assert len(graphs[-1].graph.find_nodes(op="placeholder")) >= 2, "both chain inputs"
     assert [t.cuda_graph for t in timer.timings] == [False, False], (
         "reduce-overhead captures its own graphs: the timer does not capture again"
+    )
+    assert timer.holds == [False, True], (
+        "eager keeps the host's time; the compiled graph's per-call host work must not leak in"
     )
     assert graph.status == Status.OK and "reduce-overhead" in graph.message
     assert eager.status == Status.OK and eager.message is None
