@@ -94,7 +94,9 @@ def suite_rows(model, data, backend_names, options) -> list[dict]:
             if name in COMPILED and row.mode == "eager":
                 continue  # torch eager's layers stood in: not this backend's figure
             rows.append(dict(source="suite", backend=name, mode=row.mode, ms=row.stats.median if row.stats else None,
-                             correct=row.correct, message=row.message))  # fmt: skip
+                             correct=row.correct, message=row.message, timer=row.timer,
+                             samples_ms=[list(r) for r in row.samples_ms],
+                             correctness=row.correctness and asdict(row.correctness)))  # fmt: skip
     return rows
 
 
@@ -173,32 +175,49 @@ def _timed(fn, timing, device: str, hold: bool = True) -> dict:
     return dict(ms=samples[len(samples) // 2], samples_ms=rounds, timer=measurement.timer)
 
 
+def end_to_end_rows(records: list[dict]) -> tuple:
+    """The timed rows of suite and library as a run's end-to-end rows: the suite's under their
+    backend, a library's as `library:<library>` (`library:<library>-compile` for the compiled
+    module, in the cuda_graph mode as torch-compile's graph row is)."""
+    from opbench.results.model import Correctness, EndToEnd
+
+    rows = []
+    for r in records:
+        if not r.get("samples_ms"):
+            continue
+        backend, mode = r["backend"], r["mode"]
+        if r["source"] == "library":
+            backend = "library:" + backend.split()[0] + ("-compile" if mode == "compile" else "")
+            mode = "eager" if mode == "eager" else "cuda_graph"
+        corr = r.get("correctness")
+        if corr is not None:
+            corr = Correctness(
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in corr.items()}
+            )
+        rows.append(EndToEnd(
+            r["network"], backend, "ok", tuple(tuple(x) for x in r["samples_ms"]), r["timer"],
+            mode=mode, message=r.get("note") or None, correctness=corr,
+        ))  # fmt: skip
+    return tuple(rows)
+
+
 def add_to_run(path: Path, records: list[dict]) -> None:
-    """The library rows as end-to-end rows of a run.json of the same suites (backend
-    `library:<library>`, `library:<library>-compile` for the compiled module, in the
-    cuda_graph mode as torch-compile's graph row is), so that the run's end-to-end table
-    divides by the best peer; the table is printed."""
+    """The library rows as end-to-end rows of a run.json of the same suites (replacing those
+    an earlier call added), so that the run's end-to-end table divides by the best peer; the
+    table is printed."""
     from rich.console import Console
 
     from opbench.report.run_table import end_to_end_table
     from opbench.results.io import read_run, write_run
-    from opbench.results.model import Correctness, EndToEnd
 
     run = read_run(path)
     known = {e.model for e in run.end_to_end}
-    added = []
-    for r in records:
-        if r["source"] != "library" or r["network"] not in known or not r.get("samples_ms"):
-            continue
-        library = "library:" + r["backend"].split()[0]
-        corr = {k: tuple(v) if isinstance(v, list) else v for k, v in r["correctness"].items()}
-        added.append(EndToEnd(
-            r["network"], library + ("-compile" if r["mode"] == "compile" else ""), "ok",
-            tuple(tuple(x) for x in r["samples_ms"]), r["timer"],
-            mode="eager" if r["mode"] == "eager" else "cuda_graph",
-            message=r.get("note") or None, correctness=Correctness(**corr),
-        ))  # fmt: skip
-    run = replace(run, end_to_end=run.end_to_end + tuple(added))
+    library = [r for r in records if r["source"] == "library" and r["network"] in known]
+    added = end_to_end_rows(library)
+    # a second call replaces the rows of the first: one row per model, backend and mode
+    new = {(e.model, e.backend, e.mode) for e in added}
+    kept = tuple(e for e in run.end_to_end if (e.model, e.backend, e.mode) not in new)
+    run = replace(run, end_to_end=kept + added)
     write_run(run, path)
     print(f"{len(added)} library rows added to {path}")
     Console(width=250).print(end_to_end_table(run))
@@ -214,8 +233,12 @@ def figure(rows: list[dict], source: str, mode: str, backend: str | None = None)
 
 
 def table(name: str, rows: list[dict]) -> list[str]:
-    """One line: the suite's and the library's figures and triton's graph × the best peer:
-    the fastest torch figure in graph or compiled mode, suite or library (named)."""
+    """One line: the suite's and the library's figures and triton's graph × the best peer
+    (compare/best_peer.py, as every report has it: the fastest correct torch row in the graph
+    mode, suite or library, compiled or not, named)."""
+    from opbench.compare.best_peer import vs_best_peer
+    from opbench.results.model import RunResult
+
     cells = {
         "suite torch eager": figure(rows, "suite", "eager", "torch"),
         "suite torch graph": figure(rows, "suite", "cuda_graph", "torch"),
@@ -225,10 +248,10 @@ def table(name: str, rows: list[dict]) -> list[str]:
         "library graph": figure(rows, "library", "cuda_graph"),
         "library compile": figure(rows, "library", "compile"),
     }
-    peers = {k: v for k, v in cells.items() if v and k != "triton graph" and "eager" not in k}
-    best = min(peers, key=peers.get) if peers else None
-    triton = cells["triton graph"]
-    ratio = f"{peers[best] / triton:.2f}× ({best})" if best and triton else "—"
+    run = RunResult(name, "", "", end_to_end=end_to_end_rows(rows))
+    graph = [e for e in run.end_to_end if (e.backend, e.mode) == ("triton", "cuda_graph")]
+    best = vs_best_peer(run, graph[0]) if graph else None
+    ratio = f"{best[1]:.2f}× ({best[0]})" if best else "—"
     return [name, *(f"{v:.4f}" if v else "—" for v in cells.values()), ratio]
 
 

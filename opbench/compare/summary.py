@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from opbench.compare.best_peer import vs_best_peer
 from opbench.compare.model import (
     ComparisonRow,
     EndToEndTiming,
@@ -26,7 +27,7 @@ from opbench.compare.model import (
     ModelSummary,
     Verdict,
 )
-from opbench.compare.rows import TORCH, is_torch_peer, model_layer_results
+from opbench.compare.rows import TORCH, model_layer_results
 from opbench.compare.verdict import (
     INTERPRETED,
     incorrect_reason,
@@ -89,10 +90,6 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
     eager in the same mode and over the best PyTorch peer in the same mode."""
     mine = [e for e in run.end_to_end if e.model == model]
     torch = {e.mode: _stats_interval(e) for e in mine if e.backend == TORCH and e.ran}
-    best: dict[str, tuple[float, str]] = {}  # mode -> (ms, backend) of the fastest right peer
-    for e in mine:
-        if is_torch_peer(e.backend) and e.correct and e.stats is not None:
-            best[e.mode] = min(best.get(e.mode, (math.inf, "")), (e.stats.median, e.backend))
     out = []
     for e in mine:
         time = _stats_interval(e) if e.ran else None
@@ -114,19 +111,16 @@ def end_to_end_timings(run: RunResult, model: str) -> tuple[EndToEndTiming, ...]
                 message=e.message,
                 failures=failures,
                 rel_l2=e.correctness.rel_l2 if e.correctness is not None else None,
-                **_vs_best(e, time, best.get(e.mode), failures),
+                **_vs_best(run, e),
             )
         )
     return tuple(out)
 
 
-def _vs_best(e: EndToEnd, time, best: tuple[float, str] | None, failures) -> dict:
+def _vs_best(run: RunResult, e: EndToEnd) -> dict:
     """best_peer and vs_best_peer of a row that is not itself a PyTorch peer."""
-    if best is None or is_torch_peer(e.backend) or e.interpreted or failures or time is None:
-        return {}
-    if time.value <= 0:
-        return {}
-    return {"best_peer": best[1], "vs_best_peer": best[0] / time.value}
+    best = vs_best_peer(run, e)
+    return {} if best is None else {"best_peer": best[0], "vs_best_peer": best[1]}
 
 
 def summarise_model(

@@ -274,7 +274,10 @@ class Attention(Op):
         """q [B, H, S, D], k and v [B, Hkv, N, D] (views of the input(s) or of the cache), and
         the key mask [B, N] or None. append: the new k and v written into the cache's last S
         slots in place (`write_cache`, the baseline's StaticCache update), else joined to a
-        copy of the cache's other slots (the reference)."""
+        copy of the cache's other slots (the reference).
+
+        The shapes were checked when the suite was read (`dims`): nothing is checked again
+        here, so the torch forward costs the host what a user's module does."""
         import torch
 
         xs = tuple(x) if isinstance(x, (tuple, list)) else (x,)
@@ -282,14 +285,16 @@ class Attention(Op):
         mask = None
         if p.get("mask"):
             xs, mask = xs[:-1], xs[-1]
-        _, h, hkv, d, _ = self.dims(tuple(tuple(t.shape) for t in (*xs, *(
-            () if mask is None else (mask,)))), p)  # fmt: skip
+        if p.get("layout") == "bhsd":
+            return (*xs, mask)
+        h = p["heads"]
+        hkv = p.get("kv_heads") or h
+        packed = p.get("packed_qkv")
+        d = xs[0].shape[-1] // (h + 2 * hkv if packed else h)
 
         def heads(t, n):
             return t.unflatten(-1, (n, d)).transpose(1, 2)
 
-        if p.get("layout") == "bhsd":
-            return (*xs, mask)
         if p.get("separate_qkv"):
             q, k, v = xs
             return heads(q, h), heads(k, hkv), heads(v, hkv), mask
@@ -309,11 +314,21 @@ class Attention(Op):
         if p.get("kv_len") is not None:
             k, v = (heads(weights[key], hkv) for key in ("k_cache", "v_cache"))
             return heads(x, h), k, v, mask
-        if p["packed_qkv"]:
-            q, k, v = x.split([h * d, hkv * d, hkv * d], dim=-1)
-            return heads(q, h), heads(k, hkv), heads(v, hkv), mask
+        if packed:
+            return (*self.packed_heads(x, h, hkv, d), mask)
         q = heads(x, h)
         return q, q, q, mask
+
+    @staticmethod
+    def packed_heads(x, h: int, hkv: int, d: int):
+        """q [B, H, S, D], k and v [B, Hkv, S, D] of a packed q | k | v [B, S, (H + 2 Hkv) D],
+        as a user writes it: one view, one permute and an unbind (a split along the heads
+        for GQA). Views of x, the same strides as a split of the last dim then one
+        unflatten + transpose per part, in three calls of the dispatcher instead of seven."""
+        b, s, _ = x.shape
+        if hkv == h:
+            return x.view(b, s, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+        return x.view(b, s, h + 2 * hkv, d).transpose(1, 2).split((h, hkv, hkv), dim=1)
 
     @staticmethod
     def visible(s: int, n: int, causal: bool, mask, device):

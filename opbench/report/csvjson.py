@@ -1,5 +1,6 @@
-"""comparison.json (everything, so `opbench report` can re-render) and comparison.csv
-(one line per row and backend, for spreadsheets and pandas).
+"""comparison.json (everything, so `opbench report` can re-render), comparison.csv (one line
+per row and backend, for spreadsheets and pandas) and end_to_end.csv (one line per model,
+backend and mode of the whole forward).
 
 The only (de)serializer of `Comparison`. JSON has no Inf/NaN: they are stored as strings.
 """
@@ -322,6 +323,54 @@ def comparison_csv(comparison: Comparison) -> str:
                     ),
                     _num(row.vs_torch if primary else None),
                     *(_num(row.vs_peer(peer) if primary else None) for peer in QUANT_PEERS),
+                ]
+            )
+    return out.getvalue()
+
+
+# ---- end-to-end CSV -------------------------------------------------------------------------
+
+E2E_CSV_FILE = "end_to_end.csv"
+
+E2E_CSV_COLUMNS = (
+    "model",
+    "backend",
+    "mode",
+    "status",
+    "ms",
+    "lo_ms",
+    "hi_ms",
+    "vs_torch",
+    "best_peer",
+    "vs_best_peer",
+    "check",
+    "interpreted",
+)
+
+
+def end_to_end_csv(comparison: Comparison) -> str:
+    """One line per model, backend and mode of the whole forward: its time, × torch eager in
+    the same mode and × the best PyTorch peer in the same mode, with that peer's name."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(E2E_CSV_COLUMNS)
+    for summary in comparison.models:
+        for e in summary.end_to_end:
+            t = e.time
+            writer.writerow(
+                [
+                    _text(summary.model),
+                    e.backend,
+                    e.mode,
+                    e.status,
+                    _num(t.value if t else None),
+                    _num(t.lo if t else None),
+                    _num(t.hi if t else None),
+                    _num(e.vs_torch),
+                    _text(e.best_peer or ""),
+                    _num(e.vs_best_peer),
+                    _text(e.check),
+                    _yes(e.interpreted),
                 ]
             )
     return out.getvalue()

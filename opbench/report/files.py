@@ -13,7 +13,14 @@ import tempfile
 from pathlib import Path
 
 from opbench.compare.model import Comparison
-from opbench.report.csvjson import CSV_FILE, JSON_FILE, comparison_csv, comparison_json
+from opbench.report.csvjson import (
+    CSV_FILE,
+    E2E_CSV_FILE,
+    JSON_FILE,
+    comparison_csv,
+    comparison_json,
+    end_to_end_csv,
+)
 from opbench.report.html import render_html
 from opbench.report.markdown import render_markdown
 from opbench.report.plots import render_plots
@@ -29,6 +36,7 @@ def render_reports(comparison: Comparison, *, with_json: bool = True) -> dict[st
     if with_json:
         files[JSON_FILE] = comparison_json(comparison).encode("utf-8")
     files[CSV_FILE] = comparison_csv(comparison).encode("utf-8")
+    files[E2E_CSV_FILE] = end_to_end_csv(comparison).encode("utf-8")
     files[MARKDOWN_FILE] = render_markdown(comparison).encode("utf-8")
     files[HTML_FILE] = render_html(comparison, plots).encode("utf-8")
     for plot in plots:

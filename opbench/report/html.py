@@ -18,6 +18,7 @@ from opbench.report.style import (
     MARKS,
     backend_colour,
     fmt_ms,
+    fmt_vs_best,
     fmt_x,
     mark_symbols,
     marks_of,
@@ -163,7 +164,8 @@ def _end_to_end(c: Comparison) -> str:
     entries = [(m.model, e) for m in c.models for e in m.end_to_end]
     if not entries:
         return "<p>The run has no end-to-end times.</p>"
-    heads = ["model", "backend", "mode", "ms [95%]", "× torch (same mode)", "output check"]
+    heads = ["model", "backend", "mode", "ms [95%]", "× torch (same mode)", "× best peer"]
+    heads.append("output check")
     heads.append("status")
     body = []
     for model, e in entries:
@@ -173,7 +175,8 @@ def _end_to_end(c: Comparison) -> str:
         check = f"<td{bad}>{_e(e.check)}</td>"
         body.append(
             f"<tr{cls}><td>{_e(model)}</td><td>{_e(e.backend)}</td><td>{_e(e.mode)}</td>"
-            f"{_interval_cell(e.time)}{_num(fmt_x(e.vs_torch), e.vs_torch)}{check}"
+            f"{_interval_cell(e.time)}{_num(fmt_x(e.vs_torch), e.vs_torch)}"
+            f"{_num(fmt_vs_best(e.vs_best_peer, e.best_peer), e.vs_best_peer)}{check}"
             f"<td>{_e(status)}{_e(': ' + e.message if e.message else '')}</td></tr>"
         )
     return _table("end-to-end", [_e(h) for h in heads], body)

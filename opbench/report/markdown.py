@@ -15,6 +15,7 @@ from opbench.report.style import (
     VERDICT_SYMBOLS,
     fmt_interval,
     fmt_ms,
+    fmt_vs_best,
     fmt_x,
     mark_symbols,
     marks_of,
@@ -116,13 +117,9 @@ def _end_to_end(c: Comparison) -> list[str]:
         check = ("❌ " if e.failures else "") + md(e.check)
         lines.append(
             f"| {md(model)} | {md(e.backend)} | {md(e.mode)} | {fmt_interval(e.time)} "
-            f"| {fmt_x(e.vs_torch)} | {_vs_best(e)} | {check} | {status} |"
+            f"| {fmt_x(e.vs_torch)} | {fmt_vs_best(e.vs_best_peer, e.best_peer, md)} | {check} | {status} |"
         )
     return lines + [""]
-
-
-def _vs_best(e) -> str:
-    return f"{fmt_x(e.vs_best_peer)} ({md(e.best_peer)})" if e.best_peer else "—"
 
 
 def _layers(c: Comparison) -> list[str]:

@@ -7,8 +7,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from opbench.compare.best_peer import vs_best_peer
 from opbench.compare.model import QUANT_PEERS, QuantPeer
-from opbench.compare.rows import is_torch_peer
 from opbench.report.columns import Column, FittedTable
 from opbench.report.style import MARKS, short_backend
 from opbench.results.model import EndToEnd, LayerResult, Outcome, RunResult, Status
@@ -212,18 +212,6 @@ def _e2e_time(e2e: EndToEnd) -> float | None:
     return stats.median if stats and e2e.ran else None
 
 
-def best_peer(run: RunResult, model: str, mode: str) -> tuple[str, float] | None:
-    """The fastest correct PyTorch peer of `model` in `mode` (backend, ms): what a user at
-    their best would run, the figure a speed-up must hold against."""
-    found = [
-        (ms, e.backend)
-        for e in run.end_to_end
-        if e.model == model and e.mode == mode and is_torch_peer(e.backend) and e.correct
-        if (ms := _e2e_time(e)) is not None
-    ]
-    return (min(found)[1], min(found)[0]) if found else None
-
-
 def end_to_end_table(run: RunResult) -> Table | None:
     """Each model's whole forward per backend and mode (eager, cuda_graph), with the sum of
     its layers, the speed-up over torch eager in the same mode and over the best PyTorch peer
@@ -251,10 +239,8 @@ def end_to_end_table(run: RunResult) -> Table | None:
         )
         ms, base = _e2e_time(e2e), torch.get((e2e.model, e2e.mode))
         vs = base / ms if base and ms and e2e.backend != TORCH and not e2e.interpreted else None
-        best = best_peer(run, e2e.model, e2e.mode)
-        vs_best = "—"
-        if best and ms and not is_torch_peer(e2e.backend) and not e2e.interpreted:
-            vs_best = f"{best[1] / ms:.2f}× ({best[0]})"
+        best = vs_best_peer(run, e2e)
+        vs_best = f"{best[1]:.2f}× ({best[0]})" if best else "—"
         status = e2e.status + (" · NOT-MEASURED (interpreted)" if e2e.interpreted else "")
         table.add_row(
             escape(e2e.model),

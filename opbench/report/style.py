@@ -121,6 +121,12 @@ def fmt_x(value: float | None) -> str:
     return f"{value:#.3g}".rstrip(".") + "×"
 
 
+def fmt_vs_best(vs_best_peer: float | None, best_peer: str | None, name=str) -> str:
+    """× best peer, naming the peer it is against: 1.07× (library:torchvision-compile).
+    name: how the peer's name is written (escaped for Markdown)."""
+    return f"{fmt_x(vs_best_peer)} ({name(best_peer)})" if best_peer else "–"
+
+
 def fmt_interval(interval: Interval | None, fmt=fmt_ms) -> str:
     if interval is None:
         return "–"

@@ -15,6 +15,7 @@ from opbench.report.style import (
     MARKS,
     backend_colour,
     fmt_ms,
+    fmt_vs_best,
     fmt_x,
     mark_symbols,
     model_verdict_sentence,
@@ -145,7 +146,7 @@ def _summary_lines(c: Comparison) -> list[Text]:
 
 def end_to_end_table(c: Comparison) -> Table | None:
     """Each model's whole forward per backend and mode, with the speed-up over torch eager in
-    the same mode."""
+    the same mode and over the best PyTorch peer in the same mode, named."""
     entries = [(m.model, e) for m in c.models for e in m.end_to_end]
     if not entries:
         return None
@@ -156,6 +157,7 @@ def end_to_end_table(c: Comparison) -> Table | None:
         ("mode", "left"),
         ("ms [95%]", "right"),
         ("× torch (same mode)", "right"),
+        ("× best peer", "right"),
         ("output check", "left"),
         ("status", "left"),
     ):
@@ -168,6 +170,7 @@ def end_to_end_table(c: Comparison) -> Table | None:
             Text(e.mode),
             _interval(e.time),
             Text(fmt_x(e.vs_torch)),
+            Text(fmt_vs_best(e.vs_best_peer, e.best_peer)),
             Text(e.check, style="bold red" if e.failures else None),
             Text(status + (f": {e.message}" if e.message else ""), style="dim"),
         )

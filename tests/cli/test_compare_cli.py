@@ -32,6 +32,7 @@ runner = CliRunner()
 REPORT_FILES = {
     "comparison.json",
     "comparison.csv",
+    "end_to_end.csv",
     "report.md",
     "report.html",
     "speedup.png",

@@ -80,21 +80,27 @@ models:
 
 
 def test_the_speed_up_divides_by_the_fastest_torch_peer_and_names_it() -> None:
-    def row(source, backend, mode, ms):
-        return dict(source=source, backend=backend, mode=mode, ms=ms, correct=True)
+    """The bench's line takes × best peer from the one function every report uses."""
+    passed = dict(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
+    failed = dict(passed, rel_l2=0.5, failures=["rel_l2 5.0e-01 > 1.0e-04"])
+
+    def row(source, backend, mode, ms, correctness=passed):
+        return dict(source=source, backend=backend, mode=mode, ms=ms, network="resnet50",
+                    samples_ms=[[ms, ms * 1.01, ms * 0.99]], timer="cuda-events",
+                    correct=correctness is passed, correctness=correctness)  # fmt: skip
 
     rows = [
         row("suite", "torch", "eager", 1.0),
         row("suite", "torch", "cuda_graph", 0.9),
         row("suite", "torch-compile", "cuda_graph", 0.68),
         row("suite", "triton", "cuda_graph", 0.44),
-        row("library", "torchvision", "eager", 0.95),
-        row("library", "torchvision", "cuda_graph", 0.92),
-        row("library", "torchvision", "compile", 0.47),
-        dict(row("library", "torchvision", "compile", 0.1), correct=False),  # never counts
+        row("library", "torchvision 0.26", "eager", 0.95),
+        row("library", "torchvision 0.26", "cuda_graph", 0.92),
+        row("library", "torchvision 0.26", "compile", 0.47),
+        row("library", "torchvision 0.26", "compile", 0.1, failed),  # never counts
     ]
     line = library_peers.table("resnet50", rows)
-    assert line[-1] == "1.07× (library compile)"
+    assert line[-1] == "1.07× (library:torchvision-compile)"
     assert line[1:8] == ["1.0000", "0.9000", "0.6800", "0.4400", "0.9500", "0.9200", "0.4700"]
 
 
@@ -111,6 +117,9 @@ def test_library_rows_join_a_run_and_its_table_divides_by_the_best_peer(
     path = tmp_path / "run.json"
     write_run(RunResult("tiny", "2026-11-28T00:00:00Z", "cpu", end_to_end=(triton,)), path)
     library_peers.add_to_run(path, tiny_rows)
+    library_peers.add_to_run(path, tiny_rows)  # again: replaced, not added twice
+    backends = [e.backend for e in read_run(path).end_to_end]
+    assert sorted(backends) == ["library:torchvision", "triton"], backends
     rows = {e.backend: e for e in read_run(path).end_to_end}
     assert rows["library:torchvision"].correct and rows["library:torchvision"].mode == "eager"
     assert "× (library:torchvision)" in capsys.readouterr().out

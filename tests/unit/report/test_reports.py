@@ -144,7 +144,7 @@ def test_the_fixture_covers_every_verdict(comparison):
 def test_all_files_written(comparison, tmp_path: Path):
     written = write_reports(comparison, tmp_path)
     names = sorted(p.name for p in written)
-    expected = ["comparison.csv", "comparison.json", "report.html", "report.md"]
+    expected = ["comparison.csv", "comparison.json", "end_to_end.csv", "report.html", "report.md"]
     expected += [f"{n}.{ext}" for n in PLOT_NAMES for ext in ("png", "svg")]
     assert names == sorted(expected)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(expected)  # no staging folder left
