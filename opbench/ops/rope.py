@@ -150,13 +150,14 @@ class Rope(Op):
         """Back to the input's layout from heads_view's form (the passthrough copied after)."""
         if p["layout"] == "bhsd":
             return y
+        import torch
+
         y = y.transpose(-2, -3).flatten(-2)
         if rest is None or not rest.shape[-1]:
             return y
-        out = y.new_empty((*y.shape[:-1], y.shape[-1] + rest.shape[-1]))
-        out[..., : y.shape[-1]] = y
-        out[..., y.shape[-1] :] = rest
-        return out
+        # cat, as a user writes it: an item assignment into a new tensor cannot be traced,
+        # and made the whole-model torch module run this layer as a leaf module.
+        return torch.cat((y, rest), dim=-1)
 
     def forward(self, x, weights, layer):
         """Hugging Face's apply_rotary_pos_emb on one tensor, cos/sin as its modules hold them."""

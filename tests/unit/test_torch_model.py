@@ -67,6 +67,37 @@ def test_weights_are_parameters_and_the_forward_is_straight_line_code() -> None:
     assert leaf_layers(module) == ()
 
 
+LLAMA_BLOCK = """
+name: block
+defaults: {dtype: float32}
+models:
+  - name: llama
+    batch: 1
+    input: [7, 32]
+    layers:
+      - {name: attn_norm, op: rmsnorm, eps: 1.0e-06}
+      - {name: qkv, op: linear, out_features: 64, bias: false}
+      - {name: rope, op: rope, layout: packed, heads: 4, kv_heads: 2, theta: 5.0e+05}
+      - {name: attn, op: attention, heads: 4, kv_heads: 2, causal: true, packed_qkv: true}
+      - {name: o_proj, op: linear, out_features: 32, bias: false}
+      - {name: attn_res, op: add, inputs: [o_proj, input]}
+"""
+
+
+def test_a_llama_block_traces_whole_rope_included() -> None:
+    """RoPE on packed q | k | v (v passed through) is straight-line code, not a leaf module:
+    a leaf costs the eager forward host time and hides the rotation from Inductor's view."""
+    suite = load_suite_text(LLAMA_BLOCK)
+    model = suite.models[0]
+    data = ModelData(suite, model, "cpu")
+    module = model_module(model, data.weights)
+    assert leaf_layers(module) == ()
+    with torch.no_grad():
+        (out,) = module(data.model_inputs()["input"])
+    expected = layer_by_layer(model, data)["attn_res"]
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
 def test_a_forward_that_cannot_be_traced_runs_as_a_leaf_module(monkeypatch) -> None:
     """A branch on a tensor's values cannot be traced: that layer runs its forward as a leaf
     module, and the layers after it still trace (its output's shape is known)."""
