@@ -39,7 +39,7 @@ Two schedules (PINGPONG, a plan's SCHEDULE; the tuner picks per shape):
   at short K (BERT) and for most 8-bit shapes; behind by 2-13% on fp16 at K >= 3072,
   where the cooperative 128 x 256 tile reads fewer operand bytes per MMA.
 
-Epilogue: `linear_kernels._epilogue_store`'s meaning, y = act(acc sx[m] sw[n] + b[n]) (+ res),
+Epilogue: `linear_epilogue.epilogue_store`'s meaning, y = act(acc sx[m] sw[n] + b[n]) (+ res),
 fp32 math, output in out's dtype, by column halves of the tile (a split within each thread's
 registers: what one half's scales, bias and residual keep live fits beside the accumulator).
 Each half goes to shared memory and a TMA store writes it (TMA clips rows >= M and columns >=
