@@ -143,3 +143,28 @@ def test_the_fused_group_passes_the_pipeline_checks() -> None:
     (row,) = run.layers
     assert row.op == "linear+rope" and row.status == Status.OK, row.message
     assert row.correct and row.correctness.failures == ()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("style", STYLES)
+def test_gpu_every_plan_against_float64(style: str) -> None:
+    """On the GPU every plan of a LLaMA-like head size (D 128, bf16), the Gluon GEMM's
+    one-head tiles included on an sm_90 (rotate-half only), 3 sequences of 21 rows."""
+    heads, kv_heads, d, theta, offset = 4, 2, 128, 500000.0, 5
+    x, w, b = (t.cuda() for t in case(3, 21, 256, heads, kv_heads, d, torch.bfloat16, seed=9))
+    ref = reference(x.cpu(), w.cpu(), b.cpu(), style, heads, kv_heads, theta, offset)
+    fused = RopeLinear(w, b, head_dim=d, rotated=(heads + kv_heads) * d, theta=theta,
+                       interleaved=style == "interleaved", offset=offset)  # fmt: skip
+    x2 = x.view(-1, 256)
+    ws = fused.ws_ok(x2, x2.new_empty(x2.shape[0], w.shape[0]))
+    plans = fused.candidates(x2, every_kind=True, ws=ws)
+    kinds = set()
+    for plan in plans:
+        out = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+        fused.bind(x, out, config=plan).launch()
+        err = rel_err(out.cpu(), ref)
+        assert err <= TOLERANCE[torch.bfloat16], f"{plan}: relative L2 error {err:.2e}"
+        kinds.add(plan["KIND"])
+    assert {"tiled", "split_k"} <= kinds
+    if style == "half" and torch.cuda.get_device_capability()[0] == 9:
+        assert "ws" in kinds and "tma" in kinds

@@ -334,7 +334,8 @@ def gemm_calls(
                               "16-bit-out operands and an elementwise activation")  # fmt: skip
         call, descs = ws_call(plan, a, w, out, bias=bias, row_scale=row_scale,
                               col_scale=layer.col_scale if scaled else None, residual=residual,
-                              activation=layer.activation, programs=sm_count(a.device))  # fmt: skip
+                              activation=layer.activation, programs=sm_count(a.device),
+                              rope=layer.rope_named())  # fmt: skip
         return [call], descs
     if kind == "stream":
         from opbench.kernels.gemm.linear_stream import stream_calls

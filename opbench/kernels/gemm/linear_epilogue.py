@@ -68,6 +68,15 @@ def _cos_sin(angle):
 
 
 @triton.jit
+def rope_angles(offs_m, pair, rope_seq, rope_offset, rope_freq):
+    """cos and sin [rows, pairs] of the angles (m % rope_seq + rope_offset) inv_freq[i], in
+    fp32 as the rope kernel (memory/rope.py) computes them."""
+    position = (offs_m % rope_seq + rope_offset).to(tl.float32)
+    angle = position[:, None] * tl.math.exp2(pair.to(tl.float32) * rope_freq)[None, :]
+    return _cos_sin(angle)
+
+
+@triton.jit
 def rope_store(
     y,  # [BLOCK_M, BLOCK_N] fp32: the tile after bias, pairs in adjacent columns
     offs_m,  # [BLOCK_M] rows of the tile
@@ -89,9 +98,7 @@ def rope_store(
     first, _ = tl.split(tl.reshape(offs_n, (offs_n.shape[0] // 2, 2)))  # 2p: a pair's first
     pair = (first % ROPE_D) // 2  # i, the pair within its head
     turn = (first < rope_rotated)[None, :]
-    position = (offs_m % rope_seq + rope_offset).to(tl.float32)
-    angle = position[:, None] * tl.math.exp2(pair.to(tl.float32) * rope_freq)[None, :]
-    cos, sin = _cos_sin(angle)
+    cos, sin = rope_angles(offs_m, pair, rope_seq, rope_offset, rope_freq)
     cos = tl.where(turn, cos, 1.0)
     sin = tl.where(turn, sin, 0.0)
     y1 = x1 * cos - x2 * sin
