@@ -54,7 +54,7 @@ fn = _gemm_ws_kernel
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
 const = dict(WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs,
              PINGPONG=bool(pingpong), IS_INT8=dtype == torch.int8, SCALED=dtype.itemsize == 1, HAS_BIAS=bool(bias),
-             ACTIVATION=act, HAS_RESIDUAL=bool(res), ROPE=bool(rope))
+             ACTIVATION=act, HAS_RESIDUAL=bool(res), ROPE=bool(rope), ROPE_D=128)
 signature.update(dict.fromkeys(const, "constexpr"))
 signature.update(rope_seq="i32", rope_offset="i32", rope_rotated="i32", rope_freq="fp32")
 signature = {name: signature[name] for name in fn.arg_names}
@@ -126,11 +126,14 @@ def test_compiles_for_sm90_warp_specialized(
     no_spills_where_measured(info)
 
 
-@pytest.mark.parametrize("tile,pingpong", [((128, 128, 5, 2), True), ((64, 128, 5, 2), False)])
+ROPE_CASES = [((128, 128, 5, 2), True), ((64, 128, 5, 2), False), ((64, 256, 3, 2), False)]
+
+
+@pytest.mark.parametrize("tile,pingpong", ROPE_CASES)
 def test_compiles_the_rope_epilogue_for_sm90(tile, pingpong, tmp_path) -> None:
-    """RoPE in the epilogue (bf16, a bias, a 128-wide tile = one head of 128): the
-    pairs rotated by the approximate sin/cos of the GPU, TMA stores, no spills where
-    measured."""
+    """RoPE in the epilogue (bf16, a bias, heads of 128: one per 128-wide tile, two per
+    256-wide one): the pairs rotated by the approximate sin/cos of the GPU, TMA stores, no
+    spills where measured."""
     argv = [*tile, 0, 0, 1, int(pingpong), 128, tmp_path, 1]
     run_uninterpreted(COMPILE_SM90, "bfloat16", *argv)
     info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")

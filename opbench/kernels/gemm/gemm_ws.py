@@ -136,7 +136,7 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
                  PINGPONG: gl.constexpr, IS_INT8: gl.constexpr, SCALED: gl.constexpr,
                  HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
                  HAS_RESIDUAL: gl.constexpr, rope_seq, rope_offset, rope_rotated, rope_freq,
-                 ROPE: gl.constexpr):  # fmt: skip
+                 ROPE: gl.constexpr, ROPE_D: gl.constexpr):  # fmt: skip
     """Coop: rows wg WG_M ... of each of the program's tiles. Ping-pong: every other tile of
     the program's walk (its tiles wg, wg + 2, ...), whole, its K loop in turn with the other
     consumer's. Per tile the K loop, then the epilogue."""
@@ -205,7 +205,7 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         # halves what the scales, bias and residual of a half keep live.
         if ROPE:  # one head, pairs side by side: gemm_ws_epilogue.py
             lo, hi = rope_halves(acc, row0, col0, N, bias_ptr, rope_seq, rope_offset,
-                                 rope_rotated, rope_freq, HAS_BIAS)  # fmt: skip
+                                 rope_rotated, rope_freq, HAS_BIAS, ROPE_D)  # fmt: skip
         else:
             lo, hi = gl.split(acc.reshape([WG_M, 2, HALF_N]).permute((0, 2, 1)))
         epilogue_half(lo, lo_buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
@@ -247,7 +247,8 @@ def _gemm_ws_kernel(
     SCALED: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
     rope_seq, rope_offset, rope_rotated, rope_freq,  # RoPE (gemm_ws_epilogue.rope_halves)
-    ROPE: gl.constexpr,  # rotate the q and k heads: BLOCK_N = D, W's rows pair-interleaved
+    ROPE: gl.constexpr,  # rotate the q and k heads: W's rows pair-interleaved per head
+    ROPE_D: gl.constexpr,  # head size D: BLOCK_N = D or 2 D
 ):  # fmt: skip
     """Grid (min(tiles, SMs),); num_warps = 4 (consumer 0) plus the workers' 5."""
     dtype: gl.constexpr = a_desc.dtype
@@ -280,12 +281,12 @@ def _gemm_ws_kernel(
                          bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
                          num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
                          PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE)),
+                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
          (_ws_consumer, (1, a_smem, w_smem, c_smem, ready, empty, res_bars, turns, c_desc,
                          bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
                          num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
                          PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE)),
+                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
          (_ws_producer, (a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_programs,
                          WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, PINGPONG))],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
@@ -359,9 +360,10 @@ def ws_call(
 
 
 def ws_rope_named(rope: dict | None, block_n: int) -> dict:
-    """The kernel's RoPE arguments from the pointer kernels' (none: ROPE off). It rotates a
-    whole head per tile in the rotate-half form (ROPE_HALF) only."""
+    """The kernel's RoPE arguments from the pointer kernels' (none: ROPE off). It rotates one
+    or two whole heads per tile in the rotate-half form (ROPE_HALF) only."""
     rope = rope or NO_ROPE
-    if rope["ROPE"] and (rope["ROPE"] != ROPE_HALF or rope["ROPE_D"] != block_n):
-        raise Unsupported(f"the Gluon GEMM rotates rotate-half heads of BLOCK_N = {block_n}")
-    return {k: v for k, v in rope.items() if k != "ROPE_D"}
+    heads = (rope["ROPE_D"], 2 * rope["ROPE_D"])
+    if rope["ROPE"] and (rope["ROPE"] != ROPE_HALF or block_n not in heads):
+        raise Unsupported(f"the Gluon GEMM rotates rotate-half heads of {block_n} or half that")
+    return dict(rope)
