@@ -131,18 +131,32 @@ models:
     layers:
       - {name: qkv, op: linear, out_features: 40}
       - {name: rope, op: rope, layout: packed, heads: 3, kv_heads: 1, style: interleaved, theta: 500.0, offset: 3}
+  - name: step
+    batch: 2
+    inputs: {x: [1, 24]}
+    fuse: true
+    dtype: float16
+    layers:
+      - {name: qkv, op: linear, out_features: 64, bias: false, quant: int8}
+      - {name: rope, op: rope, layout: packed, heads: 2, kv_heads: 1, offset: 6}
+      - {name: attn, op: attention, heads: 2, kv_heads: 1, causal: true, packed_qkv: true, kv_len: 7, append: true}
 """
 
 
-def test_the_fused_group_passes_the_pipeline_checks() -> None:
+def test_the_fused_groups_pass_the_pipeline_checks() -> None:
+    """The group, and an int8 qkv's rope left to rope_append (the decode step's rope writing
+    k and v into the cache) beside it."""
     from opbench.pipeline import RunOptions, run_suite
     from opbench.results.model import Status
     from opbench.spec.load import load_suite_text
 
     run = run_suite(load_suite_text(SUITE, "qkv_rope.yaml"), RunOptions(device="cpu"))
-    (row,) = run.layers
-    assert row.op == "linear+rope" and row.status == Status.OK, row.message
-    assert row.correct and row.correctness.failures == ()
+    assert [(r.model, r.op) for r in run.layers] == [
+        ("block", "linear+rope"), ("step", "linear"), ("step", "rope+attention")
+    ]  # fmt: skip
+    for row in run.layers:
+        assert row.status == Status.OK and row.correct, (row.layer, row.message)
+        assert row.correctness.failures == ()
 
 
 @pytest.mark.gpu
