@@ -8,7 +8,8 @@ launch only launches. `Built.plan` holds the plan of the last `bind`.
 
 With `fuse: true` on a model, connected pieces of its graph run as one kernel each: the plan
 is `triton_fusion.py`'s (norm → fp8 linears, [silu] → mul → fp8 linear [→ add], conv → bn →
-add → act, SwiGLU, linear → add, linear → act, add → norm), the kernels `triton_fused.py`'s.
+add → act, SwiGLU, linear → add, linear → act, add → norm, linear → rope, rope → attention
+with the cache append), the kernels `triton_fused.py`'s.
 """
 
 from __future__ import annotations

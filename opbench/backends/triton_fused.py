@@ -273,6 +273,23 @@ def _glu_codes(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Layer
     return _by_name(layers, bind)
 
 
+def _linear_rope(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
+    """linear → rope (rows or packed): the rotation in the GEMM's epilogue (linear_rope.py)."""
+    from opbench.kernels.gemm.linear_rope import RopeLinear
+    from opbench.ops.registry import get_op
+
+    linear, rope = layers
+    check_quant("linear", linear.params["quant"], ("none",))
+    p = rope.params
+    _, d, rotated = get_op("rope").geometry(rope.input_shape, p)
+    w = cast_weights(weights[0], linear.dtype)
+    kernel = RopeLinear(w["weight"], w.get("bias"), head_dim=d, rotated=rotated,
+                        interleaved=p["style"] == "interleaved", theta=p["theta"],
+                        offset=p["offset"])  # fmt: skip
+    source = linear.inputs[0]
+    return _by_name(layers, lambda v, out, _: kernel.bind(v[source], out))
+
+
 def _rope_append(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> LayerKernel:
     """rope (packed q | k | v) → attention with the KV-cache append: the rope kernel writes
     the rotated q to a buffer of its own and the rotated k and the v straight into the cache's
@@ -306,7 +323,7 @@ def _rope_append(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> Lay
 FUSED_BUILDERS = {"norm_fp8": _norm_codes, "glu_fp8": _glu_codes, "norm_int8": _norm_codes,
                   "glu_int8": _glu_codes, "conv": _conv, "swiglu": _swiglu, "linear_add": _linear_add,
                   "linear_act": _linear_act, "add_norm": _add_norm,
-                  "rope_append": _rope_append}  # fmt: skip
+                  "linear_rope": _linear_rope, "rope_append": _rope_append}  # fmt: skip
 
 
 def build_fused(layers: Sequence[LayerSpec], weights: Sequence[Weights]) -> tuple[LayerKernel, str]:

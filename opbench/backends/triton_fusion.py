@@ -42,6 +42,14 @@ these pieces become one kernel each (kernels named in brackets):
   output of the group. Tried last: when the add's operand comes from a projection, adding in
   that projection's epilogue moves fewer bytes (one write and one read of the sum, against
   the projection's write plus two reads).
+- **linear_rope**: a plain 16-bit or fp32 projection (no quant, no activation) whose only
+  reader is a rope on its `rows` or `packed` output: the rotation runs in the GEMM's epilogue
+  (gemm/linear_rope.py), one launch and one pass over q | k | v fewer. Tried before
+  rope_append, which would take the same rope: at a decode step the projection then still
+  writes the packed rows once, and the attention's own append copies k and v into the cache
+  (2 B Hkv D bytes read and written per token) where rope_append reads all of q | k | v and
+  writes it again ((H + 2 Hkv) D each way); both leave three launches (GEMM, a copy or rope
+  pass, attention). Quantized projections keep rope_append.
 - **rope_append**: rope on packed q | k | v → the decode step's attention with the KV-cache
   append (`append: true`): the rope kernel writes the rotated k and the v straight into the
   cache's last slots and the q heads to a buffer of their own (memory/rope.py APPEND); the
@@ -72,6 +80,8 @@ EPILOGUE_QUANTS = ("none", "int8", "fp8")
 SWIGLU_QUANTS = ("none", "int8")
 # The row-quantized linears whose codes the layer before can write (norm_*, glu_* groups).
 CODE_QUANTS = ("fp8", "int8")
+# The projections that take a rope in their epilogue (linear_rope).
+ROPE_DTYPES = ("float16", "bfloat16", "float32")
 
 
 @dataclass(frozen=True)
@@ -260,6 +270,17 @@ class _Planner:
             return None  # the GEMM epilogue has GELU's erf form only
         return (i, act)
 
+    def linear_rope(self, i: int) -> tuple[int, ...] | None:
+        """A plain projection whose only reader is a rope over its rows (rows or packed)."""
+        layer = self.layers[i]
+        if layer.op != "linear" or layer.params["activation"] != "none" or \
+                layer.quant != "none" or layer.dtype not in ROPE_DTYPES:  # fmt: skip
+            return None
+        rope = self.sole_reader(i)
+        if rope is None or self.op(rope) != "rope" or not self.same_kind(i, rope):
+            return None
+        return (i, rope) if self.layers[rope].params["layout"] in ("rows", "packed") else None
+
     def rope_append(self, i: int) -> tuple[int, ...] | None:
         """rope on packed q | k | v whose only reader is the decode step's attention with the
         KV-cache append: the rope kernel writes k and v into the cache itself."""
@@ -291,7 +312,8 @@ class _Planner:
         found: list[Fusion] = []
         passes = (("codes_input", self.codes_input), ("swiglu", self.swiglu), ("conv", self.conv),
                   ("linear_add", self.linear_add), ("linear_act", self.linear_act),
-                  ("add_norm", self.add_norm), ("rope_append", self.rope_append))  # fmt: skip
+                  ("add_norm", self.add_norm), ("linear_rope", self.linear_rope),
+                  ("rope_append", self.rope_append))  # fmt: skip
         for kind, pattern in passes:
             for i in self.graph.walk():
                 if i in self.taken:
@@ -333,6 +355,8 @@ def group_kind(layers: Sequence[LayerSpec]) -> str:
         return "conv"
     if "mul" in ops:
         return "swiglu"
+    if ops == ["linear", "rope"]:
+        return "linear_rope"
     if ops[0] == "linear":
         return "linear_add" if ops[-1] == "add" else "linear_act"
     if ops[0] == "add" and ops[-1] in NORMS:

@@ -41,6 +41,7 @@ from opbench.kernels.gemm.gemm_ws import _gemm_ws_kernel, _descriptor, MAXNREG
 dtype = getattr(torch, sys.argv[1])
 wg_m, bn, stages, c_bufs, act, res, bias, pingpong, k_bytes = map(int, sys.argv[2:11])
 out_dir = sys.argv[11]
+rope = int(sys.argv[12]) if len(sys.argv) > 12 else 0  # a RoPE epilogue (BLOCK_N = D)
 bk = k_bytes // dtype.itemsize
 M, N, K = 1000, 776, 1040
 a = torch.empty(M, K, dtype=dtype)
@@ -53,8 +54,10 @@ fn = _gemm_ws_kernel
 signature = {name: mangle_type(arg) for name, arg in zip(fn.arg_names, args)}
 const = dict(WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STAGES=stages, C_BUFS=c_bufs,
              PINGPONG=bool(pingpong), IS_INT8=dtype == torch.int8, SCALED=dtype.itemsize == 1, HAS_BIAS=bool(bias),
-             ACTIVATION=act, HAS_RESIDUAL=bool(res))
+             ACTIVATION=act, HAS_RESIDUAL=bool(res), ROPE=bool(rope), ROPE_D=128)
 signature.update(dict.fromkeys(const, "constexpr"))
+signature.update(rope_seq="i32", rope_offset="i32", rope_rotated="i32", rope_freq="fp32")
+signature = {name: signature[name] for name in fn.arg_names}
 compiled = triton.compile(GluonASTSource(fn, signature, const), target=GPUTarget("cuda", 90, 32),
                           options=dict(num_warps=4, num_stages=1, maxnreg=MAXNREG))
 open(out_dir + "/k.ptx", "w").write(compiled.asm["ptx"])
@@ -120,6 +123,26 @@ def test_compiles_for_sm90_warp_specialized(
     events = sass_events(tmp_path / "k.cubin")
     assert "S" in events and "L" in events and "T" in events, events
     assert "W1" in events and "W0" in events[events.index("W1") :], events
+    no_spills_where_measured(info)
+
+
+ROPE_CASES = [((128, 128, 5, 2), True), ((64, 128, 5, 2), False), ((64, 256, 3, 2), False)]
+
+
+@pytest.mark.parametrize("tile,pingpong", ROPE_CASES)
+def test_compiles_the_rope_epilogue_for_sm90(tile, pingpong, tmp_path) -> None:
+    """RoPE in the epilogue (bf16, a bias, heads of 128: one per 128-wide tile, two per
+    256-wide one): the pairs rotated by the approximate sin/cos of the GPU, TMA stores, no
+    spills where measured."""
+    argv = [*tile, 0, 0, 1, int(pingpong), 128, tmp_path, 1]
+    run_uninterpreted(COMPILE_SM90, "bfloat16", *argv)
+    info = ptxas_report(tmp_path / "k.ptx", tmp_path / "p.cubin")
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert re.search(r"sin\.approx\.(ftz\.)?f32", ptx) and re.search(
+        r"cos\.approx\.(ftz\.)?f32", ptx
+    )
+    events = sass_events(tmp_path / "k.cubin")
+    assert "T" in events and "W0" in events, events
     no_spills_where_measured(info)
 
 

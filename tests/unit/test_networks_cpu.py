@@ -71,4 +71,6 @@ def test_the_fusions_that_make_the_networks_fast(run) -> None:
     assert ("bert", ("attn_out", "attn_res")) in fused
     assert ("llama", ("gate", "up", "gate_act", "swiglu")) in fused
     assert ("decode", ("down", "ffn_res")) in fused
-    assert ("decode", ("rope", "attn")) in fused  # rope writes k and v into the cache
+    # The rotation in the qkv GEMM's epilogue; the decode step's attention appends k and v.
+    assert ("llama", ("qkv", "rope")) in fused
+    assert ("decode", ("qkv", "rope")) in fused

@@ -65,6 +65,7 @@ def test_llama_prefill_adds_both_residuals_in_the_projections() -> None:
     assert named(model, "add_norm") == [], "both adds are taken by the projections before them"
     # 2048 rows: above SWIGLU_MAX_ROWS the gate takes its silu in its own epilogue instead
     assert named(model, "swiglu") == [] and named(model, "linear_act") == [("gate", "gate_act")]
+    assert named(model, "linear_rope") == [("qkv", "rope")]
 
 
 def test_bert_layer_adds_its_residuals_in_the_projections() -> None:
@@ -78,7 +79,10 @@ def test_decode_blocks_take_swiglu_as_one_gemm_at_every_size() -> None:
         check_plan(model)
         assert named(model, "swiglu") == [("gate", "up", "gate_act", "swiglu")]
         assert named(model, "linear_add") == [("o_proj", "attn_res"), ("down", "ffn_res")]
-        assert named(model, "rope_append") == [("rope", "attn")]
+        # A plain qkv takes the rotation in its GEMM; an int8 one leaves it to rope_append.
+        plain = model.layers[model.graph.index("qkv")].quant == "none"
+        assert named(model, "linear_rope") == ([("qkv", "rope")] if plain else [])
+        assert named(model, "rope_append") == ([] if plain else [("rope", "attn")])
 
 
 GRAPHS = """\
@@ -128,6 +132,21 @@ models:
     layers:
       - {name: fc, op: linear, out_features: 6}
       - {name: res, op: add, inputs: [fc, input], dtype: float32}
+  - name: rope_block
+    input: [9, 24]
+    fuse: true
+    layers:
+      - {name: attn_norm, op: rmsnorm}
+      - {name: qkv, op: linear, out_features: 40, bias: false}
+      - {name: rope, op: rope, layout: packed, heads: 3, kv_heads: 1, theta: 500.0}
+      - {name: attn, op: attention, heads: 3, kv_heads: 1, causal: true, packed_qkv: true}
+      - {name: q, op: linear, out_features: 16, inputs: [attn_norm], quant: int8}
+      - {name: q_rope, op: rope, layout: rows, head_dim: 8}
+      - {name: k, op: linear, out_features: 16, inputs: [attn_norm], activation: relu}
+      - {name: k_rope, op: rope, layout: rows, head_dim: 8}
+      - {name: v, op: linear, out_features: 16, inputs: [attn_norm]}
+      - {name: v_rope, op: rope, layout: rows, head_dim: 8}
+      - {name: v_side, op: relu, inputs: [v]}
 """
 
 
@@ -150,6 +169,14 @@ def test_what_does_not_fuse(graphs) -> None:
     assert named(graphs["shared_bn"]) == [("conv", "bn")], "bn's output is read twice"
     assert named(graphs["unequal_projections"]) == [], "one has a bias, the other not"
     assert named(graphs["mixed_dtypes"]) == []
+
+
+def test_a_plain_projection_takes_the_rope_that_alone_reads_it(graphs) -> None:
+    model = graphs["rope_block"]
+    check_plan(model)
+    assert named(model, "linear_rope") == [("qkv", "rope")]
+    # Not: an int8 projection, one with an activation, one whose output is read twice.
+    assert named(model) == [("qkv", "rope")]
 
 
 def test_a_gate_with_its_own_silu_pairs_with_up_in_either_order(graphs) -> None:

@@ -39,7 +39,7 @@ Two schedules (PINGPONG, a plan's SCHEDULE; the tuner picks per shape):
   at short K (BERT) and for most 8-bit shapes; behind by 2-13% on fp16 at K >= 3072,
   where the cooperative 128 x 256 tile reads fewer operand bytes per MMA.
 
-Epilogue: `linear_kernels._epilogue_store`'s meaning, y = act(acc sx[m] sw[n] + b[n]) (+ res),
+Epilogue: `linear_epilogue.epilogue_store`'s meaning, y = act(acc sx[m] sw[n] + b[n]) (+ res),
 fp32 math, output in out's dtype, by column halves of the tile (a split within each thread's
 registers: what one half's scales, bias and residual keep live fits beside the accumulator).
 Each half goes to shared memory and a TMA store writes it (TMA clips rows >= M and columns >=
@@ -75,7 +75,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from opbench.kernels.epilogue import SWIGLU_PAIRS, apply_activation
+from opbench.kernels import Unsupported
+from opbench.kernels.epilogue import SWIGLU_PAIRS
+from opbench.kernels.gemm.gemm_ws_epilogue import epilogue_half, rope_halves
+from opbench.kernels.gemm.linear_epilogue import NO_ROPE, ROPE_HALF
 from opbench.kernels.gemm.linear_kernels import _tile_coords
 from opbench.kernels.gemm.linear_plans import WS_MAXNREG
 from opbench.kernels.hopper import cta_barrier, pass_turn, take_turn, tma_load
@@ -132,7 +135,8 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
                  GROUP_M: gl.constexpr, STAGES: gl.constexpr, C_BUFS: gl.constexpr,
                  PINGPONG: gl.constexpr, IS_INT8: gl.constexpr, SCALED: gl.constexpr,
                  HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-                 HAS_RESIDUAL: gl.constexpr):  # fmt: skip
+                 HAS_RESIDUAL: gl.constexpr, rope_seq, rope_offset, rope_rotated, rope_freq,
+                 ROPE: gl.constexpr, ROPE_D: gl.constexpr):  # fmt: skip
     """Coop: rows wg WG_M ... of each of the program's tiles. Ping-pong: every other tile of
     the program's walk (its tiles wg, wg + 2, ...), whole, its K loop in turn with the other
     consumer's. Per tile the K loop, then the epilogue."""
@@ -143,6 +147,7 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, instr_k]
     )
     HALF_N: gl.constexpr = BLOCK_N // 2
+    HALF_BIAS: gl.constexpr = HAS_BIAS and not ROPE  # RoPE adds it before the rotation
     lo_buf = c_smem.index(C_BUFS * wg)
     hi_buf = c_smem.index(C_BUFS * wg + C_BUFS - 1)  # the same buffer when C_BUFS == 1
     res_bar = res_bars.index(wg)
@@ -198,9 +203,13 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
 
         # The epilogue by column halves: the split stays within each thread's registers and
         # halves what the scales, bias and residual of a half keep live.
-        lo, hi = gl.split(acc.reshape([WG_M, 2, HALF_N]).permute((0, 2, 1)))
-        _epilogue_half(lo, lo_buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
-                       SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        if ROPE:  # one head, pairs side by side: gemm_ws_epilogue.py
+            lo, hi = rope_halves(acc, row0, col0, N, bias_ptr, rope_seq, rope_offset,
+                                 rope_rotated, rope_freq, HAS_BIAS, ROPE_D)  # fmt: skip
+        else:
+            lo, hi = gl.split(acc.reshape([WG_M, 2, HALF_N]).permute((0, 2, 1)))
+        epilogue_half(lo, lo_buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
+                      SCALED, HALF_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         if C_BUFS == 1:
             # One buffer (a ring stage's worth of shared memory saved): the first half's
             # store must have read it before the second half is written.
@@ -209,8 +218,8 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
             _tma_store(c_desc, [row0, col0], lo_buf)
             tma.store_wait(0)
             cta_barrier()
-        _epilogue_half(hi, hi_buf, row0, col0 + HALF_N, M, N, bias_ptr, row_scale_ptr,
-                       col_scale_ptr, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        epilogue_half(hi, hi_buf, row0, col0 + HALF_N, M, N, bias_ptr, row_scale_ptr,
+                      col_scale_ptr, SCALED, HALF_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         fence_async_shared()
         cta_barrier()  # all four warps wrote their rows (a barrier of this warpgroup)
         if C_BUFS == 2:
@@ -220,30 +229,6 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         if PINGPONG:
             step += k_steps  # the other consumer's tile
     tma.store_wait(0)
-
-
-@gluon.jit
-def _epilogue_half(acc, buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
-                   SCALED: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-                   HAS_RESIDUAL: gl.constexpr):  # fmt: skip
-    """act(acc sx[m] sw[n] + b[n]) (+ the residual already in `buf`) into `buf`, in fp32
-    and then the output's dtype; rows and columns past the output are clipped by the TMA
-    store (their values are computed from zero operands and masked loads)."""
-    layout: gl.constexpr = acc.type.layout
-    offs_m = row0 + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
-    offs_n = col0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
-    mask_n = offs_n < N
-    y = acc.to(gl.float32)
-    if SCALED:
-        sx = gl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
-        sw = gl.load(col_scale_ptr + offs_n, mask=mask_n, other=0.0)
-        y = y * sx[:, None] * sw[None, :]
-    if HAS_BIAS:
-        y += gl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
-    y = apply_activation(y, ACTIVATION)
-    if HAS_RESIDUAL:
-        y += buf.load(layout).to(gl.float32)
-    buf.store(y.to(buf.dtype))
 
 
 @gluon.jit
@@ -261,6 +246,9 @@ def _gemm_ws_kernel(
     STAGES: gl.constexpr, C_BUFS: gl.constexpr, PINGPONG: gl.constexpr, IS_INT8: gl.constexpr,
     SCALED: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
+    rope_seq, rope_offset, rope_rotated, rope_freq,  # RoPE (gemm_ws_epilogue.rope_halves)
+    ROPE: gl.constexpr,  # rotate the q and k heads: W's rows pair-interleaved per head
+    ROPE_D: gl.constexpr,  # head size D: BLOCK_N = D or 2 D
 ):  # fmt: skip
     """Grid (min(tiles, SMs),); num_warps = 4 (consumer 0) plus the workers' 5."""
     dtype: gl.constexpr = a_desc.dtype
@@ -292,11 +280,13 @@ def _gemm_ws_kernel(
         [(_ws_consumer, (0, a_smem, w_smem, c_smem, ready, empty, res_bars, turns, c_desc,
                          bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
                          num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
-                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)),
+                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
          (_ws_consumer, (1, a_smem, w_smem, c_smem, ready, empty, res_bars, turns, c_desc,
                          bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
                          num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
-                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL)),
+                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
          (_ws_producer, (a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_programs,
                          WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, PINGPONG))],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
@@ -339,13 +329,15 @@ def ws_call(
     residual: torch.Tensor | None,
     activation: int,
     programs: int,
+    rope: dict | None = None,
 ) -> tuple[KernelCall, list]:
     """The bound kernel for out[M, N] = epilogue(a[M, K] @ w[N, K]^T) with one plan (KIND "ws":
     BLOCK_M rows by BLOCK_N columns per output tile, BLOCK_K, GROUP_M, STAGES, C_BUFS, and
     SCHEDULE "pingpong" (a consumer per tile, WG_M = BLOCK_M) or, absent, the cooperative
     one (two consumers per tile, WG_M = BLOCK_M / 2)) on at most `programs` programs; the
     descriptors it reads (to keep alive). `row_scale` and `col_scale` both or neither
-    (SCALED); int8 operands sum in int32; `residual` laid out like `out`."""
+    (SCALED); int8 operands sum in int32; `residual` laid out like `out`. `rope`: the
+    pointer kernels' RoPE arguments (Linear.rope_named), rotate-half with BLOCK_N = D only."""
     M, K = a.shape
     N = w.shape[0]
     pingpong = plan.kwargs.get("SCHEDULE", "coop") == "pingpong"
@@ -362,5 +354,16 @@ def ws_call(
     named = dict(num_programs=grid, WG_M=wg_m, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=plan["GROUP_M"],
                  STAGES=plan["STAGES"], C_BUFS=plan["C_BUFS"], PINGPONG=pingpong,
                  IS_INT8=a.dtype == torch.int8, SCALED=scaled, HAS_BIAS=bias is not None,
-                 ACTIVATION=activation, HAS_RESIDUAL=residual is not None)  # fmt: skip
+                 ACTIVATION=activation, HAS_RESIDUAL=residual is not None,
+                 **ws_rope_named(rope, bn))  # fmt: skip
     return KernelCall(_gemm_ws_kernel, (grid,), args, named, plan.options()), descs
+
+
+def ws_rope_named(rope: dict | None, block_n: int) -> dict:
+    """The kernel's RoPE arguments from the pointer kernels' (none: ROPE off). It rotates one
+    or two whole heads per tile in the rotate-half form (ROPE_HALF) only."""
+    rope = rope or NO_ROPE
+    heads = (rope["ROPE_D"], 2 * rope["ROPE_D"])
+    if rope["ROPE"] and (rope["ROPE"] != ROPE_HALF or block_n not in heads):
+        raise Unsupported(f"the Gluon GEMM rotates rotate-half heads of {block_n} or half that")
+    return dict(rope)

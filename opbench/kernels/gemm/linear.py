@@ -17,6 +17,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from opbench.kernels import Unsupported
 from opbench.kernels.epilogue import ACTIVATION_CODES, activation_code
+from opbench.kernels.gemm.linear_epilogue import NO_ROPE
 from opbench.kernels.gemm.linear_kernels import (
     _linear_split_k_kernel,
     _linear_tiled_kernel,
@@ -57,6 +58,8 @@ class Linear:
     w_bits = 16
     group_size = 0
     kernel_name = "linear"
+    #: What the plan key adds for an epilogue of another shape (linear_rope.py: RoPE).
+    epilogue_key = ""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none",
                  allow_tf32: bool = False) -> None:  # fmt: skip
@@ -191,6 +194,7 @@ class Linear:
             self.quant_key, f"M{next_power_of_2(x2.shape[0])}",
             f"N{self.out_features}", f"K{self.in_features}", "tma" if tma else "notma",
             *(["residual"] if res2 is not None else []),
+            *([self.epilogue_key] if self.epilogue_key else []),
         ])  # fmt: skip
         # The Gluon GEMM joins the candidates under the same name and key: shipped tables and
         # caches tuned without it still apply (regenerating them lets it compete there).
@@ -240,6 +244,10 @@ class Linear:
         """The KernelCalls of one plan on fixed 2-D views, and the workspace they use."""
         return gemm_calls(plan, x2, self, out2, row_scale=None, residual=res2)
 
+    def rope_named(self) -> dict:
+        """The pointer-storing kernels' RoPE arguments (linear_epilogue.py): none here."""
+        return dict(NO_ROPE)
+
 
 def residual_view(
     residual: torch.Tensor | None, out: torch.Tensor, out2: torch.Tensor
@@ -282,7 +290,7 @@ def gemm_calls(
     named = dict(IS_INT8=is_int8, SCALED=scaled, HAS_BIAS=bias is not None,
                  ACTIVATION=layer.activation, HAS_RESIDUAL=residual is not None,
                  DOT_PRECISION="ieee" if scaled else layer.dot_precision,
-                 UPCAST=INTERPRET and a.dtype == torch.bfloat16)  # fmt: skip
+                 UPCAST=INTERPRET and a.dtype == torch.bfloat16, **layer.rope_named())  # fmt: skip
     pointers = (out, bias if bias is not None else unused,
                 row_scale if row_scale is not None else unused,
                 layer.col_scale if scaled else unused,
@@ -326,7 +334,8 @@ def gemm_calls(
                               "16-bit-out operands and an elementwise activation")  # fmt: skip
         call, descs = ws_call(plan, a, w, out, bias=bias, row_scale=row_scale,
                               col_scale=layer.col_scale if scaled else None, residual=residual,
-                              activation=layer.activation, programs=sm_count(a.device))  # fmt: skip
+                              activation=layer.activation, programs=sm_count(a.device),
+                              rope=layer.rope_named())  # fmt: skip
         return [call], descs
     if kind == "stream":
         from opbench.kernels.gemm.linear_stream import stream_calls

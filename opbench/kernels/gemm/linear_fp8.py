@@ -9,7 +9,7 @@ grid, so each row's largest value lands on 448):
 The products of two e4m3 numbers are exact in fp32 and the tensor cores sum them in fp32 (on
 Hopper with Triton's default fast accumulation for fp8, as torch._scaled_mm's
 `use_fast_accum=True`); the scales, bias and activation run in fp32 in the GEMM epilogue
-(`linear_kernels._epilogue_store` with SCALED), the result in x's dtype.
+(`linear_epilogue.epilogue_store` with SCALED), the result in x's dtype.
 
 Two launches:
   1. `quantize._quantize_rows_kernel` with FP8: x [M, K] fp16/bf16 -> xq e4m3 + sx fp32

@@ -26,10 +26,11 @@ Three kernels, one epilogue:
     enough programs stream W; partial sums go to a workspace and the last program of each tile
     to arrive (an atomic counter) reduces them in a fixed order and runs the epilogue. For
     int8 it can also quantize x itself (QUANTIZE_A), saving the separate quantize launch.
-All three accumulate in fp32 (int32 for int8), then `_epilogue_store` applies the dequant
-scales, bias and activation in fp32 and stores in the output's dtype; `finish_tile` is the
-split-K end (also used by the weight-streaming kernel of `linear_stream.py`). Which kernel and
-tiles: `linear_plans.py`; binding and launching: `linear.py`.
+All three accumulate in fp32 (int32 for int8), then `linear_epilogue.epilogue_store` applies
+the dequant scales, bias and activation (or RoPE: ROPE, linear_rope.py) in fp32 and stores in
+the output's dtype; `linear_epilogue.finish_tile` is the split-K end (also used by the
+weight-streaming kernels). Which kernel and tiles: `linear_plans.py`; binding and launching:
+`linear.py`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_accumulate, inverse_scale, round_to_int8
-from opbench.kernels.epilogue import store_output
+from opbench.kernels.gemm.linear_epilogue import epilogue_store, finish_tile, load_row_scale
 
 
 @triton.jit
@@ -61,48 +62,6 @@ def _zero_accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, IS_INT8: tl.
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     return acc
-
-
-@triton.jit
-def _load_row_scale(row_scale_ptr, offs_m, M, SCALED: tl.constexpr):
-    """sx for the rows offs_m (int8 and fp8); a dummy the epilogue ignores otherwise."""
-    if SCALED:
-        row_scale = tl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
-    else:
-        row_scale = tl.zeros_like(offs_m).to(tl.float32)
-    return row_scale
-
-
-@triton.jit
-def _epilogue_store(
-    acc,  # [BLOCK_M, BLOCK_N] fp32 or int32 accumulator
-    offs_m,  # [BLOCK_M] output rows of this tile
-    offs_n,  # [BLOCK_N] output columns of this tile
-    M,
-    N,
-    out_ptr,
-    stride_om,
-    stride_on,
-    bias_ptr,  # fp32 [N] (read only if HAS_BIAS)
-    row_scale,  # [BLOCK_M] fp32 per-token scales sx of these rows (used only if SCALED)
-    col_scale_ptr,  # fp32 [N] per-channel scales sw (read only if SCALED)
-    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
-    SCALED: tl.constexpr,  # dequantize: int8 and fp8 operands, int8 weight-only
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-):
-    """y = act(acc * sx[m] * sw[n] + b[n]) (+ residual) in fp32, stored in out's dtype; rows
-    >= M and columns >= N are dropped by the store mask (epilogue.store_output)."""
-    mask_n = offs_n < N
-    y = acc.to(tl.float32)
-    if SCALED:
-        col_scale = tl.load(col_scale_ptr + offs_n, mask=mask_n, other=0.0)
-        y = y * row_scale[:, None] * col_scale[None, :]
-    if HAS_BIAS:
-        y += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
-    store_output(y, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, res_ptr, ACTIVATION,
-                 HAS_RESIDUAL)  # fmt: skip
 
 
 # M changes with the batch: not specializing on it (M == 1, M % 16) avoids a compile per M.
@@ -140,6 +99,13 @@ def _linear_tiled_kernel(
     HAS_RESIDUAL: tl.constexpr,  # add the residual tile after the activation
     DOT_PRECISION: tl.constexpr,  # "ieee" (true fp32) or "tf32"; fp16/bf16 ignore it
     UPCAST: tl.constexpr,  # interpreter + bf16 only (see device.dot_operand)
+    # RoPE in the epilogue (linear_epilogue.rope_store; ROPE 0: none)
+    rope_seq,
+    rope_offset,
+    rope_rotated,
+    rope_freq,
+    ROPE: tl.constexpr,
+    ROPE_D: tl.constexpr,
 ):
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
@@ -167,11 +133,12 @@ def _linear_tiled_kernel(
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
 
-    row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
-    _epilogue_store(
+    row_scale = load_row_scale(row_scale_ptr, offs_m, M, SCALED)
+    epilogue_store(
         acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
         bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+        rope_seq, rope_offset, rope_rotated, rope_freq,
+        SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
     )  # fmt: skip
 
 
@@ -211,6 +178,13 @@ def _linear_tma_kernel(
     UPCAST: tl.constexpr,
     WARP_SPECIALIZE: tl.constexpr,  # Hopper/Blackwell: TMA-load warps apart from the MMA warps
     FLATTEN: tl.constexpr,  # not WARP_SPECIALIZE (set by the host)
+    # RoPE in the epilogue (linear_epilogue.rope_store; ROPE 0: none)
+    rope_seq,
+    rope_offset,
+    rope_rotated,
+    rope_freq,
+    ROPE: tl.constexpr,
+    ROPE_D: tl.constexpr,
 ):
     num_tiles_m = tl.cdiv(M, BLOCK_M)
     num_tiles_n = tl.cdiv(N, BLOCK_N)
@@ -229,11 +203,12 @@ def _linear_tma_kernel(
             acc = dot_accumulate(a, w.T, acc, IS_INT8, DOT_PRECISION, UPCAST)
         offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
-        _epilogue_store(
+        row_scale = load_row_scale(row_scale_ptr, offs_m, M, SCALED)
+        epilogue_store(
             acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
             bias_ptr, row_scale, col_scale_ptr, res_ptr,
-            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+            rope_seq, rope_offset, rope_rotated, rope_freq,
+            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
         )  # fmt: skip
 
 
@@ -276,6 +251,13 @@ def _linear_split_k_kernel(
     HAS_RESIDUAL: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
+    # RoPE in the epilogue (linear_epilogue.rope_store; ROPE 0: none)
+    rope_seq,
+    rope_offset,
+    rope_rotated,
+    rope_freq,
+    ROPE: tl.constexpr,
+    ROPE_D: tl.constexpr,
 ):
     tile_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -305,7 +287,7 @@ def _linear_split_k_kernel(
         inv_scale = inverse_scale(row_max)
         row_scale = row_max / 127.0
     else:
-        row_scale = _load_row_scale(row_scale_ptr, offs_m, M, SCALED)
+        row_scale = load_row_scale(row_scale_ptr, offs_m, M, SCALED)
 
     acc = _zero_accumulator(BLOCK_M, BLOCK_N, IS_INT8)
     for k_block in range(first_block, last_block):
@@ -325,62 +307,7 @@ def _linear_split_k_kernel(
     tile_id = tile_m * tl.num_programs(0) + tile_n
     finish_tile(
         acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, row_scale,
-        col_scale_ptr, res_ptr, partial_ptr, arrivals_ptr, split, tile_id, SPLIT_K, SCALED,
-        HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
+        col_scale_ptr, res_ptr, partial_ptr, arrivals_ptr, split, tile_id,
+        rope_seq, rope_offset, rope_rotated, rope_freq, SPLIT_K, SCALED,
+        HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
     )  # fmt: skip
-
-
-@triton.jit
-def finish_tile(
-    acc,  # [BLOCK_M, BLOCK_N] this program's sum over its share of K
-    offs_m,
-    offs_n,
-    M,
-    N,
-    out_ptr,
-    stride_om,
-    stride_on,
-    bias_ptr,
-    row_scale,
-    col_scale_ptr,
-    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
-    partial_ptr,  # [SPLIT_K, M, N] workspace (unused when SPLIT_K == 1)
-    arrivals_ptr,  # int32 [tiles], zero between launches
-    split,  # this program's index along K
-    tile_id,  # the output tile's counter slot
-    SPLIT_K: tl.constexpr,
-    SCALED: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    HAS_RESIDUAL: tl.constexpr,
-):
-    """The end of a split-K program: with one split, the epilogue; else store the partial sum,
-    and the last program of the tile to arrive (an atomic counter) adds every split's partial
-    in a fixed order, runs the epilogue and resets the counter for the next launch."""
-    if SPLIT_K == 1:
-        _epilogue_store(
-            acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-            bias_ptr, row_scale, col_scale_ptr, res_ptr,
-            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-        )  # fmt: skip
-    else:
-        tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tile_offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-        tl.store(partial_ptr + split * M * N + tile_offsets, acc, mask=tile_mask)
-        # Every thread's partial is stored before one thread publishes the arrival (release);
-        # the last arrival acquires it and so sees every split's partial.
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            total = tl.zeros_like(acc)
-            # Fixed order over splits: the fp32 result does not depend on arrival order.
-            for s in range(SPLIT_K):
-                total += tl.load(
-                    partial_ptr + s * M * N + tile_offsets, mask=tile_mask, other=0, volatile=True
-                )
-            _epilogue_store(
-                total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-                bias_ptr, row_scale, col_scale_ptr, res_ptr,
-                SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-            )  # fmt: skip
-            tl.store(arrivals_ptr + tile_id, 0)

@@ -19,7 +19,7 @@ Cost. At decode sizes the kernel is a stream over W: 2NK (16), NK + 4N (8) or NK
 measured copy bandwidth.
 
 `_linear_stream_kernel`: a grid of (N tiles, SPLIT_K, M tiles); each program streams a
-[BLOCK_N, K / SPLIT_K] slab of W and ends through `linear_kernels.finish_tile` (the split-K
+[BLOCK_N, K / SPLIT_K] slab of W and ends through `linear_epilogue.finish_tile` (the split-K
 reduction and the fused epilogue: the int8 channel scale, bias, activation). USE_DOT picks the
 tensor-core step (x tile [BLOCK_M >= 16, BLOCK_K]); without it (M = 1, BLOCK_M = 1) each step
 is a CUDA-core multiply-add into a [BLOCK_N, BLOCK_K] fp32 accumulator summed once at the end.
@@ -34,7 +34,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_operand
-from opbench.kernels.gemm.linear_kernels import finish_tile
+from opbench.kernels.gemm.linear_epilogue import finish_tile
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.scratch import scratch
@@ -111,6 +111,13 @@ def _linear_stream_kernel(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
     UPCAST: tl.constexpr,  # interpreter + bf16 only (see device.dot_operand)
+    # RoPE in the epilogue (linear_epilogue.rope_store; ROPE 0: none; 16-bit W only)
+    rope_seq,
+    rope_offset,
+    rope_rotated,
+    rope_freq,
+    ROPE: tl.constexpr,
+    ROPE_D: tl.constexpr,
 ):
     tile_n = tl.program_id(0)
     split = tl.program_id(1)
@@ -177,8 +184,8 @@ def _linear_stream_kernel(
     tile_id = tile_m * tl.num_programs(0) + tile_n
     finish_tile(
         total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, ones,
-        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_id, SPLIT_K, W_BITS == 8,
-        HAS_BIAS, ACTIVATION, False,
+        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_id, rope_seq, rope_offset,
+        rope_rotated, rope_freq, SPLIT_K, W_BITS == 8, HAS_BIAS, ACTIVATION, False, ROPE, ROPE_D,
     )  # fmt: skip
 
 
@@ -214,7 +221,7 @@ def stream_calls(
     fast = plan.kwargs.get("FAST_UNPACK", False) and x2.dtype == torch.float16
     named = dict(W_BITS=w_bits, GROUP_SIZE=group, EVEN_K=K % bk == 0,
                  HAS_BIAS=layer.bias is not None, ACTIVATION=layer.activation,
-                 UPCAST=INTERPRET and x2.dtype == torch.bfloat16)  # fmt: skip
+                 UPCAST=INTERPRET and x2.dtype == torch.bfloat16, **layer.rope_named())  # fmt: skip
     # After the plan's meta (config_call lets meta win): FAST_UNPACK only where it applies.
     plan = plan.with_meta(FAST_UNPACK=fast)
     return [config_call(_linear_stream_kernel, grid, args, named, plan)], [partial]

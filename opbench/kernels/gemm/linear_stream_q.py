@@ -22,7 +22,7 @@ kernel) left the rules' times within 0-5% on an H100 (median 1.00-1.03x) and was
 (commit 016ba13 has it; docs/perf/gemm.md).
 
 A grid of (N tiles, SPLIT_K) programs (one M tile: M <= BLOCK_M); each streams a
-[BLOCK_N, K / SPLIT_K] slab of W and ends through `linear_kernels.finish_tile` (the split-K
+[BLOCK_N, K / SPLIT_K] slab of W and ends through `linear_epilogue.finish_tile` (the split-K
 reduction by the last program to arrive, the int8 channel scale, bias and activation).
 Bytes: NK (int8) or NK / 2 + 2NK / G (int4), read once; x (2MK) and y (2MN) are small.
 """
@@ -36,7 +36,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_operand
-from opbench.kernels.gemm.linear_kernels import finish_tile
+from opbench.kernels.gemm.linear_epilogue import finish_tile
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.scratch import scratch
@@ -211,8 +211,8 @@ def _weight_only_kernel(
     ones = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)  # no per-row scale: x is not quantized
     finish_tile(
         total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, ones,
-        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_n, SPLIT_K, W_BITS == 8,
-        HAS_BIAS, ACTIVATION, False,
+        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_n, 1, 0, 0, 0.0, SPLIT_K,
+        W_BITS == 8, HAS_BIAS, ACTIVATION, False, 0, 2,  # no RoPE
     )  # fmt: skip
 
 
