@@ -1,6 +1,6 @@
 """linear: y = act(x @ W^T + b) over the last dimension; `quant` asks for a quantized kernel:
 int8 (W8A8), fp8 (e4m3 W8A8), int8-weight or int4-weight (weight-only; int4 in groups of
-`group_size` along K). The formats are in ops/quant.py."""
+`group_size` along K). The formats are in kernels/quant.py."""
 
 from __future__ import annotations
 
