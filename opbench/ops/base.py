@@ -152,14 +152,6 @@ class DerivedChoices(Sequence[str]):
         return repr(self._compute())
 
 
-def _activation_choices() -> tuple[str, ...]:
-    from opbench.ops.kinds import activation_choices
-
-    return activation_choices()
-
-
-#: A linear's or conv's own activation: "none", or any op's `epilogue` name (ops/kinds.py).
-ACTIVATION = Param("activation", "choice", "none", DerivedChoices(_activation_choices))
 QUANT = Param("quant", "choice", "none", ("none", "int8"))
 EPS = Param("eps", "pos_float", 1e-5)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, ITEMSIZE, Example, Op, Param, ShapeError, numel
+from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
+from opbench.ops.kinds import ACTIVATION
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, LINEAR_QUANTS
 
 LINEAR_QUANT = Param("quant", "choice", "none", LINEAR_QUANTS)
