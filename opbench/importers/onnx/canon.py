@@ -30,11 +30,6 @@ class LayerMaker(Protocol):
 
     batch: int
 
-    def add_layer(
-        self,
-        op: str,
-        params: dict[str, Any],
-        inputs: Sequence[tuple[Canon, str | None]],
-        out_shape: Shape,
-        nodes: Sequence[str],
+    def add_layer(  # the walker's, of which steps.py passes these five
+        self, op: str, params: dict, inputs: Sequence, out_shape: Shape, nodes: Sequence[str]
     ) -> Canon: ...

@@ -37,14 +37,19 @@ class ToyAct(Op):
         return x.clamp_min(0)
 
 
-@pytest.fixture
-def toy():
+def _registered(op: Op):
+    """Registers `op` for one test, then puts the registry back."""
     state = loading.snapshot()
     try:
-        register_op(ToyAct(), "tests")
+        register_op(op, "tests")
         yield
     finally:
         loading.restore(state)
+
+
+@pytest.fixture
+def toy():
+    yield from _registered(ToyAct())
 
 
 SUITE = """\
@@ -113,12 +118,7 @@ class ToySquare(Activation):
 
 @pytest.fixture
 def square():
-    state = loading.snapshot()
-    try:
-        register_op(ToySquare(), "tests")
-        yield
-    finally:
-        loading.restore(state)
+    yield from _registered(ToySquare())
 
 
 @pytest.mark.usefixtures("square")
