@@ -61,3 +61,13 @@ class OpbenchError(Exception):
 
 class InputError(OpbenchError):
     """Bad input found before any GPU work: exit 2."""
+
+
+class Unsupported(Exception):
+    """No implementation for this layer: raised by a kernel's prepare function (or a backend, or
+    an op that never runs) when it cannot run a configuration.
+
+    A backend turns it into an `unsupported` result carrying this reason; nothing else ever
+    runs the layer in its place. It lives here, below ops and kernels, so that both raise it
+    without importing each other.
+    """

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 Weights = Mapping[str, "torch.Tensor"]
 
 
-# One exception for "no implementation for this layer", shared with the kernels.
-from opbench.kernels import Unsupported  # noqa: E402,F401
+# One exception for "no implementation for this layer", shared with the kernels and ops.
+from opbench.errors import Unsupported  # noqa: E402,F401
 
 
 @dataclass

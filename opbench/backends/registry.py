@@ -1,6 +1,6 @@
 """Every backend: the built-in ones and those plugins register, through one path.
 
-`register_backend(name, factory, origin)` claims the name in the spec's vocabulary (a plugin
+`register_backend(name, factory, origin)` claims the name in the vocabulary (a plugin
 may not shadow a built-in or another plugin) and keeps a zero-argument factory. Built-in
 factories import their module only when the backend is used, so names are known without
 importing torch.
@@ -12,15 +12,15 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from opbench.spec import vocabulary
-from opbench.spec.vocabulary import BUILTIN
+from opbench import vocabulary
+from opbench.vocabulary import BUILTIN
 
 if TYPE_CHECKING:
     from opbench.backends.base import Backend
 
 Factory = Callable[[], "Backend"]
 
-# The built-in names only (the spec's vocabulary lists them); `backend_names()` adds plugins.
+# The built-in names only (opbench/vocabulary.py lists them); `backend_names()` adds plugins.
 BACKEND_NAMES = vocabulary.BUILTIN_BACKENDS
 
 _factories: dict[str, Factory] = {}

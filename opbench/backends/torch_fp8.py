@@ -1,6 +1,6 @@
 """PyTorch's own fp8 path for `quant: fp8` linear layers: the peer of our Triton fp8 linear.
 
-The scheme is the Triton kernel's (ops/quant.py, kernels/gemm/linear_fp8.py), written as a PyTorch
+The scheme is the Triton kernel's (kernels/quant.py, kernels/gemm/linear_fp8.py), written as a PyTorch
 user writes row-wise fp8 (the way torchao's float8 row-wise inference does it):
 
 - build: W [N, K] in the layer's dtype -> Wq e4m3 and sw[n] = max_k |W[n, k]| / 448;
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 
 from opbench.backends.base import Built, Unsupported, Weights, torch_dtype
 from opbench.backends.torch_int8 import TorchInt8, require_quant_linear
+from opbench.kernels.quant import fp8_rows
 from opbench.ops.functional import activate
-from opbench.ops.quant import fp8_rows
 from opbench.spec.model import LayerSpec
 
 if TYPE_CHECKING:

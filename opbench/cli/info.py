@@ -89,7 +89,7 @@ def list_command(
 ) -> None:
     """List the ops or the backends opbench knows, and where each came from."""
     load_plugins(plugin)
-    from opbench.spec.vocabulary import backend_origin, op_origin
+    from opbench.vocabulary import backend_origin, op_origin
 
     if what == ListWhat.ops:
         from opbench.ops.base import REQUIRED

@@ -148,7 +148,7 @@ def run_command(
     shard_kn = parse_shard(shard)
     from opbench.backends.registry import backend_names
     from opbench.ops.registry import suggest
-    from opbench.spec.vocabulary import unknown_backend
+    from opbench.vocabulary import unknown_backend
 
     for name in backend:
         if name not in backend_names():

@@ -14,8 +14,9 @@ Softmax), and compute exactly what the op's torch `forward` computes:
   separate_qkv as they are, then ONNX Attention (opset 23), which scales by 1/√D; the bhsd
   layout, a key mask and a KV cache (kv_len, append) in export/onnx_transformer.py;
 - embedding, rope: export/onnx_transformer.py.
-- relu6: Clip(x, 0, 6) with the bounds as scalar initializers; gelu with `approximate: tanh`:
-  Gelu(approximate="tanh");
+- an activation (its own layer, or a conv's or linear's `activation:`): the nodes its op
+  declares (`Activation.onnx_nodes`, ops/activation.py: relu6 is Clip(x, 0, 6), silu
+  Sigmoid then Mul, gelu Gelu with its `approximate`);
 - joins (several inputs, in `inputs:` order): add → Add, mul → Mul, matmul → MatMul,
   concat → Concat(axis); reshape → Reshape to (batch, *shape) (a -1 kept as written);
   slice → Slice(starts, ends, axes, steps); split → the Slice of piece `index`.
@@ -28,7 +29,8 @@ importer of opbench's own files gets the same layer back.
 An emitter gets its layer's input as one tensor name, or as a tuple of names for an op with
 several inputs (`Op.arity != 1`, as the graph contract passes tensors to `forward`).
 
-An op with no entry here has no ONNX form: `emitter_for` raises InputError naming it.
+An op with no entry here, no `onnx_nodes` and no `onnx_op` has no ONNX form: `emitter_for`
+raises InputError naming it.
 """
 
 from __future__ import annotations
@@ -103,22 +105,18 @@ Emitter = Callable[[LayerScope, Inputs, Weights, LayerSpec], str]
 
 
 def _activate(scope: LayerScope, x: str, activation: str) -> str:
+    """A conv's or linear's `activation:`: the ONNX nodes of the op whose epilogue it names."""
+    from opbench.ops.kinds import epilogue_op
+
     if activation == "none":
         return x
-    if activation == "relu":
-        return scope.one("Relu", [x])
-    if activation == "gelu":
-        return scope.one("Gelu", [x])
-    if activation == "gelu_tanh":
-        return scope.one("Gelu", [x], approximate="tanh")
-    if activation == "relu6":
-        low = scope.weight("clip_min", np.array(0.0, dtype=np.float32))
-        high = scope.weight("clip_max", np.array(6.0, dtype=np.float32))
-        return scope.one("Clip", [x, low, high])
-    if activation == "silu":
-        gate = scope.one("Sigmoid", [x])
-        return scope.one("Mul", [x, gate])
-    raise InputError(f"layer {scope.layer!r}: activation {activation!r} has no ONNX form")
+    try:
+        op = epilogue_op(activation)
+    except ValueError:
+        op = None
+    if not getattr(op, "exports_to_onnx", False):
+        raise InputError(f"layer {scope.layer!r}: activation {activation!r} has no ONNX form")
+    return op.onnx_nodes(scope, x, {})
 
 
 def _linear(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
@@ -194,19 +192,6 @@ def _softmax(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
     return scope.one("Softmax", [x], axis=layer.params["dim"])
 
 
-def _relu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-    return _activate(scope, x, "relu")
-
-
-def _gelu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-    tanh = layer.params.get("approximate", "none") == "tanh"
-    return _activate(scope, x, "gelu_tanh" if tanh else "gelu")
-
-
-def _relu6(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-    return _activate(scope, x, "relu6")
-
-
 def _concat(scope: LayerScope, xs: tuple[str, ...], w: Weights, layer: LayerSpec) -> str:
     return scope.one("Concat", list(xs), axis=layer.params["axis"])
 
@@ -239,10 +224,6 @@ def _split(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
         _ints(scope, "ends", [start + p["sizes"][p["index"]]]),
     ]
     return scope.one("Slice", [*inputs, _ints(scope, "axes", [p["axis"]])])
-
-
-def _silu(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
-    return _activate(scope, x, "silu")  # Sigmoid comes first, so it carries the layer's name
 
 
 def _permute(scope: LayerScope, x: str, w: Weights, layer: LayerSpec) -> str:
@@ -299,14 +280,10 @@ EMITTERS: dict[str, Emitter] = {
     "layernorm": _layernorm,
     "rmsnorm": _rmsnorm,
     "softmax": _softmax,
-    "relu": _relu,
-    "gelu": _gelu,
-    "silu": _silu,
     "transpose": _permute,
     "permute": _permute,
     "flatten": _flatten,
     "attention": _attention,
-    "relu6": _relu6,
     "concat": _concat,
     "reshape": _reshape,
     "slice": _slice,
@@ -314,6 +291,15 @@ EMITTERS: dict[str, Emitter] = {
     "embedding": onnx_transformer.embedding,
     "rope": onnx_transformer.rope,
 }
+
+
+def _activation(op: Any) -> Emitter:
+    """An activation op's own ONNX nodes (`Activation.onnx_nodes`, ops/activation.py)."""
+
+    def emit(scope: LayerScope, x: Inputs, w: Weights, layer: LayerSpec) -> str:
+        return op.onnx_nodes(scope, x, layer.params)
+
+    return emit
 
 
 def _one_node(onnx_op: str) -> Emitter:
@@ -345,9 +331,12 @@ def emitter_for(layer: LayerSpec, model: str) -> Emitter:
     try:
         return EMITTERS[layer.op]
     except KeyError:
+        if getattr(op, "exports_to_onnx", False):
+            return _activation(op)
         if op is not None and op.onnx_op:
             return _one_node(op.onnx_op)
-        known = ", ".join(sorted({*EMITTERS, *(name for name, o in OPS.items() if o.onnx_op)}))
+        own = (name for name, o in OPS.items() if o.onnx_op or getattr(o, "exports_to_onnx", 0))
+        known = ", ".join(sorted({*EMITTERS, *own}))
         raise InputError(
             f"model {model!r}, layer {layer.name!r}: op {layer.op!r} has no ONNX form "
             f"(ops with one: {known})"

@@ -11,10 +11,7 @@ Which kernel a layer's settings select (quant, fusion) is the backend's table
 (`backends/triton_table.py`), not the kernels'; no kernel file imports a backend.
 """
 
+# Kernel files raise the one "cannot run this configuration" exception of opbench/errors.py.
+from opbench.errors import Unsupported
 
-class Unsupported(Exception):
-    """Raised by a kernel's prepare function when it cannot run a configuration.
-
-    The triton backend turns it into an `unsupported` result carrying this reason;
-    nothing else ever runs the layer in its place.
-    """
+__all__ = ["Unsupported"]

@@ -17,7 +17,7 @@ value lands on 448, the largest finite e4m3 number. `round_to_e4m3` does the rou
 arithmetic and the conversion to float8e4nv is then exact: the same codes on the GPU and in
 Triton's CPU interpreter, whose own fp32 -> fp8 cast drops the carry when rounding crosses a
 power of two (1.94 becomes 1.0, not 2.0). torch's cast rounds the same way as this rule
-(`ops.quant.fp8_rows`, the build-time weight quantizer; tests compare both).
+(`kernels.quant.fp8_rows`, the build-time weight quantizer; tests compare both).
 """
 
 from __future__ import annotations

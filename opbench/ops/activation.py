@@ -1,13 +1,29 @@
 """Elementwise activations: relu, gelu (exact erf form, PyTorch's default, or its tanh
-approximation with `approximate: tanh`), silu and relu6."""
+approximation with `approximate: tanh`), silu and relu6.
+
+Each one is the whole of what opbench knows about the function: its torch call, its written-out
+formula and its ONNX nodes, given the parameters alone, so that the same code serves the op's
+own layers and a conv's or linear's `activation:` (ops/functional.py and the ONNX export find
+the op by its `epilogue` name, ops/kinds.py). Adding an activation is one class here (or a
+module of its own) and the kernels' epilogue function it names.
+"""
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING, Any
+
 from opbench.ops.base import Example, Op, Param, numel
-from opbench.ops.functional import activate, activate_reference
+
+if TYPE_CHECKING:
+    import torch
 
 
-class _Activation(Op):
+class Activation(Op):
+    """An activation op: `activate` (the torch call), `activate_reference` (the formula) and
+    `onnx_nodes` (its ONNX form: one `onnx_op` node unless it says more) take x and the
+    parameters, not a layer."""
+
     reference_written_out = True
     flops_per_element = 1
     is_activation = True
@@ -15,23 +31,49 @@ class _Activation(Op):
     def flops(self, in_shape, out_shape, p):
         return self.flops_per_element * numel(in_shape)
 
+    def activate(self, x: torch.Tensor, p) -> torch.Tensor:
+        raise NotImplementedError
+
+    def activate_reference(self, x: torch.Tensor, p) -> torch.Tensor:
+        raise NotImplementedError
+
+    def onnx_nodes(self, scope: Any, x: str, p) -> str:
+        """The nodes that apply it to tensor `x`, added through `scope` (export/onnx_ops.py's
+        LayerScope, passed in: ops import no exporter); the output tensor's name. By default
+        one `onnx_op` node."""
+        return scope.one(self.onnx_op, [x])
+
+    @property
+    def exports_to_onnx(self) -> bool:
+        """Whether it has an ONNX form: an `onnx_op`, or `onnx_nodes` of its own."""
+        return bool(self.onnx_op) or type(self).onnx_nodes is not Activation.onnx_nodes
+
     def forward(self, x, weights, layer):
-        return activate(x, self.name)
+        return self.activate(x, layer.params)
 
     def reference(self, x, weights, layer):
-        return activate_reference(x, self.name)
+        return self.activate_reference(x, layer.params)
 
 
-class ReLU(_Activation):
+class ReLU(Activation):
     name = "relu"
     epilogue = "relu"
     summary = "max(x, 0)"
     engine_names = "relu aten::relu"
     torch_calls = ("torch.nn.functional.relu",)
+    onnx_op = "Relu"
     example = Example((5, 7), (5, 7))
 
+    def activate(self, x, p):
+        import torch.nn.functional as F
 
-class GELU(_Activation):
+        return F.relu(x)
+
+    def activate_reference(self, x, p):
+        return x.clamp_min(0)
+
+
+class GELU(Activation):
     name = "gelu"
     epilogue = "gelu"
     summary = "x·Φ(x): erf form, or the tanh approximation (approximate: tanh)"
@@ -47,21 +89,33 @@ class GELU(_Activation):
     flops_per_element = 8
 
     @staticmethod
-    def function(p) -> str:
-        """The activation's name in ops/functional.py and kernels/epilogue.py."""
-        return "gelu_tanh" if p.get("approximate") == "tanh" else "gelu"
+    def tanh(p) -> bool:
+        return p.get("approximate", "none") == "tanh"
 
     def epilogue_name(self, params):
-        return self.function(params)
+        """The kernels' epilogue function (kernels/epilogue.py): gelu, or gelu_tanh."""
+        return "gelu_tanh" if self.tanh(params) else "gelu"
 
-    def forward(self, x, weights, layer):
-        return activate(x, self.function(layer.params))
+    def activate(self, x, p):
+        import torch.nn.functional as F
 
-    def reference(self, x, weights, layer):
-        return activate_reference(x, self.function(layer.params))
+        return F.gelu(x, approximate="tanh") if self.tanh(p) else F.gelu(x)
+
+    def activate_reference(self, x, p):
+        import torch
+
+        if self.tanh(p):
+            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)
+            return 0.5 * x * (1.0 + torch.tanh(inner))
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def onnx_nodes(self, scope, x, p):
+        return (
+            scope.one("Gelu", [x], approximate="tanh") if self.tanh(p) else scope.one("Gelu", [x])
+        )
 
 
-class SiLU(_Activation):
+class SiLU(Activation):
     name = "silu"
     epilogue = "silu"
     summary = "x·sigmoid(x)"
@@ -70,8 +124,22 @@ class SiLU(_Activation):
     example = Example((5, 7), (5, 7))
     flops_per_element = 4
 
+    def activate(self, x, p):
+        import torch.nn.functional as F
 
-class ReLU6(_Activation):
+        return F.silu(x)
+
+    def activate_reference(self, x, p):
+        import torch
+
+        return x / (1.0 + torch.exp(-x))
+
+    def onnx_nodes(self, scope, x, p):
+        gate = scope.one("Sigmoid", [x])  # first, so it carries the layer's name
+        return scope.one("Mul", [x, gate])
+
+
+class ReLU6(Activation):
     name = "relu6"
     epilogue = "relu6"
     summary = "min(max(x, 0), 6) (MobileNet's activation)"
@@ -79,3 +147,19 @@ class ReLU6(_Activation):
     torch_calls = ("torch.nn.functional.relu6",)
     example = Example((5, 7), (5, 7))
     flops_per_element = 2
+
+    def activate(self, x, p):
+        import torch.nn.functional as F
+
+        return F.relu6(x)
+
+    def activate_reference(self, x, p):
+        return x.clamp(0.0, 6.0)
+
+    def onnx_nodes(self, scope, x, p):
+        """Clip(x, 0, 6) with the bounds as scalar initializers."""
+        import numpy as np
+
+        low = scope.weight("clip_min", np.array(0.0, dtype=np.float32))
+        high = scope.weight("clip_max", np.array(6.0, dtype=np.float32))
+        return scope.one("Clip", [x, low, high])

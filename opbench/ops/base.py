@@ -24,12 +24,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
-
-    from opbench.spec.model import LayerSpec
 
 Shape = tuple[int, ...]
 REQUIRED = object()
@@ -37,6 +35,23 @@ REQUIRED = object()
 VARIADIC = -1
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "int8": 1}
+
+
+class LayerView(Protocol):
+    """What an op reads of a resolved layer: the spec's `LayerSpec` (spec/model.py) and the
+    public `api.Layer` are both one. Declared here so that ops import nothing from the spec,
+    which builds on them."""
+
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def input_shape(self) -> Shape: ...
+    @property
+    def input_shapes(self) -> tuple[Shape, ...]: ...
+    @property
+    def output_shape(self) -> Shape: ...
 
 
 class ShapeError(ValueError):
@@ -137,14 +152,6 @@ class DerivedChoices(Sequence[str]):
         return repr(self._compute())
 
 
-def _activation_choices() -> tuple[str, ...]:
-    from opbench.ops.kinds import activation_choices
-
-    return activation_choices()
-
-
-#: A linear's or conv's own activation: "none", or any op's `epilogue` name (ops/kinds.py).
-ACTIVATION = Param("activation", "choice", "none", DerivedChoices(_activation_choices))
 QUANT = Param("quant", "choice", "none", ("none", "int8"))
 EPS = Param("eps", "pos_float", 1e-5)
 
@@ -295,14 +302,14 @@ class Op:
         op with one input, the tuple of them otherwise."""
         return xs[0] if self.arity == 1 else tuple(xs)
 
-    def layer_shape(self, layer: LayerSpec) -> Any:
+    def layer_shape(self, layer: LayerView) -> Any:
         """`shape_arg` of the layer's input shapes."""
         return self.shape_arg(layer.input_shapes)
 
-    def layer_flops(self, layer: LayerSpec) -> int:
+    def layer_flops(self, layer: LayerView) -> int:
         return self.flops(self.layer_shape(layer), layer.output_shape, layer.params)
 
-    def layer_bytes(self, layer: LayerSpec) -> int:
+    def layer_bytes(self, layer: LayerView) -> int:
         return self.min_bytes(
             self.layer_shape(layer), layer.output_shape, layer.params, layer.dtype
         )
@@ -343,7 +350,7 @@ class Op:
         return (self.input_numel(in_shape) + numel(out_shape)) * size + weights
 
     # ---- torch: data and the computation ------------------------------------------------
-    def make_weights(self, layer: LayerSpec, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def make_weights(self, layer: LayerView, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """Seeded random-normal weights in float32 (never zeros), scaled to keep outputs O(1)."""
         import torch
 
@@ -353,14 +360,14 @@ class Op:
         return weights
 
     def forward(
-        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
+        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerView
     ) -> torch.Tensor:
         """The torch baseline: the call a PyTorch user writes, in the layer's dtype. `x` is a
         tuple of tensors for an op with several inputs (`input_arg`)."""
         raise NotImplementedError
 
     def reference(
-        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerSpec
+        self, x: torch.Tensor, weights: Mapping[str, torch.Tensor], layer: LayerView
     ) -> torch.Tensor:
         """The high-precision result, from x and weights already in float64 (or float32).
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, QUANT, Example, Op, Param, ShapeError, numel
+from opbench.ops.base import QUANT, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
+from opbench.ops.kinds import ACTIVATION
 
 
 def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:

@@ -1,11 +1,14 @@
 """The lists other stages keep about ops, derived from what each op declares (ops/base.py:
 `is_activation`, `epilogue`, `engine_names`), never written again: adding an activation is one
-op module (and its kernel), and it appears in every list below.
+op module (and its kernel), and it appears in every list below; `epilogue_op` finds the op a
+conv's or linear's `activation:` names, whose own code then computes and exports it.
 
 Computed from the registry on every call: an op registered later (a plugin's, a test's) counts.
 """
 
 from __future__ import annotations
+
+from opbench.ops.base import DerivedChoices, Op, Param
 
 
 def _ops():
@@ -36,3 +39,16 @@ def activation_engine_names() -> frozenset[str]:
     return frozenset(
         n.casefold() for op in _ops() if op.is_activation for n in op.engine_names.split()
     )
+
+
+def epilogue_op(name: str) -> Op:
+    """The op a conv's or linear's `activation: name` applies: the first registered op whose
+    `epilogue` it is (built-ins register first). ValueError for a name no op declares."""
+    for op in _ops():
+        if op.epilogue == name:
+            return op
+    raise ValueError(f"unknown activation {name!r}; known: {', '.join(activation_choices())}")
+
+
+#: A linear's or conv's own activation: "none", or any op's `epilogue` name.
+ACTIVATION = Param("activation", "choice", "none", DerivedChoices(activation_choices))

@@ -1,13 +1,14 @@
 """linear: y = act(x @ W^T + b) over the last dimension; `quant` asks for a quantized kernel:
 int8 (W8A8), fp8 (e4m3 W8A8), int8-weight or int4-weight (weight-only; int4 in groups of
-`group_size` along K). The formats are in ops/quant.py."""
+`group_size` along K). The formats are in kernels/quant.py."""
 
 from __future__ import annotations
 
 import math
 
-from opbench.ops.base import ACTIVATION, ITEMSIZE, Example, Op, Param, ShapeError, numel
+from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_reference
+from opbench.ops.kinds import ACTIVATION
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, LINEAR_QUANTS
 
 LINEAR_QUANT = Param("quant", "choice", "none", LINEAR_QUANTS)

@@ -8,6 +8,7 @@ shapes. It computes nothing, so no backend runs it: every backend reports it `un
 
 from __future__ import annotations
 
+from opbench.errors import Unsupported
 from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError
 
 
@@ -38,8 +39,6 @@ class Placeholder(Op):
         return 0
 
     def forward(self, x, weights, layer):
-        from opbench.kernels import Unsupported
-
         raise Unsupported(
             f"a placeholder for an unsupported ONNX {layer.params['stands_for']} node: "
             "nothing to run or measure"

@@ -1,5 +1,5 @@
 """Every op, and the one path by which each becomes usable: `register_op(op, origin)` claims the
-name in the spec's vocabulary and keeps the op.
+name in the vocabulary (opbench/vocabulary.py) and keeps the op.
 
 The built-in ops are found, not listed: every `Op` subclass with a `name` that a module of this
 package defines (helpers and bases have no name; a class imported from another module counts
@@ -14,9 +14,9 @@ import importlib
 import pkgutil
 
 import opbench.ops as _package
+from opbench import vocabulary
 from opbench.ops.base import Op
-from opbench.spec import vocabulary
-from opbench.spec.vocabulary import BUILTIN
+from opbench.vocabulary import BUILTIN
 
 OPS: dict[str, Op] = {}
 _engine_families: dict[str, str] | None = None

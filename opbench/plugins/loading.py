@@ -19,12 +19,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from opbench import api
+from opbench import api, vocabulary
 from opbench.backends.registry import register_backend
 from opbench.errors import InputError, Location
 from opbench.ops.registry import register_op
 from opbench.plugins.adapters import PluginBackend, PluginOp, last_line
-from opbench.spec import vocabulary
 
 GROUPS: dict[str, type] = {"opbench.backends": api.Backend, "opbench.ops": api.Op}
 

@@ -26,10 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from opbench.spec.model import LayerSpec, ModelSpec
+from typing import Any
 
 Shape = tuple[int, ...]
 
@@ -90,10 +87,6 @@ class Graph:
     outputs: tuple[int, ...]
     pieces: tuple[tuple[int, ...], ...]
     out_shapes: tuple[Shape, ...]
-
-    @staticmethod
-    def of(model: ModelSpec) -> Graph:
-        return build_graph(model.layers, dict(model.inputs))
 
     @staticmethod
     def from_rows(rows: Sequence[Row], declared: Mapping[str, Shape] = {}) -> Graph:  # noqa: B006
@@ -281,16 +274,6 @@ class Graph:
                 if value not in self.inputs:
                     alive -= sizes[self.names.index(value)]
         return peak
-
-
-def build_graph(layers: Sequence[LayerSpec], declared: Mapping[str, Shape]) -> Graph:
-    """The graph of a model's layers (each with `inputs` set: the loader writes them) and its
-    declared model inputs."""
-    rows = [
-        Row(layer.name, tuple(layer.inputs), tuple(layer.output_shape), tuple(layer.input_shapes))
-        for layer in layers
-    ]
-    return _from_rows(rows, declared)
 
 
 def _from_rows(rows: Sequence[Row], declared: Mapping[str, Shape]) -> Graph:

@@ -20,8 +20,8 @@ from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 from opbench.spec.problems import Locator, SuiteWarning, raise_all, schema_problems
 from opbench.spec.resolve import check_unvalidated, resolve_suite
 from opbench.spec.schema import SuiteModel
-from opbench.spec.vocabulary import backend_names, load_suite_plugins
 from opbench.spec.yaml_lines import parse_yaml
+from opbench.vocabulary import backend_names, load_suite_plugins
 
 
 def load_suite_text(text: str, file: str = "<suite>") -> SuiteSpec:

@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from opbench.spec.graph import Graph
+from opbench.spec.graph import Graph, Row
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -224,9 +223,14 @@ class ModelSpec:
 
     @cached_property
     def graph(self) -> Graph:
-        from opbench.spec.graph import Graph
-
-        return Graph.of(self)
+        """Built from one row per layer (each with `inputs` set: the loader writes them) and
+        the declared model inputs."""
+        rows = [
+            Row(layer.name, tuple(layer.inputs), tuple(layer.output_shape),
+                tuple(layer.input_shapes))
+            for layer in self.layers
+        ]  # fmt: skip
+        return Graph.from_rows(rows, dict(self.inputs))
 
     def data_of(self, value: str) -> InputData | None:
         """How model input `value` is drawn when it is not floats (ids, a mask), else None."""

@@ -27,10 +27,10 @@ from opbench.spec.model import (
 )
 from opbench.spec.problems import Locator, SuiteWarning
 from opbench.spec.schema import InputModel, LayerModel, ModelModel, SuiteModel
-from opbench.spec.vocabulary import unknown_backend
 from opbench.spec.wiring import graph_warnings, wire_model
 from opbench.spec.yaml_lines import Path_
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
+from opbench.vocabulary import unknown_backend
 
 
 def _merge_timing(*levels: Any) -> TimingSpec:

@@ -23,7 +23,7 @@ from opbench.kernels.gemm.linear_fp8 import Fp8Linear
 from opbench.kernels.memory import rows as row_module
 from opbench.kernels.memory.norm import bind_norm
 from opbench.kernels.memory.quantize import quantize_rows_call
-from opbench.ops.quant import FP8_MAX, dequantize_rows, fp8_rows
+from opbench.kernels.quant import FP8_MAX, dequantize_rows, fp8_rows
 from opbench.spec.model import QUANT_TOLERANCE
 
 TOLERANCE = QUANT_TOLERANCE["fp8"]

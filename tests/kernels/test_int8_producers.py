@@ -21,7 +21,7 @@ from opbench.kernels.launch import BoundKernels
 from opbench.kernels.memory import rows as row_module
 from opbench.kernels.memory.norm import bind_norm
 from opbench.kernels.memory.quantize import quantize_rows_call
-from opbench.ops.quant import INT8_MAX, dequantize_rows, int8_rows
+from opbench.kernels.quant import INT8_MAX, dequantize_rows, int8_rows
 from opbench.spec.model import QUANT_TOLERANCE
 from tests.kernels.test_fp8_producers import norm64, randn, rel_l2
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from opbench.kernels import Unsupported
 from opbench.kernels.gemm.linear_fp8 import Fp8Linear
 from opbench.kernels.memory.quantize import quantize_rows
-from opbench.ops.quant import dequantize_rows, fp8_rows
+from opbench.kernels.quant import dequantize_rows, fp8_rows
 from opbench.spec.model import QUANT_TOLERANCE
 
 TOLERANCE = QUANT_TOLERANCE["fp8"]
@@ -51,7 +51,7 @@ def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def test_activation_quantizer_matches_torchs_e4m3_cast() -> None:
-    """Codes and scales of the kernel equal ops.quant.fp8_rows (torch's round-to-nearest-even
+    """Codes and scales of the kernel equal kernels.quant.fp8_rows (torch's round-to-nearest-even
     cast), on rows with values across every binade, subnormals and a zero row."""
     gen = torch.Generator().manual_seed(4)
     x = torch.randn(5, 77, generator=gen) * torch.tensor([1e-3, 1.0, 30.0, 1e3, 0.0])[:, None]

@@ -66,7 +66,7 @@ def test_packed_unpack_compiles_for_sm90(bits: int, tmp_path: Path) -> None:
 def test_gpu_packed_unpack_matches_float64(quant: str) -> None:
     from opbench.kernels.gemm.linear_weight_only import Int4WeightLinear, Int8WeightLinear
     from opbench.kernels.gemm.stream_plans import stream_q_candidates
-    from opbench.ops.quant import quantized_weight
+    from opbench.kernels.quant import quantized_weight
 
     m, n, k, group = 5, 333, 1024, 128
     gen = torch.Generator(device="cuda").manual_seed(7)

@@ -23,7 +23,7 @@ from opbench.kernels.gemm.stream_plans import (
     stream_q_plan,
     wave_split,
 )
-from opbench.ops.quant import quantized_weight
+from opbench.kernels.quant import quantized_weight
 from opbench.spec.model import DEFAULT_TOLERANCE, QUANT_TOLERANCE
 
 OUT_ROUNDING = {torch.float16: 1e-3, torch.bfloat16: 8e-3}

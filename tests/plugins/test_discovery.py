@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from plugin_helpers import CLAMP_BACKEND, invoke, suite_text, write
 
+from opbench import vocabulary
 from opbench.results.io import read_run
 from opbench.results.model import Status
-from opbench.spec import vocabulary
 
 # A new op and a backend for it, in one module.
 CUBE_PLUGIN = """

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from plugin_helpers import CLAMP_BACKEND, invoke, suite_text, write
 
+from opbench import vocabulary
 from opbench.errors import InputError
 from opbench.results.io import read_run
 from opbench.results.model import Status
-from opbench.spec import vocabulary
 from opbench.spec.load import load_suite_text
 
 

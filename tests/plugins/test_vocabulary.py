@@ -1,4 +1,4 @@
-"""The spec owns the backend and op vocabulary: built-in names without importing a backend,
+"""opbench/vocabulary.py owns the backend and op names: built-in names without importing a backend,
 and one registration path that built-ins and plugins both take."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from opbench import vocabulary
 from opbench.backends import registry as backends
 from opbench.ops import registry as ops
-from opbench.spec import vocabulary
 
 REPO = Path(__file__).resolve().parents[2]
 

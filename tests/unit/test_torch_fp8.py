@@ -1,6 +1,6 @@
 """The torch-fp8 backend (torch._scaled_mm with row-wise e4m3 scales) on the CPU, where torch
 runs _scaled_mm with its reference kernel: against the float64 reference on odd shapes, the
-output is the row-wise formula on the codes ops/quant.py makes (the Triton kernel's codes),
+output is the row-wise formula on the codes kernels/quant.py makes (the Triton kernel's codes),
 and what it refuses and why."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from opbench.backends.registry import get_backend
-from opbench.ops.quant import dequantize_rows, fp8_rows
+from opbench.kernels.quant import dequantize_rows, fp8_rows
 from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text

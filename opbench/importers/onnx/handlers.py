@@ -12,11 +12,12 @@ import re
 from typing import Any
 
 from opbench.importers.onnx import views as V
+from opbench.importers.onnx.canon import Canon, Step
 from opbench.importers.onnx.file_data import canonical_constant
 from opbench.importers.onnx.model import ModelInput
 from opbench.importers.onnx.rules import _const, _scalar
 from opbench.importers.onnx.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
-from opbench.importers.onnx.walk import Canon, Step, Walker
+from opbench.importers.onnx.walk import Walker
 from opbench.ops.kinds import epilogue_ops
 from opbench.ops.registry import OPS
 

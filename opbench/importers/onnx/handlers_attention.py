@@ -12,10 +12,11 @@ from typing import Any
 from opbench.importers.onnx import attention as A
 from opbench.importers.onnx import masks as M
 from opbench.importers.onnx import views as V
+from opbench.importers.onnx.canon import Canon
 from opbench.importers.onnx.handlers import Refused
 from opbench.importers.onnx.rules import _const
 from opbench.importers.onnx.steps import attr, out_shape
-from opbench.importers.onnx.walk import Canon, Walker
+from opbench.importers.onnx.walk import Walker
 
 # ---- attention ------------------------------------------------------------------------------
 

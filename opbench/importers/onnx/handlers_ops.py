@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opbench.importers.onnx import views as V
+from opbench.importers.onnx.canon import Canon
 from opbench.importers.onnx.handlers import (
     Refused,
     binary,
@@ -23,7 +24,7 @@ from opbench.importers.onnx.handlers import (
 )
 from opbench.importers.onnx.rules import _const
 from opbench.importers.onnx.steps import _cax, attr, out_shape
-from opbench.importers.onnx.walk import Canon, Walker
+from opbench.importers.onnx.walk import Walker
 
 
 def _eps(value: Any) -> float:

@@ -11,13 +11,11 @@ reshape `flatten`/`reshape` (views in every backend), a Gather/Split/Slice a `sl
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opbench.importers.onnx import views as V
+from opbench.importers.onnx.canon import Canon, LayerMaker, Step
 from opbench.importers.onnx.rules import _const
-
-if TYPE_CHECKING:
-    from opbench.importers.onnx.walk import Canon, Step, Walker
 
 VIEW_OPS = frozenset(
     {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout", "Transpose", "Gather",
@@ -158,7 +156,7 @@ def _cax(i: int, pos: int) -> int:
     return 0 if i == pos else (i + 1 if i < pos else i)
 
 
-def _batch_out(w: Walker, node: Any, vin: V.View, shape: tuple[int, ...], index: int) -> int:
+def _batch_out(w: LayerMaker, node: Any, vin: V.View, shape: tuple[int, ...], index: int) -> int:
     """Where the batch is in the node's output (ABSENT: batch 1 and no dim of size 1)."""
     if w.batch == 1:
         ones = [i for i, n in enumerate(shape) if n == 1]
@@ -172,7 +170,7 @@ def _batch_out(w: Walker, node: Any, vin: V.View, shape: tuple[int, ...], index:
     return pos
 
 
-def step_layers(w: Walker, step: Step, canon: Canon, pos: int) -> tuple[Canon, int]:
+def step_layers(w: LayerMaker, step: Step, canon: Canon, pos: int) -> tuple[Canon, int]:
     """The layers that make `step.out` from `canon` (its input, batch at ONNX dim `pos`)."""
     node = step.node
     index = [o.name for o in node.outputs].index(step.out)
@@ -203,7 +201,7 @@ def step_layers(w: Walker, step: Step, canon: Canon, pos: int) -> tuple[Canon, i
     return reshape_layer(w, canon, new_shape, names), pos_out
 
 
-def reshape_layer(w: Walker, canon: Canon, new_shape: tuple[int, ...], names) -> Canon:
+def reshape_layer(w: LayerMaker, canon: Canon, new_shape: tuple[int, ...], names) -> Canon:
     for start in range(1, len(canon.shape)):
         if new_shape == (*canon.shape[:start], math.prod(canon.shape[start:])):
             return w.add_layer("flatten", {"start_dim": start}, [(canon, None)], new_shape, names)
@@ -211,7 +209,7 @@ def reshape_layer(w: Walker, canon: Canon, new_shape: tuple[int, ...], names) ->
 
 
 def _slice_layers(
-    w: Walker, node: Any, index: int, canon: Canon, pos: int, shape: tuple[int, ...]
+    w: LayerMaker, node: Any, index: int, canon: Canon, pos: int, shape: tuple[int, ...]
 ) -> tuple[Canon, int]:
     op = node.op_type
     rank = len(canon.shape)

@@ -17,24 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from opbench.importers.onnx import views as V
+from opbench.importers.onnx.canon import Canon, Shape, Step
 from opbench.importers.onnx.model import Absorbed, Layer, ModelInput, Unsupported
-
-Shape = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Canon:
-    """A canonical tensor (batch first): a model input or a layer's output."""
-
-    id: int
-    shape: Shape
-    producer: str  # layer id or model input name
-
-
-@dataclass(frozen=True)
-class Step:
-    node: Any  # onnx_ir.Node
-    out: str  # the output value it makes
+from opbench.importers.onnx.steps import reshape_layer, step_layers
 
 
 @dataclass
@@ -125,8 +110,6 @@ class Walker:
                 canon, pos = self.tensor(self.views[step.out]), there
                 self.canon_of[step.out] = (canon, pos)
                 begin = k + 1
-        from opbench.importers.onnx.steps import step_layers
-
         for step in steps[begin:]:
             canon, pos = step_layers(self, step, canon, pos)
             self.canon_of[step.out] = (canon, pos)
@@ -135,8 +118,6 @@ class Walker:
     def _reshaped(self, value: str) -> tuple[Canon, int]:
         """A layer's output whose view is its tensor reshaped (a linear on [1, 1, 1, E] whose
         ONNX output is [1, N]): a reshape layer (a view) gives the tensor the value's shape."""
-        from opbench.importers.onnx.steps import reshape_layer
-
         view = self.views[value]
         canon = self.tensor(view)
         flat = V.normalise(tuple(a for run in view.dims for a in run))

@@ -35,9 +35,9 @@ from opbench.kernels.gemm.linear_codes import CodesInput
 from opbench.kernels.gemm.linear_plans import tma_ok
 from opbench.kernels.launch import KernelCall
 from opbench.kernels.memory.quantize import quantize_rows_call
+from opbench.kernels.quant import fp8_rows
 from opbench.kernels.scratch import scratch
 from opbench.kernels.tuning import Config
-from opbench.ops.quant import fp8_rows
 
 
 def fp8_unavailable_reason(device: torch.device) -> str | None:

@@ -8,7 +8,7 @@ Math. x is [M, K] in fp16/bf16 (M small: decode tokens), W is stored in one of t
      4: Wq int4 [N, K] packed two per byte (k = 2j in the low nibble of byte j, 2j + 1 in the
         high one, each stored as q + 8), group scales s [K / G, N] in x's dtype:
                                          y = act( sum_g s[g, n] * (x_g @ Wq_g^T)[m, n] + b[n] )
-The codes follow the symmetric rules of `ops/quant.py` (int8: max|row| / 127 per output
+The codes follow the symmetric rules of `kernels/quant.py` (int8: max|row| / 127 per output
 channel; int4: max|group| / 7 per G consecutive k of a row). Codes are small integers, exact in
 fp16/bf16, so each step multiplies x by the codes on the tensor cores (fp32 sums) and applies
 the int4 group's scale to that step's partial sum ([BLOCK_M, BLOCK_N] products, not

@@ -1,7 +1,7 @@
 """Weight-only int8 / int4 decode linears, second design: int4 nibbles never interleaved
 back into k order, and a choice of which operand W is.
 
-Math (as `linear_stream.py`; formats from `ops/quant.py`): x [M, K] fp16/bf16, and
+Math (as `linear_stream.py`; formats from `kernels/quant.py`): x [M, K] fp16/bf16, and
 
      8: Wq int8 [N, K], sw fp32 [N]          y = act( sw[n] * (x @ Wq^T)[m, n] + b[n] )
      4: Wq [N, K / 2] bytes, byte j holding codes k = 2j (low nibble) and 2j + 1 (high), each

@@ -3,7 +3,7 @@ two weight-streaming kernels, `linear_stream_q._weight_only_kernel` (fp16 x, M <
 or int4 groups >= 32: the packed PTX unpack) and `linear_stream._linear_stream_kernel` (the
 rest: bf16, more rows, int4 groups of 16).
 
-The weight is quantized once, at build (`ops/quant.py`): int8 per output channel, or int4 in
+The weight is quantized once, at build (`kernels/quant.py`): int8 per output channel, or int4 in
 groups of `group_size` along K, packed two per byte; both kernels read that one layout. x
 stays in the layer's fp16/bf16; every call streams the packed weight once (the plan fixed by
 rule, `stream_plans.stream_q_plan` or `stream_plan`, the same on every machine of one SM
@@ -28,8 +28,8 @@ from opbench.kernels.gemm.stream_plans import (
     stream_q_plan,
 )
 from opbench.kernels.launch import KernelCall
+from opbench.kernels.quant import int4_groups, int8_rows
 from opbench.kernels.tuning import Config
-from opbench.ops.quant import DEFAULT_GROUP_SIZE, int4_groups, int8_rows
 
 
 class StreamLinear(Linear):
@@ -37,7 +37,9 @@ class StreamLinear(Linear):
     weight stored in `w_bits` and streamed by `_linear_stream_kernel` whatever M is."""
 
     w_bits = 16
-    group_size = DEFAULT_GROUP_SIZE
+    # int4 layers set theirs (the backend passes the layer's `group_size`). For int8 the
+    # kernels' GROUP_SIZE constexpr is unused; 128, as before, keeps their compiled variants.
+    group_size = 128
     group_scale: torch.Tensor | None = None
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none"):
@@ -103,8 +105,8 @@ class Int4WeightLinear(StreamLinear):
     kernel_name = "linear_int4_weight"
 
     def __init__(
-        self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none",
-        group_size: int = DEFAULT_GROUP_SIZE,
+        self, weight: torch.Tensor, bias: torch.Tensor | None, activation: str = "none", *,
+        group_size: int,
     ) -> None:  # fmt: skip
         if group_size < 16 or group_size & (group_size - 1):
             raise Unsupported(f"int4 group_size must be a power of two >= 16, not {group_size}")

@@ -1,21 +1,43 @@
 """Guard rails for the architecture: the pure stages stay pure, and imports flow one way.
 
-docs/architecture.md draws the stages; these tests keep the drawing true.
+docs/architecture.md draws the stages; these tests keep the drawing true. Imports are read
+from the source (`imports.py`), at the top, inside functions and under TYPE_CHECKING alike, so
+a deferred import cannot hide an arrow or a circle.
 """
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[3] / "opbench"
+from tests.unit.architecture.imports import PACKAGE, circle, imports, unit_arrows, units
 
 # Stages that must run on any laptop or CI box from a run.json: no torch, no triton.
 PURE_STAGES = ("spec", "reference", "match", "compare", "report", "results")
+
+# The declared layer order, lowest first. A package (or top-level module) of opbench imports
+# only from lower layers; the packages of one layer import nothing from each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "targets", "vocabulary", "exclusive"),  # leaves: no opbench import at all
+    ("ops", "kernels"),  # what a layer computes: declared (pure), and in Triton
+    ("spec",),  # suites, resolved over the ops
+    ("importers", "reference", "results"),  # ONNX models in; reference files in; run records
+    ("match", "measure"),  # reference rows <-> layers; timer and checks
+    ("backends", "compare"),  # layers built on kernels; verdicts
+    ("api", "pipeline", "report"),  # the public surface; the GPU stages chained; reports
+    ("distributed", "export", "plugins"),  # scale-out; models out to other engines; users' code
+    ("engines",),  # the reference engines, run on exported models
+    ("cli",),
+    ("__main__",),
+)
+LAYER_OF = {name: depth for depth, layer in enumerate(LAYERS) for name in layer}
+
+# The side that runs from files on any machine imports nothing from the GPU side, lazily
+# or not (measure's timers import torch lazily; compare reads only its statistics).
+NO_GPU_SIDE = (*PURE_STAGES, "importers", "measure", "ops", "errors", "targets", "vocabulary")
 
 
 def _modules(stage: str) -> list[str]:
@@ -60,61 +82,51 @@ def test_pure_stage_imports_without_torch_or_triton(stage: str) -> None:
     assert done.stdout.strip() == "", f"imported torch or triton:\n{done.stdout}"
 
 
-def _imports(path: Path) -> set[str]:
-    """Every module a file imports, at the top or inside a function (lazy imports count)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-    return found
+def test_every_package_has_its_layer() -> None:
+    assert sorted(LAYER_OF) == sorted(units())
 
 
-# package -> opbench packages it must never import, lazily or not.
-FORBIDDEN = {
-    "kernels": ("backends", "cli", "pipeline", "compare", "report", "reference", "match"),
-    "spec": ("backends", "kernels", "pipeline", "cli", "measure"),
-    "results": ("backends", "kernels", "pipeline", "cli", "measure", "compare", "report"),
-    "reference": ("backends", "kernels", "pipeline", "cli", "compare", "report"),
-    "match": ("backends", "kernels", "pipeline", "cli", "compare", "report"),
-    "compare": ("backends", "kernels", "pipeline", "cli", "report"),
-    "report": ("backends", "kernels", "pipeline", "cli"),
-    "measure": ("backends", "kernels", "pipeline", "cli", "compare", "report"),
-    # An input stage beside the suite loader: what a layer is (spec, ops), nothing downstream.
-    "importers": (
-        "backends",
-        "kernels",
-        "pipeline",
-        "export",
-        "cli",
-        "measure",
-        "compare",
-        "report",
-        "match",
-    ),
-}
+def test_imports_flow_down_the_layers() -> None:
+    against = [
+        line
+        for (source, target), lines in sorted(unit_arrows().items())
+        if LAYER_OF[target] >= LAYER_OF[source]
+        for line in lines
+    ]
+    assert against == [], "imports against the layer order:\n" + "\n".join(against)
 
 
-def _violations(package: str, forbidden: tuple[str, ...]) -> list[str]:
-    out = []
-    for path in sorted((PACKAGE / package).rglob("*.py")):
-        for name in sorted(_imports(path)):
-            parts = name.split(".")
-            if parts[0] == "opbench" and len(parts) > 1 and parts[1] in forbidden:
-                out.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
-    return out
+def test_no_circle_between_packages() -> None:
+    graph: dict[str, set[str]] = {}
+    for source, target in unit_arrows():
+        graph.setdefault(source, set()).add(target)
+    assert circle(graph) is None
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_imports_flow_one_way(package: str) -> None:
-    assert (PACKAGE / package).is_dir()
-    assert _violations(package, FORBIDDEN[package]) == []
+def test_the_circle_finder_finds_one() -> None:
+    assert circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert circle({"a": {"b"}, "b": set()}) is None
 
 
-def test_the_layering_check_sees_lazy_imports(tmp_path: Path) -> None:
-    # The rule would be worthless if an import inside a function slipped past it.
-    src = tmp_path / "m.py"
-    src.write_text("def f():\n    from opbench.backends.registry import x\n    return x\n")
-    assert "opbench.backends.registry" in _imports(src)
+def test_the_side_without_a_gpu_imports_nothing_of_the_gpu_side() -> None:
+    bad = [
+        line
+        for (source, target), lines in sorted(unit_arrows().items())
+        if source in NO_GPU_SIDE and target not in NO_GPU_SIDE
+        for line in lines
+    ]
+    assert bad == []
+
+
+def test_the_reading_sees_lazy_type_only_and_relative_imports(tmp_path: Path) -> None:
+    # The rules would be worthless if an import inside a function, under TYPE_CHECKING or
+    # written relative slipped past them. A file read as if it were opbench/spec/probe.py:
+    src = tmp_path / "probe.py"
+    src.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..pipeline import data\n"
+        "def f():\n    from opbench.backends.registry import x\n    return x\n"
+        "from . import graph\n"
+    )
+    found = imports(src, {"opbench.pipeline.data", "opbench.spec.graph"}, "opbench.spec.probe")
+    assert {"opbench.pipeline.data", "opbench.backends.registry", "opbench.spec.graph"} <= found

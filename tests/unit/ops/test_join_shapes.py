@@ -166,8 +166,8 @@ def test_slices_are_views_exactly_when_contiguous(op_name, shape, given, view) -
 def test_gelu_approximate_and_relu6_params() -> None:
     gelu = OPS["gelu"]
     assert params("gelu")["approximate"] == "none"
-    assert gelu.function(params("gelu", approximate="tanh")) == "gelu_tanh"
-    assert gelu.function(params("gelu")) == "gelu"
+    assert gelu.epilogue_name(params("gelu", approximate="tanh")) == "gelu_tanh"
+    assert gelu.epilogue_name(params("gelu")) == "gelu"
     with pytest.raises(ValueError):
         params("gelu", approximate="sigmoid")
     assert OPS["relu6"].infer_shape((2, 3), {}) == (2, 3)

@@ -1,15 +1,20 @@
 """An op knows itself: a toy activation declared in one module (this one) appears in every list
 other stages keep about ops (ops/kinds.py): the ops fused into a conv's or linear's epilogue,
 the activations matching takes for an engine's "activation" row, and the ONNX Runtime reader's
-activation names. No other file names it."""
+activation names; as a conv's or linear's `activation:` its own code computes it (torch call
+and formula) and writes its ONNX nodes. No other file names it."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from opbench.backends.triton_fusion import fusion_groups
+from opbench.export.onnx_ops import LayerScope, _activate
 from opbench.match.names import ACTIVATION, families_agree
+from opbench.ops.activation import Activation
 from opbench.ops.base import Example, Op
+from opbench.ops.functional import activate, activate_reference
 from opbench.ops.kinds import activation_choices, activation_ops, epilogue_ops
 from opbench.ops.registry import OPS, register_op
 from opbench.plugins import loading
@@ -32,14 +37,19 @@ class ToyAct(Op):
         return x.clamp_min(0)
 
 
-@pytest.fixture
-def toy():
+def _registered(op: Op):
+    """Registers `op` for one test, then puts the registry back."""
     state = loading.snapshot()
     try:
-        register_op(ToyAct(), "tests")
+        register_op(op, "tests")
         yield
     finally:
         loading.restore(state)
+
+
+@pytest.fixture
+def toy():
+    yield from _registered(ToyAct())
 
 
 SUITE = """\
@@ -86,3 +96,39 @@ def test_every_declared_epilogue_is_a_function_of_the_kernels() -> None:
         if op.epilogue:
             assert op.epilogue_name({}) in ACTIVATION_CODES, op.name
     assert OPS["gelu"].epilogue_name({"approximate": "tanh"}) in ACTIVATION_CODES
+
+
+class ToySquare(Activation):
+    """x² as an activation of its own (its epilogue name is no kernel's: never built here)."""
+
+    name = "t_square"
+    summary = "x * x (tests only)"
+    epilogue = "t_square"
+    example = Example((5, 7), (5, 7))
+
+    def activate(self, x, p):
+        return torch.square(x)
+
+    def activate_reference(self, x, p):
+        return x * x
+
+    def onnx_nodes(self, scope, x, p):
+        return scope.one("Mul", [x, x])
+
+
+@pytest.fixture
+def square():
+    yield from _registered(ToySquare())
+
+
+@pytest.mark.usefixtures("square")
+def test_a_linear_activation_is_computed_and_exported_by_its_op() -> None:
+    assert "t_square" in activation_choices()
+    x = torch.randn(3, 5, dtype=torch.float64)
+    assert torch.equal(activate(x, "t_square"), torch.square(x))
+    assert torch.equal(activate_reference(x, "t_square"), x * x)
+    nodes: list = []
+    scope = LayerScope("fc", lambda op_type, first, k: f"fc_{op_type}_{k}", "", nodes, [])
+    out = _activate(scope, "y", "t_square")
+    assert [(n.op_type, list(n.input)) for n in nodes] == [("Mul", ["y", "y"])]
+    assert out == "fc_Mul_0_output_0"

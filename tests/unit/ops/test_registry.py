@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from opbench import vocabulary
 from opbench.match.names import families_agree, op_family
 from opbench.ops import registry
 from opbench.ops.base import Op
-from opbench.spec import vocabulary
-from opbench.spec.vocabulary import BUILTIN
+from opbench.vocabulary import BUILTIN
 
 OPS_DIR = Path(registry.__file__).parent
 

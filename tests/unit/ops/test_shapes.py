@@ -11,7 +11,7 @@ import pytest
 
 from opbench.ops.base import REQUIRED, ShapeError, coerce_param
 from opbench.ops.registry import OPS
-from opbench.spec.vocabulary import BUILTIN, op_origin
+from opbench.vocabulary import BUILTIN, op_origin
 
 
 def params(op_name: str, **given: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from opbench.pipeline import ModelData, RunOptions, WorkItem, measure_item
 from opbench.results.model import Status
 from opbench.spec.load import load_suite_text
 from opbench.spec.model import DEFAULT_TOLERANCE, SuiteSpec
-from opbench.spec.vocabulary import BUILTIN, op_origin
+from opbench.vocabulary import BUILTIN, op_origin
 
 TIMING = "{warmup_ms: 0, rep_ms: 1, rounds: 2}"
 

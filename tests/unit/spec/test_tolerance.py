@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from opbench.ops.quant import quantized_weight
+from opbench.kernels.quant import quantized_weight
 from opbench.spec.load import load_suite_text
 from opbench.spec.model import (
     DEFAULT_TOLERANCE,
@@ -48,7 +48,7 @@ def test_int8_default_leaves_about_twice_the_rounding_error(k: int) -> None:
 
 
 def quantized_linear_error(quant: str, k: int, group_size: int = 128) -> float:
-    """Relative L2 error of y = x W^T with the `quant` format's rounding (ops/quant.py, the
+    """Relative L2 error of y = x W^T with the `quant` format's rounding (kernels/quant.py, the
     kernels' rules) on the seeded data's distribution: fp8 rounds x per token and W per
     channel; the weight-only formats round W alone."""
     gen = torch.Generator().manual_seed(k)

@@ -1,4 +1,4 @@
-"""The quantized formats of ops/quant.py, on the CPU: each rule stated in plain Python and
+"""The quantized formats of kernels/quant.py, on the CPU: each rule stated in plain Python and
 checked against the torch code the Triton build step and the torch peers share; int4 packing
 round-trips; the dequantized weight is what the reference path multiplies with."""
 
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from opbench.ops.quant import (
+from opbench.kernels.quant import (
     dequantize_int4,
     dequantize_rows,
     fp8_rows,

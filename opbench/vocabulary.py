@@ -1,15 +1,16 @@
 """The names a suite may use: backends and ops, and where each one came from.
 
-The spec owns this vocabulary. Built-in backend names are listed here, so a suite can be
-validated without importing any backend; backends/registry.py and ops/registry.py claim
+It sits below every package (it imports none): the spec reads it to validate a suite, and
+ops/ and backends/ claim names in it without importing the spec. Built-in backend names are
+listed here, so a suite can be validated without importing any backend; backends/registry.py and ops/registry.py claim
 their names through `claim_backend` and `claim_op` (built-ins and plugins alike), and a
 plugin that would shadow a built-in name, or another plugin's, is refused.
 
 A suite's `plugins:` list is loaded through a loader that opbench.plugins installs
-(`set_plugin_loader`): loading user code is not the spec's job, and keeps this package
+(`set_plugin_loader`): loading user code is not the spec's job, and keeps the spec
 free of torch and triton.
 
-Pure Python: no torch, no triton, nothing from backends/.
+Pure Python: no torch, no triton, no opbench package.
 """
 
 from __future__ import annotations
