@@ -42,8 +42,9 @@ these pieces become one kernel each (kernels named in brackets):
   output of the group. Tried last: when the add's operand comes from a projection, adding in
   that projection's epilogue moves fewer bytes (one write and one read of the sum, against
   the projection's write plus two reads).
-- **linear_rope**: a plain 16-bit or fp32 projection (no quant, no activation) whose only
-  reader is a rope on its `rows` or `packed` output: the rotation runs in the GEMM's epilogue
+- **linear_rope**: a plain 16-bit or fp32 projection (no quant, no activation) of at most
+  ROPE_MAX_ROWS rows (decode sizes) whose only reader is a rope on its `rows` or `packed`
+  output: the rotation runs in the GEMM's epilogue
   (gemm/linear_rope.py), one launch and one pass over q | k | v fewer. Tried before
   rope_append, which would take the same rope: at a decode step the projection then still
   writes the packed rows once, and the attention's own append copies k and v into the cache
@@ -80,8 +81,13 @@ EPILOGUE_QUANTS = ("none", "int8", "fp8")
 SWIGLU_QUANTS = ("none", "int8")
 # The row-quantized linears whose codes the layer before can write (norm_*, glu_* groups).
 CODE_QUANTS = ("fp8", "int8")
-# The projections that take a rope in their epilogue (linear_rope).
+# The projections that take a rope in their epilogue (linear_rope), up to ROPE_MAX_ROWS rows
+# (tokens): the decode regime. Measured on an H200 (2026-11-29, docs/performance.md): at
+# decode b16 the fused GEMV 0.0246 ms against 0.0252 for GEMV then rope; at LLaMA-3-8B prefill
+# (2048 rows) 0.316 ms against 0.154, because the warp-specialised GEMM that wins there has no
+# working rope epilogue (gemm/linear_rope.py ws_ok) and the TMA kernel with it is 2x slower.
 ROPE_DTYPES = ("float16", "bfloat16", "float32")
+ROPE_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -276,6 +282,9 @@ class _Planner:
         if layer.op != "linear" or layer.params["activation"] != "none" or \
                 layer.quant != "none" or layer.dtype not in ROPE_DTYPES:  # fmt: skip
             return None
+        shape = layer.output_shape
+        if numel(shape) // max(shape[-1], 1) > ROPE_MAX_ROWS:
+            return None  # prefill: the GEMM alone then the rope kernel (see ROPE_MAX_ROWS)
         rope = self.sole_reader(i)
         if rope is None or self.op(rope) != "rope" or not self.same_kind(i, rope):
             return None
