@@ -43,6 +43,10 @@ def pytest_runtest_setup(item) -> None:
     session, so once the imports have grown they are frozen out of later collections (after a
     collection, so no garbage is frozen; tests still collect everything made since)."""
     global _modules_when_frozen
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") == "1":
+        from tests.interpreter_patching import install
+
+        install()
     if len(sys.modules) >= _modules_when_frozen + 50:
         gc.collect()
         gc.freeze()
