@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 import warnings
 from pathlib import Path
 
@@ -53,15 +54,22 @@ def _export(path: Path, **dynamic) -> None:
                           external_data=False, **dynamic)  # fmt: skip
 
 
+@pytest.fixture(scope="module")
+def static_export(tmp_path_factory) -> Path:
+    """The block exported once for the module (static batch): each test runs a copy of it."""
+    path = tmp_path_factory.mktemp("export") / "block.onnx"
+    _export(path)
+    return path
+
+
 def _run(path: Path, out: Path, *extra: str):
     return runner.invoke(
         app, ["run", str(path), "--quick", "--device", "cpu", "--out", str(out), *extra]
     )
 
 
-def test_an_onnx_file_runs_with_its_own_weights(tmp_path: Path):
-    path = tmp_path / "block.onnx"
-    _export(path)
+def test_an_onnx_file_runs_with_its_own_weights(tmp_path: Path, static_export: Path):
+    path = shutil.copy(static_export, tmp_path / "block.onnx")
     done = _run(path, tmp_path / "runs", "--backend", "torch", "--backend", "triton")
     assert done.exit_code == 0, done.output
     run = json.loads((tmp_path / "runs" / "block" / "latest" / "run.json").read_text())
@@ -78,13 +86,14 @@ def test_an_onnx_file_runs_with_its_own_weights(tmp_path: Path):
     assert run["suite_source"] == str(path)
 
 
-def test_a_wrong_weight_is_caught_by_the_whole_model_check(tmp_path: Path, monkeypatch):
+def test_a_wrong_weight_is_caught_by_the_whole_model_check(
+    tmp_path: Path, monkeypatch, static_export: Path
+):
     """Per-layer checks use the weights given, right or wrong; only ONNX Runtime's output of the
     file itself shows that the model computed is not the file's."""
     from opbench.importers.onnx import file_data
 
-    path = tmp_path / "block.onnx"
-    _export(path)
+    path = shutil.copy(static_export, tmp_path / "block.onnx")
     real = file_data.FileData.layer_weights
 
     def off_by_a_little(self, layer, shapes):
@@ -110,7 +119,7 @@ def _eager_reference(out: Path) -> str:
     return eager["correctness"]["reference"]
 
 
-def test_batch_of_a_symbolic_or_static_file(tmp_path: Path):
+def test_batch_of_a_symbolic_or_static_file(tmp_path: Path, static_export: Path):
     """A symbolic batch runs at --batch in ONNX Runtime too; a static one cannot, and the
     whole-model reference says so."""
     path = tmp_path / "block.onnx"
@@ -121,7 +130,7 @@ def test_batch_of_a_symbolic_or_static_file(tmp_path: Path):
     run = json.loads((tmp_path / "a" / "block" / "latest" / "run.json").read_text())
     assert run["suite_spec"]["models"][0]["batch"] == 4
 
-    _export(path)
+    shutil.copy(static_export, path)
     done = _run(path, tmp_path / "b", "--backend", "torch", "--batch", "4")
     assert done.exit_code == 0, done.output
     assert "the file's batch is fixed at 3" in _eager_reference(tmp_path / "b")

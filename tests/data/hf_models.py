@@ -4,11 +4,11 @@ random weights (no downloads), for the import tests of issue 41.
     python tests/data/hf_models.py OUT_DIR [NAME ...]     # all of them, or the ones named
     python tests/data/hf_models.py --list
 
-Each model is built from a small config (2 layers, hidden 128) with random weights and exported
+Each model is built from a small config (2 layers, hidden 64, sequence 8) with random weights and exported
 with a plain `torch.onnx.export(model, (input_ids,), f)`: the dynamo exporter at its default
 opset. LLaMA and Qwen2 set `use_cache=False` (the KV cache object is no tensor the exporter can
-return). Text models take int64 token ids [batch, seq]; ViT takes pixels [batch, 3, 28, 28]
-(patches of 7: Triton's conv kernel takes sizes up to 7). transformers imports torchvision,
+return). Text models take int64 token ids [batch, seq]; ViT takes pixels [batch, 3, 14, 14]
+(2 x 2 patches of 7: Triton's conv kernel takes sizes up to 7). transformers imports torchvision,
 whose import on a CPU torch onnx_models.py mends. The files are test material, generated into
 a temporary folder per test session, never committed.
 """
@@ -33,7 +33,7 @@ from onnx_models import (  # noqa: E402
     write_exports,
 )
 
-BATCH, SEQ, VOCAB = 2, 16, 512
+BATCH, SEQ, VOCAB = 2, 8, 512
 
 
 def _hf(kind: str, without_pooler: bool = False, **config: Any) -> Callable[[], nn.Module]:
@@ -49,17 +49,18 @@ def _hf(kind: str, without_pooler: bool = False, **config: Any) -> Callable[[], 
     return make
 
 
-# 2 layers, hidden 128, MLP 256 each; LLaMA and Qwen2 with 8 query heads sharing 2 kv heads.
+# 2 layers, hidden 64, MLP 128 each (small: the triton runs go through the interpreter); LLaMA
+# and Qwen2 with 4 query heads sharing 2 kv heads.
 _TEXT = {"vocab_size": VOCAB, "max_position_embeddings": 64}
-_ENCODER = {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+_ENCODER = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4}  # fmt: skip
-_DECODER = {**_TEXT, **_ENCODER, "num_attention_heads": 8, "num_key_value_heads": 2,
+_DECODER = {**_TEXT, **_ENCODER, "num_attention_heads": 4, "num_key_value_heads": 2,
             "use_cache": False}  # fmt: skip
 _llama = _hf("Llama", **_DECODER)
 _qwen2 = _hf("Qwen2", **_DECODER)
 _bert = _hf("Bert", True, **_TEXT, **_ENCODER)
-_distilbert = _hf("DistilBert", **_TEXT, dim=128, hidden_dim=256, n_layers=2, n_heads=4)
-_vit = _hf("ViT", True, **_ENCODER, image_size=28, patch_size=7)
+_distilbert = _hf("DistilBert", **_TEXT, dim=64, hidden_dim=128, n_layers=2, n_heads=4)
+_vit = _hf("ViT", True, **_ENCODER, image_size=14, patch_size=7)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ EXPORTS: dict[str, HFExport] = {
         HFExport("hf_distilbert", _distilbert, (BATCH, SEQ), True, seed=14),
         HFExport("hf_llama_mask", _llama, (BATCH, SEQ), True, seed=11, with_mask=True),
         HFExport("hf_bert_mask", _bert, (BATCH, SEQ), True, seed=13, with_mask=True),
-        HFExport("hf_vit", _vit, (BATCH, 3, 28, 28), False, seed=15),
+        HFExport("hf_vit", _vit, (BATCH, 3, 14, 14), False, seed=15),
     )
 }
 

@@ -81,7 +81,7 @@ def test_example_suite_runs_end_to_end_and_compare_judges_the_plugin_backend(
         assert result.status == Status.OK and result.correctness.passed, result
         assert result.interpreted  # Triton kernels on the CPU: no performance figures
     fp16_gate = run.find("block-fp16", "gate", "example-triton")
-    assert fp16_gate.output_shape == (1, 64, 256) and fp16_gate.flops == 6 * 64 * 256
+    assert fp16_gate.output_shape == (1, 32, 128) and fp16_gate.flops == 6 * 32 * 128
     assert run.find("block-fp16", "gate", "torch").status == Status.OK
     assert {r.backend for r in run.layers} == {"torch", "triton", "example-triton"}
 

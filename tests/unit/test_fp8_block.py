@@ -27,7 +27,7 @@ name: b
 defaults: {dtype: float16, backends: [torch, triton], timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}
 models:
   - name: llama_fp8
-    input: [37, 48]
+    input: [19, 48]
     fuse: true
     layers:
       - {name: attn_norm, op: rmsnorm, eps: 1.0e-06}
@@ -154,7 +154,7 @@ name: q
 defaults: {dtype: float16, backends: [triton], timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}
 models:
   - name: m
-    input: [37, 48]
+    input: [19, 48]
     fuse: true
     layers:
       - {name: gate, op: linear, out_features: 80, bias: false, quant: fp8}

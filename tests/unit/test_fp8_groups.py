@@ -22,7 +22,7 @@ name: g
 defaults: {dtype: float16, backends: [torch, triton], timing: {warmup_ms: 0, rep_ms: 1, rounds: 1}}
 models:
   - name: block
-    inputs: {x: [37, 48]}
+    inputs: {x: [19, 48]}
     fuse: true
     layers:
       - {name: attn_norm, op: rmsnorm, eps: 1.0e-06}
