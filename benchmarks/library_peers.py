@@ -130,7 +130,7 @@ def library_rows(model, data, options, compile_: bool) -> list[dict]:
     diff = float((out.float() - suite_out.float()).abs().max())
     base.update(correct=not check.failures, max_abs_vs_suite_torch=diff,
                 message="; ".join(check.failures) or None, correctness=asdict(check))  # fmt: skip
-    timing = replace(timing_for(model.layers[0], options, False), cuda_graph=False)
+    timing = replace(timing_for(model.layers[0], options), cuda_graph=False)
 
     def eager() -> Any:
         with torch.no_grad():

@@ -7,8 +7,9 @@ time to issue one call (`host_ms`) and the time per call of back-to-back calls w
 (`stream_ms`). Optionally the call is captured once in a CUDA graph and the graph is replayed.
 
 On the CPU (timer_cpu): perf_counter with the same structure, and a warning when the samples
-look pre-empted or the machine is loaded. Interpreted Triton goes through the same path; the
-caller marks those results as not being performance figures.
+look pre-empted or the machine is loaded. Interpreted Triton is timed by one call
+(timer_cpu.time_once, chosen by pipeline/measure.time_call); the caller marks those results as
+not being performance figures.
 
 Both size their rounds by wall time and stop by `stopping`: a fixed number of rounds, or
 adaptively once the 95% interval of the median is tight. Every sample is kept, by round.

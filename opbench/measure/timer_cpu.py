@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opbench.measure.measurement import Measurement
-from opbench.measure.stopping import preemption_warning, take_samples
+from opbench.measure.stopping import STOP_ROUNDS, preemption_warning, take_samples
 from opbench.results.stats import quantile
 from opbench.spec.model import TimingSpec
 
@@ -102,3 +102,13 @@ def time_cpu(
         stop_reason=sampled.stop_reason,
         warning="; ".join(warnings) or None,
     )
+
+
+def time_once(fn: Callable[[], Any], clock: Callable[[], float] = time.perf_counter) -> Measurement:
+    """One call, timed: its time is the one sample, the host and the stream time. For
+    interpreted Triton, whose rows are checked but never read as performance figures: more
+    calls would only repeat the interpreter's slowest part."""
+    start = clock()
+    fn()
+    ms = (clock() - start) * 1e3
+    return Measurement(((ms,),), "perf_counter", host_ms=ms, stream_ms=ms, stop_reason=STOP_ROUNDS)

@@ -29,6 +29,7 @@ from opbench.backends.registry import runs_triton
 from opbench.measure.check import combine, compare_outputs
 from opbench.measure.poison import call_poisoned, poison_, poison_free_memory, scrub
 from opbench.measure.timer import time_callable
+from opbench.measure.timer_cpu import time_once
 from opbench.ops.base import numel
 from opbench.pipeline.data import ModelData
 from opbench.pipeline.forward import Forward, eager_forward
@@ -69,7 +70,7 @@ def time_end_to_end(
     if reason:
         row = replace(row, status=Status.UNSUPPORTED, message=reason)
         return row, replace(row, mode=CUDA_GRAPH)
-    timing = timing_for(model.layers[0], options, interpreted)
+    timing = timing_for(model.layers[0], options)
     # The suite's `cuda_graph` timing option is for layers; each mode here decides for itself
     # (eager is Python issuing the layers, never a replay).
     timing = replace(timing, cuda_graph=False)
@@ -161,8 +162,11 @@ def _timed(row: EndToEnd, options: RunOptions, timing, data: ModelData, make_for
         row = replace(row, message="; ".join(notes) or None)
         row = replace(row, correctness=_check(forward, data))
         with options.timing_guard():
-            hold = row.mode != EAGER
-            measurement = time_callable(forward.call, timing, options.device, hold=hold)
+            if row.interpreted:  # one call, as a layer's (pipeline/measure.time_call)
+                measurement = time_once(forward.call)
+            else:
+                hold = row.mode != EAGER
+                measurement = time_callable(forward.call, timing, options.device, hold=hold)
     except Exception as exc:
         recover(options.device)
         return replace(row, status=Status.ERROR, message=error_message(exc))

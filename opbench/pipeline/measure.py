@@ -6,12 +6,16 @@ import gc
 import os
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from opbench.backends.base import Backend, Built, Unsupported, torch_dtype
 from opbench.backends.registry import runs_triton
+from opbench.measure.measurement import Measurement
 from opbench.measure.timer import time_callable
+from opbench.measure.timer_cpu import time_once
 from opbench.ops.base import numel
 from opbench.ops.registry import get_op
 from opbench.pipeline.checks import Checks, WrongOutput
@@ -68,16 +72,22 @@ def _itemsize(dtype: str) -> int:
     return 4 if dtype == "float32" else 2
 
 
-def timing_for(layer: LayerSpec, options: RunOptions, interpreted: bool) -> TimingSpec:
+def timing_for(layer: LayerSpec, options: RunOptions) -> TimingSpec:
     timing = layer.timing.quick() if options.quick else layer.timing
     if options.rounds:
         timing = timing.with_rounds(options.rounds)
-    if interpreted:
-        # The interpreter is for correctness; a few calls show it runs, nothing more.
-        timing = TimingSpec(
-            warmup_ms=0.0, rep_ms=0.0, rounds=min(timing.rounds or 2, 2), flush_l2=False
-        )
     return timing
+
+
+def time_call(
+    fn: Callable[[], Any], timing: TimingSpec, device: str, interpreted: bool, hold: bool = True
+) -> Measurement:
+    """`fn` timed as `timing` says; interpreted Triton by one call (timer_cpu.time_once):
+    the interpreter is for correctness, its rows are marked and no table reads their time,
+    and each further call would cost seconds of the tests' time for nothing."""
+    if interpreted:
+        return time_once(fn)
+    return time_callable(fn, timing, device, hold=hold)
 
 
 def measure_item(
@@ -133,10 +143,10 @@ def _measure_item(
         checks.second_input()
         # A backend that tunes when it binds (the first call) reports it in built.tuning_s.
         check_s = clock() - check_start - ((built.tuning_s or 0.0) - tuned_at_build)
-        timing = timing_for(layers[0], options, result.interpreted)
+        timing = timing_for(layers[0], options)
         with options.timing_guard():
             time_start = clock()
-            measurement = time_callable(bound.launch, timing, options.device)
+            measurement = time_call(bound.launch, timing, options.device, result.interpreted)
             time_s = clock() - time_start
         after = clock()
         checks.after_timing(bound)
