@@ -178,12 +178,14 @@ def inverted_residual(
     return layers
 
 
-def mobilenet_v2(divide: int = 1, image: int = 224, classes: int = 1000) -> list[Layer]:
-    """MobileNetV2 by default; `divide` narrows every layer (the tests' tiny variant)."""
+def mobilenet_v2(divide: int = 1, image: int = 224, classes: int = 1000,
+                 max_repeats: int | None = None) -> list[Layer]:  # fmt: skip
+    """MobileNetV2 by default; `divide` narrows every layer and `max_repeats` caps each
+    stage's blocks (the tests' tiny variant: 2 still has every kind of block)."""
     layers = conv_bn("stem", 32 // divide, 3, 2, act="relu6")
     source, cin, index = "stem_relu6", 32 // divide, 0
     for t, c, n, s in MOBILENET_V2:
-        for repeat in range(n):
+        for repeat in range(min(n, max_repeats or n)):
             name = f"b{index}"
             layers += inverted_residual(name, source, cin, c // divide, t,
                                         s if repeat == 0 else 1)  # fmt: skip

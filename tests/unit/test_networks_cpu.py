@@ -27,10 +27,11 @@ def tiny_suite() -> str:
     models = [
         n.model_text("resnet", {"batch": 1, "input": [3, 32, 32], "fuse": True},
                      n.resnet50(blocks=(2, 1, 1, 1), width=4, image=32, classes=5)),
-        # divide=16: the narrowest with MobileNetV2's every block (1-channel projections); its
-        # depthwise convs are what the interpreter spends its time on, by channel blocks.
+        # divide=16: the narrowest with MobileNetV2's every kind of block (1-channel
+        # projections), two blocks a stage at most (the first, then one with the residual):
+        # its depthwise convs are what the interpreter spends its time on.
         n.model_text("mobilenet", {"batch": 1, "input": [3, 32, 32], "fuse": True},
-                     n.mobilenet_v2(divide=16, image=32, classes=5)),
+                     n.mobilenet_v2(divide=16, image=32, classes=5, max_repeats=2)),
         n.model_text("bert", {"batch": 2, "input": [7, 32], "fuse": True},
                      n.bert_layer(hidden=32, heads=2, ffn=40)),
         n.model_text("llama", {"batch": 1, "input": [9, 32], "fuse": True},  # LLaMA-3's GQA
