@@ -22,6 +22,8 @@ as SwiGLU's pairs do):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
@@ -35,6 +37,49 @@ ROPE_NONE, ROPE_HALF, ROPE_INTERLEAVED = 0, 1, 2
 _FAST_SINCOS = tl.constexpr(not INTERPRET)
 # The RoPE arguments of a kernel without it (Linear.rope_named).
 NO_ROPE = dict(rope_seq=1, rope_offset=0, rope_rotated=0, rope_freq=0.0, ROPE=ROPE_NONE, ROPE_D=2)
+
+
+class Output(NamedTuple):
+    """Where an epilogue stores: y [M, N] by its strides (in elements). Every store and mask
+    of the epilogue reads all five, and the residual is laid out by the same strides."""
+
+    ptr: tl.tensor
+    M: tl.tensor
+    N: tl.tensor
+    stride_m: tl.tensor
+    stride_n: tl.tensor
+
+
+class EpilogueInputs(NamedTuple):
+    """What the epilogue reads besides the accumulator, each only where its flag says: the
+    bias b [N] (HAS_BIAS), the scales sx of the tile's rows (already loaded: [BLOCK_M] fp32)
+    and sw [N] (SCALED), and the residual (HAS_RESIDUAL; Output's shape and strides)."""
+
+    bias_ptr: tl.tensor
+    row_scale: tl.tensor
+    col_scale_ptr: tl.tensor
+    res_ptr: tl.tensor
+
+
+class RopeArgs(NamedTuple):
+    """RoPE's runtime scalars (used only if ROPE), from the launch to the rotation: together
+    they give a row's position and a pair's angle."""
+
+    seq: tl.tensor  # rows per sequence
+    offset: tl.tensor  # position of a sequence's first row
+    rotated: tl.tensor  # columns [0, rotated) turn (q and k heads); the rest are stored as is
+    freq: tl.tensor  # -log2(theta) / (D / 2): inv_freq[i] = 2^(i * freq)
+
+
+class SplitK(NamedTuple):
+    """A split-K program's share of the reduction (finish_tile): the partial sums' workspace
+    [SPLIT_K, M, N], the tiles' arrival counters (int32, zero between launches), this
+    program's split and its output tile's counter slot."""
+
+    partial_ptr: tl.tensor
+    arrivals_ptr: tl.tensor
+    split: tl.tensor
+    tile_id: tl.tensor
 
 
 @triton.jit
@@ -68,11 +113,11 @@ def _cos_sin(angle):
 
 
 @triton.jit
-def rope_angles(offs_m, pair, rope_seq, rope_offset, rope_freq):
-    """cos and sin [rows, pairs] of the angles (m % rope_seq + rope_offset) inv_freq[i], in
+def rope_angles(offs_m, pair, rope):
+    """cos and sin [rows, pairs] of the angles (m % rope.seq + rope.offset) inv_freq[i], in
     fp32 as the rope kernel (memory/rope.py) computes them."""
-    position = (offs_m % rope_seq + rope_offset).to(tl.float32)
-    angle = position[:, None] * tl.math.exp2(pair.to(tl.float32) * rope_freq)[None, :]
+    position = (offs_m % rope.seq + rope.offset).to(tl.float32)
+    angle = position[:, None] * tl.math.exp2(pair.to(tl.float32) * rope.freq)[None, :]
     return _cos_sin(angle)
 
 
@@ -81,15 +126,8 @@ def rope_store(
     y,  # [BLOCK_M, BLOCK_N] fp32: the tile after bias, pairs in adjacent columns
     offs_m,  # [BLOCK_M] rows of the tile
     offs_n,  # [BLOCK_N] GEMM columns of the tile (BLOCK_N even, the tile's first one even)
-    M,
-    N,
-    out_ptr,
-    stride_om,
-    stride_on,
-    rope_seq,  # rows per sequence
-    rope_offset,  # position of a sequence's first row
-    rope_rotated,  # columns [0, rope_rotated) turn (q and k heads); the rest are stored as is
-    rope_freq,  # -log2(theta) / (D / 2): inv_freq[i] = 2^(i * rope_freq)
+    out,  # Output
+    rope,  # RopeArgs
     ROPE: tl.constexpr,  # ROPE_HALF or ROPE_INTERLEAVED
     ROPE_D: tl.constexpr,  # head size D
 ):
@@ -97,23 +135,23 @@ def rope_store(
     x1, x2 = tl.split(tl.reshape(y, (y.shape[0], y.shape[1] // 2, 2)))
     first, _ = tl.split(tl.reshape(offs_n, (offs_n.shape[0] // 2, 2)))  # 2p: a pair's first
     pair = (first % ROPE_D) // 2  # i, the pair within its head
-    turn = (first < rope_rotated)[None, :]
-    cos, sin = rope_angles(offs_m, pair, rope_seq, rope_offset, rope_freq)
+    turn = (first < rope.rotated)[None, :]
+    cos, sin = rope_angles(offs_m, pair, rope)
     cos = tl.where(turn, cos, 1.0)
     sin = tl.where(turn, sin, 0.0)
     y1 = x1 * cos - x2 * sin
     y2 = x2 * cos + x1 * sin
     if ROPE == 1:  # ROPE_HALF: back to columns i and i + D/2 of the head
-        col1 = tl.where(first < rope_rotated, first - first % ROPE_D + pair, first)
-        col2 = tl.where(first < rope_rotated, col1 + ROPE_D // 2, first + 1)
+        col1 = tl.where(first < rope.rotated, first - first % ROPE_D + pair, first)
+        col2 = tl.where(first < rope.rotated, col1 + ROPE_D // 2, first + 1)
     else:
         col1 = first
         col2 = first + 1
-    rows = offs_m.to(tl.int64)[:, None] * stride_om
-    mask = (offs_m < M)[:, None] & (first < N)[None, :]
-    ty = out_ptr.dtype.element_ty
-    tl.store(out_ptr + rows + col1[None, :] * stride_on, y1.to(ty), mask=mask)
-    tl.store(out_ptr + rows + col2[None, :] * stride_on, y2.to(ty), mask=mask)
+    rows = offs_m.to(tl.int64)[:, None] * out.stride_m
+    mask = (offs_m < out.M)[:, None] & (first < out.N)[None, :]
+    ty = out.ptr.dtype.element_ty
+    tl.store(out.ptr + rows + col1[None, :] * out.stride_n, y1.to(ty), mask=mask)
+    tl.store(out.ptr + rows + col2[None, :] * out.stride_n, y2.to(ty), mask=mask)
 
 
 @triton.jit
@@ -121,19 +159,9 @@ def epilogue_store(
     acc,  # [BLOCK_M, BLOCK_N] fp32 or int32 accumulator
     offs_m,  # [BLOCK_M] output rows of this tile
     offs_n,  # [BLOCK_N] output columns of this tile
-    M,
-    N,
-    out_ptr,
-    stride_om,
-    stride_on,
-    bias_ptr,  # fp32 [N] (read only if HAS_BIAS)
-    row_scale,  # [BLOCK_M] fp32 per-token scales sx of these rows (used only if SCALED)
-    col_scale_ptr,  # fp32 [N] per-channel scales sw (read only if SCALED)
-    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
-    rope_seq,  # RoPE's scalars (used only if ROPE): see rope_store
-    rope_offset,
-    rope_rotated,
-    rope_freq,
+    out,  # Output: where y goes
+    inputs,  # EpilogueInputs: bias, scales and residual
+    rope,  # RopeArgs (used only if ROPE)
     SCALED: tl.constexpr,  # dequantize: int8 and fp8 operands, int8 weight-only
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
@@ -144,19 +172,18 @@ def epilogue_store(
     """y = act(acc * sx[m] * sw[n] + b[n]) (+ residual), or RoPE of acc + b[n], in fp32,
     stored in out's dtype; rows >= M and columns >= N are dropped by the store mask
     (epilogue.store_output, rope_store)."""
-    mask_n = offs_n < N
+    mask_n = offs_n < out.N
     y = acc.to(tl.float32)
     if SCALED:
-        col_scale = tl.load(col_scale_ptr + offs_n, mask=mask_n, other=0.0)
-        y = y * row_scale[:, None] * col_scale[None, :]
+        col_scale = tl.load(inputs.col_scale_ptr + offs_n, mask=mask_n, other=0.0)
+        y = y * inputs.row_scale[:, None] * col_scale[None, :]
     if HAS_BIAS:
-        y += tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+        y += tl.load(inputs.bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     if ROPE != 0:
-        rope_store(y, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, rope_seq,
-                   rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)  # fmt: skip
+        rope_store(y, offs_m, offs_n, out, rope, ROPE, ROPE_D)
     else:
-        store_output(y, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, res_ptr,
-                     ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        store_output(y, offs_m, offs_n, out.M, out.N, out.ptr, out.stride_m, out.stride_n,
+                     inputs.res_ptr, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
 
 
 @triton.jit
@@ -164,23 +191,10 @@ def finish_tile(
     acc,  # [BLOCK_M, BLOCK_N] this program's sum over its share of K
     offs_m,
     offs_n,
-    M,
-    N,
-    out_ptr,
-    stride_om,
-    stride_on,
-    bias_ptr,
-    row_scale,
-    col_scale_ptr,
-    res_ptr,  # residual, out's shape and strides (read only if HAS_RESIDUAL)
-    partial_ptr,  # [SPLIT_K, M, N] workspace (unused when SPLIT_K == 1)
-    arrivals_ptr,  # int32 [tiles], zero between launches
-    split,  # this program's index along K
-    tile_id,  # the output tile's counter slot
-    rope_seq,  # RoPE's scalars (used only if ROPE): see rope_store
-    rope_offset,
-    rope_rotated,
-    rope_freq,
+    out,  # Output
+    inputs,  # EpilogueInputs
+    rope,  # RopeArgs (used only if ROPE)
+    split_k,  # SplitK: the workspace and this program's place in it (unused when SPLIT_K == 1)
     SPLIT_K: tl.constexpr,
     SCALED: tl.constexpr,
     HAS_BIAS: tl.constexpr,
@@ -193,31 +207,24 @@ def finish_tile(
     and the last program of the tile to arrive (an atomic counter) adds every split's partial
     in a fixed order, runs the epilogue and resets the counter for the next launch."""
     if SPLIT_K == 1:
-        epilogue_store(
-            acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-            bias_ptr, row_scale, col_scale_ptr, res_ptr,
-            rope_seq, rope_offset, rope_rotated, rope_freq,
-            SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
-        )  # fmt: skip
+        epilogue_store(acc, offs_m, offs_n, out, inputs, rope,
+                       SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D)  # fmt: skip
     else:
-        tile_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        tile_offsets = offs_m.to(tl.int64)[:, None] * N + offs_n[None, :]
-        tl.store(partial_ptr + split * M * N + tile_offsets, acc, mask=tile_mask)
+        tile_mask = (offs_m[:, None] < out.M) & (offs_n[None, :] < out.N)
+        tile_offsets = offs_m.to(tl.int64)[:, None] * out.N + offs_n[None, :]
+        my_partial = split_k.partial_ptr + split_k.split * out.M * out.N + tile_offsets
+        tl.store(my_partial, acc, mask=tile_mask)
         # Every thread's partial is stored before one thread publishes the arrival (release);
         # the last arrival acquires it and so sees every split's partial.
         tl.debug_barrier()
-        arrived = tl.atomic_add(arrivals_ptr + tile_id, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
+        arrived = tl.atomic_add(split_k.arrivals_ptr + split_k.tile_id, 1, sem="acq_rel",
+                                scope="gpu")  # fmt: skip
+        if arrived == SPLIT_K - 1:  # the last to arrive
             total = tl.zeros_like(acc)
             # Fixed order over splits: the fp32 result does not depend on arrival order.
             for s in range(SPLIT_K):
-                total += tl.load(
-                    partial_ptr + s * M * N + tile_offsets, mask=tile_mask, other=0, volatile=True
-                )
-            epilogue_store(
-                total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-                bias_ptr, row_scale, col_scale_ptr, res_ptr,
-                rope_seq, rope_offset, rope_rotated, rope_freq,
-                SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
-            )  # fmt: skip
-            tl.store(arrivals_ptr + tile_id, 0)
+                partial = split_k.partial_ptr + s * out.M * out.N + tile_offsets
+                total += tl.load(partial, mask=tile_mask, other=0, volatile=True)
+            epilogue_store(total, offs_m, offs_n, out, inputs, rope,
+                           SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D)  # fmt: skip
+            tl.store(split_k.arrivals_ptr + split_k.tile_id, 0)

@@ -39,7 +39,15 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_accumulate, inverse_scale, round_to_int8
-from opbench.kernels.gemm.linear_epilogue import epilogue_store, finish_tile, load_row_scale
+from opbench.kernels.gemm.linear_epilogue import (
+    EpilogueInputs,
+    Output,
+    RopeArgs,
+    SplitK,
+    epilogue_store,
+    finish_tile,
+    load_row_scale,
+)
 
 
 @triton.jit
@@ -135,9 +143,9 @@ def _linear_tiled_kernel(
 
     row_scale = load_row_scale(row_scale_ptr, offs_m, M, SCALED)
     epilogue_store(
-        acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-        bias_ptr, row_scale, col_scale_ptr, res_ptr,
-        rope_seq, rope_offset, rope_rotated, rope_freq,
+        acc, offs_m, offs_n, Output(out_ptr, M, N, stride_om, stride_on),
+        EpilogueInputs(bias_ptr, row_scale, col_scale_ptr, res_ptr),
+        RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq),
         SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
     )  # fmt: skip
 
@@ -205,9 +213,9 @@ def _linear_tma_kernel(
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
         row_scale = load_row_scale(row_scale_ptr, offs_m, M, SCALED)
         epilogue_store(
-            acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on,
-            bias_ptr, row_scale, col_scale_ptr, res_ptr,
-            rope_seq, rope_offset, rope_rotated, rope_freq,
+            acc, offs_m, offs_n, Output(out_ptr, M, N, stride_om, stride_on),
+            EpilogueInputs(bias_ptr, row_scale, col_scale_ptr, res_ptr),
+            RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq),
             SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
         )  # fmt: skip
 
@@ -306,8 +314,9 @@ def _linear_split_k_kernel(
 
     tile_id = tile_m * tl.num_programs(0) + tile_n
     finish_tile(
-        acc, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, row_scale,
-        col_scale_ptr, res_ptr, partial_ptr, arrivals_ptr, split, tile_id,
-        rope_seq, rope_offset, rope_rotated, rope_freq, SPLIT_K, SCALED,
-        HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
+        acc, offs_m, offs_n, Output(out_ptr, M, N, stride_om, stride_on),
+        EpilogueInputs(bias_ptr, row_scale, col_scale_ptr, res_ptr),
+        RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq),
+        SplitK(partial_ptr, arrivals_ptr, split, tile_id),
+        SPLIT_K, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE, ROPE_D,
     )  # fmt: skip

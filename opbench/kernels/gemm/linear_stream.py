@@ -34,7 +34,13 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_operand
-from opbench.kernels.gemm.linear_epilogue import finish_tile
+from opbench.kernels.gemm.linear_epilogue import (
+    EpilogueInputs,
+    Output,
+    RopeArgs,
+    SplitK,
+    finish_tile,
+)
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.scratch import scratch
@@ -183,9 +189,11 @@ def _linear_stream_kernel(
     ones = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)  # no per-row scale: x is not quantized
     tile_id = tile_m * tl.num_programs(0) + tile_n
     finish_tile(
-        total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, ones,
-        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_id, rope_seq, rope_offset,
-        rope_rotated, rope_freq, SPLIT_K, W_BITS == 8, HAS_BIAS, ACTIVATION, False, ROPE, ROPE_D,
+        total, offs_m, offs_n, Output(out_ptr, M, N, stride_om, stride_on),
+        EpilogueInputs(bias_ptr, ones, w_scale_ptr, out_ptr),  # no residual
+        RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq),
+        SplitK(partial_ptr, arrivals_ptr, split, tile_id),
+        SPLIT_K, W_BITS == 8, HAS_BIAS, ACTIVATION, False, ROPE, ROPE_D,
     )  # fmt: skip
 
 

@@ -36,7 +36,13 @@ import triton
 import triton.language as tl
 
 from opbench.kernels.device import dot_operand
-from opbench.kernels.gemm.linear_epilogue import finish_tile
+from opbench.kernels.gemm.linear_epilogue import (
+    EpilogueInputs,
+    Output,
+    RopeArgs,
+    SplitK,
+    finish_tile,
+)
 from opbench.kernels.host import INTERPRET, cdiv
 from opbench.kernels.launch import KernelCall, config_call
 from opbench.kernels.scratch import scratch
@@ -210,9 +216,10 @@ def _weight_only_kernel(
     total = tl.trans(acc) if W_LEFT else acc  # [BLOCK_M, BLOCK_N]
     ones = tl.full((BLOCK_M,), 1.0, dtype=tl.float32)  # no per-row scale: x is not quantized
     finish_tile(
-        total, offs_m, offs_n, M, N, out_ptr, stride_om, stride_on, bias_ptr, ones,
-        w_scale_ptr, out_ptr, partial_ptr, arrivals_ptr, split, tile_n, 1, 0, 0, 0.0, SPLIT_K,
-        W_BITS == 8, HAS_BIAS, ACTIVATION, False, 0, 2,  # no RoPE
+        total, offs_m, offs_n, Output(out_ptr, M, N, stride_om, stride_on),
+        EpilogueInputs(bias_ptr, ones, w_scale_ptr, out_ptr),  # no residual
+        RopeArgs(1, 0, 0, 0.0), SplitK(partial_ptr, arrivals_ptr, split, tile_n),
+        SPLIT_K, W_BITS == 8, HAS_BIAS, ACTIVATION, False, 0, 2,  # no RoPE
     )  # fmt: skip
 
 
