@@ -146,12 +146,12 @@ def weight_only(x_dtype, bits, bias, act, split, w_left, block=(16, 64, 128)):
     return source(fn, values, dict(num_warps=4, num_stages=4))
 
 
-def warp_specialized(dtype, tile, bias, act, residual, pingpong, rope=False):
+def warp_specialized(dtype, tile, bias, act, residual, pingpong, rope=0, k_bytes=128):
     """The Gluon GEMM as its launcher (gemm_ws.ws_call) binds it."""
     from opbench.kernels.gemm.gemm_ws import MAXNREG, _descriptor, _gemm_ws_kernel
 
     wg_m, bn, stages, c_bufs = tile
-    bk = 128 // dtype.itemsize
+    bk = k_bytes // dtype.itemsize
     a, w = torch.empty(M, K, dtype=dtype), torch.empty(N, K, dtype=dtype)
     out = torch.empty(M, N, dtype=BF16 if dtype == BF16 else F16)
     c = _descriptor(out, [wg_m, bn // 2])
@@ -207,6 +207,9 @@ def _configs() -> dict:
         ("bf16_coop_rope_two_heads", BF16, (64, 256, 3, 2), True, 0, False, False, 2),
     ]:  # fmt: skip
         c[f"ws_{name}"] = (warp_specialized, (dt, tile, bias, act, res, pp, rope))
+    # int8 with 256 bytes of K per step (two TMA boxes per operand and step)
+    c["ws_i8_pingpong_deep_k"] = (warp_specialized, (I8, (64, 128, 4, 2), True, 3, True, True,
+                                                     0, 256))  # fmt: skip
     return c
 
 

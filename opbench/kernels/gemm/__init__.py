@@ -8,4 +8,10 @@ wrote) and `matmul.bind_matmul`. Kernels: the Triton GEMMs of `linear_kernels.py
 weight-streaming ones of `linear_stream.py` and `linear_stream_q.py`, and on Hopper the
 warp-specialized Gluon GEMM of `gemm_ws.py`. Plans: `linear_plans.py` (tiles and the decode
 table) and `stream_plans.py` (the weight-streaming kernels).
+
+Helpers take small named structures (NamedTuples: what travels together), their constexprs as
+parameters of their own: `linear_epilogue.py`'s Output, EpilogueInputs, RopeArgs and SplitK for
+the pointer kernels' epilogue, `gemm_ws_parts.py`'s for the Gluon GEMM's partitions.
+`tests/kernels/gemm_sass.py` compiles every kernel that calls them for sm_90 on the CPU and
+compares the SASS of two trees (a refactor must leave it as it was).
 """

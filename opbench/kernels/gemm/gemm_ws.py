@@ -78,7 +78,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from opbench.kernels import Unsupported
 from opbench.kernels.epilogue import SWIGLU_PAIRS
 from opbench.kernels.gemm.gemm_ws_epilogue import epilogue_half, rope_halves
-from opbench.kernels.gemm.linear_epilogue import NO_ROPE, ROPE_HALF
+from opbench.kernels.gemm.gemm_ws_parts import EpilogueVectors, OutputTiles, Ring, Walk
+from opbench.kernels.gemm.linear_epilogue import NO_ROPE, ROPE_HALF, RopeArgs
 from opbench.kernels.gemm.linear_kernels import _tile_coords
 from opbench.kernels.gemm.linear_plans import WS_MAXNREG
 from opbench.kernels.hopper import cta_barrier, pass_turn, take_turn, tma_load
@@ -99,67 +100,72 @@ GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.int8:
 
 
 @gluon.jit
-def _ws_producer(a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_programs,
-                 WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):  # fmt: skip
+def _ws_producer(a_desc, w_desc, ring, walk, GROUP_M: gl.constexpr, PINGPONG: gl.constexpr):
     """One warp: every K step of every tile of this program, in tile order, into ring slot
     step % STAGES once its consumers released that slot's previous step (a fresh mbarrier
     passes a wait on parity 1, so the first STAGES steps do not wait). A slot holds one W
     tile and the A tile of each consumer of the step: both (coop) or the tile's owner's."""
+    STAGES: gl.constexpr = ring.w_smem.shape[0]
+    BLOCK_N: gl.constexpr = ring.w_smem.shape[1]
+    WG_M: gl.constexpr = ring.a_smem.shape[1]
+    BLOCK_K: gl.constexpr = ring.a_smem.shape[2]
     A_TILES: gl.constexpr = 1 if PINGPONG else 2
-    num_m = gl.cdiv(M, A_TILES * WG_M)
-    num_n = gl.cdiv(N, BLOCK_N)
-    k_steps = gl.cdiv(K, BLOCK_K)
+    num_m = gl.cdiv(walk.M, A_TILES * WG_M)
+    num_n = gl.cdiv(walk.N, BLOCK_N)
+    k_steps = gl.cdiv(walk.K, BLOCK_K)
     nbytes: gl.constexpr = A_TILES * a_desc.block_type.nbytes + w_desc.block_type.nbytes
     step = 0
-    for tile in range(gl.program_id(0), num_m * num_n, num_programs):
+    for tile in range(gl.program_id(0), num_m * num_n, walk.num_programs):
         tile_m, tile_n = _tile_coords(tile, num_m, num_n, GROUP_M)
         row = tile_m * A_TILES * WG_M
         col = tile_n * BLOCK_N
         for k in range(k_steps):
             slot = step % STAGES
-            mbarrier.wait(empty.index(slot), ((step // STAGES) & 1) ^ 1)
-            bar = ready.index(slot)
+            mbarrier.wait(ring.empty.index(slot), ((step // STAGES) & 1) ^ 1)
+            bar = ring.ready.index(slot)
             mbarrier.expect(bar, nbytes)
             for i in gl.static_range(A_TILES):
                 tma_load(a_desc, [row + i * WG_M, k * BLOCK_K], bar,
-                          a_smem.index(A_TILES * slot + i))  # fmt: skip
-            tma_load(w_desc, [col, k * BLOCK_K], bar, w_smem.index(slot))
+                          ring.a_smem.index(A_TILES * slot + i))  # fmt: skip
+            tma_load(w_desc, [col, k * BLOCK_K], bar, ring.w_smem.index(slot))
             step += 1
 
 
 @gluon.jit
-def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bars, turns,
-                 c_desc, bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K, num_programs,
-                 WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-                 GROUP_M: gl.constexpr, STAGES: gl.constexpr, C_BUFS: gl.constexpr,
-                 PINGPONG: gl.constexpr, IS_INT8: gl.constexpr, SCALED: gl.constexpr,
-                 HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-                 HAS_RESIDUAL: gl.constexpr, rope_seq, rope_offset, rope_rotated, rope_freq,
-                 ROPE: gl.constexpr, ROPE_D: gl.constexpr):  # fmt: skip
+def _ws_consumer(wg: gl.constexpr, ring, walk, out, vectors, rope, turns, GROUP_M: gl.constexpr,
+                 PINGPONG: gl.constexpr, SCALED: gl.constexpr, HAS_BIAS: gl.constexpr,
+                 ACTIVATION: gl.constexpr, HAS_RESIDUAL: gl.constexpr, ROPE: gl.constexpr,
+                 ROPE_D: gl.constexpr):  # fmt: skip
     """Coop: rows wg WG_M ... of each of the program's tiles. Ping-pong: every other tile of
     the program's walk (its tiles wg, wg + 2, ...), whole, its K loop in turn with the other
     consumer's. Per tile the K loop, then the epilogue."""
+    # The tile's sizes, from the buffers that hold it (the kernel allocated them so).
+    STAGES: gl.constexpr = ring.w_smem.shape[0]
+    BLOCK_N: gl.constexpr = ring.w_smem.shape[1]
+    WG_M: gl.constexpr = ring.a_smem.shape[1]
+    BLOCK_K: gl.constexpr = ring.a_smem.shape[2]
+    C_BUFS: gl.constexpr = out.c_smem.shape[0] // 2
+    IS_INT8: gl.constexpr = ring.a_smem.dtype == gl.int8
     # The accumulator's layout: one m64 wgmma row block per 64 rows, N = BLOCK_N per
     # instruction, K = 32 bytes per instruction (the layout's third number).
-    instr_k: gl.constexpr = 256 // a_smem.dtype.primitive_bitwidth
+    instr_k: gl.constexpr = 256 // ring.a_smem.dtype.primitive_bitwidth
     layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, instr_k]
     )
     HALF_N: gl.constexpr = BLOCK_N // 2
     HALF_BIAS: gl.constexpr = HAS_BIAS and not ROPE  # RoPE adds it before the rotation
-    lo_buf = c_smem.index(C_BUFS * wg)
-    hi_buf = c_smem.index(C_BUFS * wg + C_BUFS - 1)  # the same buffer when C_BUFS == 1
-    res_bar = res_bars.index(wg)
+    lo_buf = out.c_smem.index(C_BUFS * wg)
+    hi_buf = out.c_smem.index(C_BUFS * wg + C_BUFS - 1)  # the same buffer when C_BUFS == 1
+    res_bar = out.res_bars.index(wg)
     # A tiles per ring slot (as the producer loads them), and which one is this consumer's.
     A_TILES: gl.constexpr = 1 if PINGPONG else 2
     PART: gl.constexpr = 0 if PINGPONG else wg
-    num_m = gl.cdiv(M, A_TILES * WG_M)
-    num_n = gl.cdiv(N, BLOCK_N)
-    k_steps = gl.cdiv(K, BLOCK_K)
+    num_m = gl.cdiv(walk.M, A_TILES * WG_M)
+    num_n = gl.cdiv(walk.N, BLOCK_N)
+    k_steps = gl.cdiv(walk.K, BLOCK_K)
     pid = gl.program_id(0)
-    first = pid + wg * num_programs if PINGPONG else pid
-    stride = 2 * num_programs if PINGPONG else num_programs
+    first = pid + wg * walk.num_programs if PINGPONG else pid
+    stride = 2 * walk.num_programs if PINGPONG else walk.num_programs
     # The ring step of this consumer's next K step, counted as the producer counts them: over
     # every tile of the program's walk (in ping-pong the other consumer's tiles are skipped).
     step = wg * k_steps if PINGPONG else 0
@@ -177,24 +183,24 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         take_turn(turns, wg, done, PINGPONG)
         for k in range(k_steps):
             slot = step % STAGES
-            mbarrier.wait(ready.index(slot), (step // STAGES) & 1)
-            a_tile = a_smem.index(A_TILES * slot + PART)
-            acc = warpgroup_mma(a_tile, w_smem.index(slot).permute((1, 0)), acc, is_async=True)
+            mbarrier.wait(ring.ready.index(slot), (step // STAGES) & 1)
+            a_tile = ring.a_smem.index(A_TILES * slot + PART)
+            acc = warpgroup_mma(a_tile, ring.w_smem.index(slot).permute((1, 0)), acc, is_async=True)
             # Only this step's MMA may still run: the previous step's slot is free (at k = 0
             # it is the previous tile's last, released after its final wait below).
             acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1, pred=k > 0)
+            mbarrier.arrive(ring.empty.index((step + STAGES - 1) % STAGES), count=1, pred=k > 0)
             step += 1
         pass_turn(turns, wg, PINGPONG)
         # The output tiles of the previous tile have left shared memory (their stores ran
         # under this tile's K loop); the residual comes into them while the last MMA runs.
         tma.store_wait(0)
         if HAS_RESIDUAL:
-            mbarrier.expect(res_bar, 2 * res_desc.block_type.nbytes)
-            tma_load(res_desc, [row0, col0], res_bar, lo_buf)
-            tma_load(res_desc, [row0, col0 + HALF_N], res_bar, hi_buf)
+            mbarrier.expect(res_bar, 2 * out.res_desc.block_type.nbytes)
+            tma_load(out.res_desc, [row0, col0], res_bar, lo_buf)
+            tma_load(out.res_desc, [row0, col0 + HALF_N], res_bar, hi_buf)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(empty.index((step + STAGES - 1) % STAGES), count=1)
+        mbarrier.arrive(ring.empty.index((step + STAGES - 1) % STAGES), count=1)
         if HAS_RESIDUAL:
             mbarrier.wait(res_bar, done & 1)
         # The stores were issued (and waited for) by one thread: the others write the tiles
@@ -204,27 +210,27 @@ def _ws_consumer(wg: gl.constexpr, a_smem, w_smem, c_smem, ready, empty, res_bar
         # The epilogue by column halves: the split stays within each thread's registers and
         # halves what the scales, bias and residual of a half keep live.
         if ROPE:  # one head, pairs side by side: gemm_ws_epilogue.py
-            lo, hi = rope_halves(acc, row0, col0, N, bias_ptr, rope_seq, rope_offset,
-                                 rope_rotated, rope_freq, HAS_BIAS, ROPE_D)  # fmt: skip
+            lo, hi = rope_halves(acc, row0, col0, walk.N, vectors.bias_ptr, rope, HAS_BIAS,
+                                 ROPE_D)  # fmt: skip
         else:
             lo, hi = gl.split(acc.reshape([WG_M, 2, HALF_N]).permute((0, 2, 1)))
-        epilogue_half(lo, lo_buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
-                      SCALED, HALF_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        epilogue_half(lo, lo_buf, row0, col0, walk.M, walk.N, vectors, SCALED, HALF_BIAS,
+                      ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         if C_BUFS == 1:
             # One buffer (a ring stage's worth of shared memory saved): the first half's
             # store must have read it before the second half is written.
             fence_async_shared()
             cta_barrier()
-            _tma_store(c_desc, [row0, col0], lo_buf)
+            _tma_store(out.c_desc, [row0, col0], lo_buf)
             tma.store_wait(0)
             cta_barrier()
-        epilogue_half(hi, hi_buf, row0, col0 + HALF_N, M, N, bias_ptr, row_scale_ptr,
-                      col_scale_ptr, SCALED, HALF_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
+        epilogue_half(hi, hi_buf, row0, col0 + HALF_N, walk.M, walk.N, vectors, SCALED,
+                      HALF_BIAS, ACTIVATION, HAS_RESIDUAL)  # fmt: skip
         fence_async_shared()
         cta_barrier()  # all four warps wrote their rows (a barrier of this warpgroup)
         if C_BUFS == 2:
-            _tma_store(c_desc, [row0, col0], lo_buf)
-        _tma_store(c_desc, [row0, col0 + HALF_N], hi_buf)
+            _tma_store(out.c_desc, [row0, col0], lo_buf)
+        _tma_store(out.c_desc, [row0, col0 + HALF_N], hi_buf)
         done += 1
         if PINGPONG:
             step += k_steps  # the other consumer's tile
@@ -274,21 +280,23 @@ def _gemm_ws_kernel(
         if PINGPONG:
             mbarrier.init(turns.index(i), count=1)
 
-    # (The argument tuples are written out: a tuple built from a shared one loses the
-    # constexpr-ness of its elements in the Gluon frontend of Triton 3.6.)
+    # The structures are built in each partition's arguments: bound to a name first, a value
+    # Triton made a constexpr (an argument equal to 1) would become a runtime one.
     gl.warp_specialize(
-        [(_ws_consumer, (0, a_smem, w_smem, c_smem, ready, empty, res_bars, turns, c_desc,
-                         bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
-                         num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
-                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
-         (_ws_consumer, (1, a_smem, w_smem, c_smem, ready, empty, res_bars, turns, c_desc,
-                         bias_ptr, row_scale_ptr, col_scale_ptr, res_desc, M, N, K,
-                         num_programs, WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, C_BUFS,
-                         PINGPONG, IS_INT8, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL,
-                         rope_seq, rope_offset, rope_rotated, rope_freq, ROPE, ROPE_D)),
-         (_ws_producer, (a_desc, w_desc, a_smem, w_smem, ready, empty, M, N, K, num_programs,
-                         WG_M, BLOCK_N, BLOCK_K, GROUP_M, STAGES, PINGPONG))],
+        [(_ws_consumer, (0, Ring(a_smem, w_smem, ready, empty), Walk(M, N, K, num_programs),
+                         OutputTiles(c_desc, res_desc, c_smem, res_bars),
+                         EpilogueVectors(bias_ptr, row_scale_ptr, col_scale_ptr),
+                         RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq), turns,
+                         GROUP_M, PINGPONG, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE,
+                         ROPE_D)),
+         (_ws_consumer, (1, Ring(a_smem, w_smem, ready, empty), Walk(M, N, K, num_programs),
+                         OutputTiles(c_desc, res_desc, c_smem, res_bars),
+                         EpilogueVectors(bias_ptr, row_scale_ptr, col_scale_ptr),
+                         RopeArgs(rope_seq, rope_offset, rope_rotated, rope_freq), turns,
+                         GROUP_M, PINGPONG, SCALED, HAS_BIAS, ACTIVATION, HAS_RESIDUAL, ROPE,
+                         ROPE_D)),
+         (_ws_producer, (a_desc, w_desc, Ring(a_smem, w_smem, ready, empty),
+                         Walk(M, N, K, num_programs), GROUP_M, PINGPONG))],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip
 

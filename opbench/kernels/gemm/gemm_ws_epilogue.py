@@ -23,23 +23,24 @@ from opbench.kernels.gemm.linear_epilogue import rope_angles
 
 
 @gluon.jit
-def epilogue_half(acc, buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale_ptr,
-                  SCALED: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+def epilogue_half(acc, buf, row0, col0, M, N, vectors, SCALED: gl.constexpr,
+                  HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
                   HAS_RESIDUAL: gl.constexpr):  # fmt: skip
     """act(acc sx[m] sw[n] + b[n]) (+ the residual already in `buf`) into `buf`, in fp32
-    and then the output's dtype; rows and columns past the output are clipped by the TMA
-    store (their values are computed from zero operands and masked loads)."""
+    and then the output's dtype (b, sx and sw: `vectors`, gemm_ws_parts.EpilogueVectors);
+    rows and columns past the output are clipped by the TMA store (their values are computed
+    from zero operands and masked loads)."""
     layout: gl.constexpr = acc.type.layout
     offs_m = row0 + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
     offs_n = col0 + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
     mask_n = offs_n < N
     y = acc.to(gl.float32)
     if SCALED:
-        sx = gl.load(row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
-        sw = gl.load(col_scale_ptr + offs_n, mask=mask_n, other=0.0)
+        sx = gl.load(vectors.row_scale_ptr + offs_m, mask=offs_m < M, other=0.0)
+        sw = gl.load(vectors.col_scale_ptr + offs_n, mask=mask_n, other=0.0)
         y = y * sx[:, None] * sw[None, :]
     if HAS_BIAS:
-        y += gl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
+        y += gl.load(vectors.bias_ptr + offs_n, mask=mask_n, other=0.0)[None, :]
     y = apply_activation(y, ACTIVATION)
     if HAS_RESIDUAL:
         y += buf.load(layout).to(gl.float32)
@@ -47,10 +48,11 @@ def epilogue_half(acc, buf, row0, col0, M, N, bias_ptr, row_scale_ptr, col_scale
 
 
 @gluon.jit
-def rope_halves(acc, row0, col0, N, bias_ptr, rope_seq, rope_offset, rope_rotated, rope_freq,
-                HAS_BIAS: gl.constexpr, ROPE_D: gl.constexpr):  # fmt: skip
-    """The tile's two column halves (fp32), its bias added and its q and k heads rotated: one
-    head (BLOCK_N = D) or two (BLOCK_N = 2 D, each half then one head)."""
+def rope_halves(acc, row0, col0, N, bias_ptr, rope, HAS_BIAS: gl.constexpr,
+                ROPE_D: gl.constexpr):  # fmt: skip
+    """The tile's two column halves (fp32), its bias added and its q and k heads rotated by
+    `rope` (linear_epilogue.RopeArgs): one head (BLOCK_N = D) or two (BLOCK_N = 2 D, each
+    half then one head)."""
     WG_M: gl.constexpr = acc.shape[0]
     HALF_N: gl.constexpr = acc.shape[1] // 2
     HALF_D: gl.constexpr = ROPE_D // 2
@@ -65,8 +67,8 @@ def rope_halves(acc, row0, col0, N, bias_ptr, rope_seq, rope_offset, rope_rotate
         cols = col0 + 2 * q
         y1 += gl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
         y2 += gl.load(bias_ptr + cols + 1, mask=cols + 1 < N, other=0.0)[None, :]
-    cos, sin = rope_angles(offs_m, q % HALF_D, rope_seq, rope_offset, rope_freq)
-    turn = (col0 + (q // HALF_D) * ROPE_D < rope_rotated)[None, :]
+    cos, sin = rope_angles(offs_m, q % HALF_D, rope)
+    turn = (col0 + (q // HALF_D) * ROPE_D < rope.rotated)[None, :]
     cos = gl.where(turn, cos, 1.0)
     sin = gl.where(turn, sin, 0.0)
     y1, y2 = y1 * cos - y2 * sin, y2 * cos + y1 * sin
