@@ -27,7 +27,7 @@ print("configs", len(configs), "instructions", gemm_sass.instructions(text),
 def test_every_configuration_binds_and_one_dumps(tmp_path: Path) -> None:
     out = run_uninterpreted(BIND_DUMP_COMPARE, tmp_path, "split_k_f16_split1_res")
     words = out.split()
-    counts = dict(zip(words[-6::2], map(int, words[-5::2])))
+    counts = dict(zip(words[-6::2], map(int, words[-5::2]), strict=True))
     assert counts["configs"] >= 20 and counts["instructions"] > 100, out
     assert counts["compare"] == 0, out  # a dump equals itself
     resources, *sass = (tmp_path / "split_k_f16_split1_res.sass").read_text().splitlines()
