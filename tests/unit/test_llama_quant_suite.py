@@ -61,11 +61,11 @@ LINEARS = ("qkv", "o_proj", "gate", "up", "down")
 
 
 def tiny_suite() -> str:
-    """The shipped suite's models at 67 tokens, hidden 48 (3 heads of 16), SwiGLU 80: K and N
+    """The shipped suite's models at 67 tokens, hidden 32 (2 heads of 16), SwiGLU 48: K and N
     multiples of 16, as torch._scaled_mm needs on a GPU."""
     defaults = {"dtype": "bfloat16", "backends": ["torch", "torch-compile", "triton"],
                 "timing": {"warmup_ms": 0, "rep_ms": 1, "rounds": 1}}  # fmt: skip
-    models = networks.llama_quant_models(tokens=67, hidden=48, heads=3, ffn=80)
+    models = networks.llama_quant_models(tokens=67, hidden=32, heads=2, ffn=48)
     return networks.suite_text("tiny", "tiny_llama_quant", "tiny", defaults, models)
 
 
