@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from opbench.kernels import Unsupported
+from opbench.kernels.attention.attention_parts import KeyValues, SoftmaxState, softmax_start
 from opbench.kernels.attention.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
@@ -80,10 +81,10 @@ def load_rows(
 
 @triton.jit
 def online_softmax_update(
-    acc, m_i, l_i, qk, qk_offset, qk_scale, v,
+    state: SoftmaxState, qk, qk_offset, qk_scale, v,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, LAZY: tl.constexpr,
 ):  # fmt: skip
-    """Fold one key block into the running (acc, m, l) of the online softmax.
+    """Fold one key block into the running state (acc, m, l) of the online softmax.
 
     The block's base-2 logits are (qk - qk_offset) * qk_scale with qk_scale > 0, so the row
     maximum is taken on qk and each logit costs one FMA; masked entries of qk are -inf.
@@ -95,6 +96,7 @@ def online_softmax_update(
     maximum has grown by more than 8; p <= 2^8 meanwhile, which fp16/bf16 P and the fp32
     sums hold exactly as well. The decision is one reduction over the block's rows.
     """
+    acc, m_i, l_i = state
     m_blk = (tl.max(qk, 1) - qk_offset) * qk_scale
     if LAZY:
         if tl.max(m_blk - m_i, 0) > 8.0:  # +inf on the first block (m = -inf)
@@ -116,7 +118,7 @@ def online_softmax_update(
     acc = tl.dot(
         dot_operand(p, UPCAST_DOT), dot_operand(v, UPCAST_DOT), acc, input_precision=DOT_PRECISION
     )
-    return acc, m_i, l_i
+    return SoftmaxState(acc, m_i, l_i)
 
 
 @triton.jit
@@ -149,32 +151,31 @@ def key_ranges(
 
 @triton.jit
 def _attend_key_blocks(
-    acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, lo, hi, seq_len,
-    stride_xs, stride_xd, qk_scale,
+    state: SoftmaxState, q, offs_m, keys: KeyValues, lo, hi, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
     USE_DESC: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
     LAZY: tl.constexpr,
 ):  # fmt: skip
-    """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges."""
+    """One pass over the key blocks from lo (a multiple of BLOCK_N) to hi; see key_ranges.
+    q: the query block, rows offs_m; the state after the last block is returned."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k = load_rows(
-            k_base, k_desc, start_n, seq_len, stride_xs, stride_xd,
+            keys.k_base, keys.k_desc, start_n, keys.n_keys, keys.stride_ks, keys.stride_kd,
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
         k = dot_operand(k, UPCAST_DOT)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if MASKED:
-            visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, CAUSAL)
+            visible = key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), keys.n_keys, CAUSAL)
             qk = tl.where(visible, qk, float("-inf"))
         v = load_rows(
-            v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
+            keys.v_base, keys.v_desc, start_n, keys.n_keys, keys.stride_vs, keys.stride_vd,
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
-        acc, m_i, l_i = online_softmax_update(
-            acc, m_i, l_i, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT, LAZY
-        )
-    return acc, m_i, l_i
+        state = online_softmax_update(state, qk, 0.0, qk_scale, v, DOT_PRECISION, UPCAST_DOT,
+                                      LAZY)  # fmt: skip
+    return state
 
 
 @triton.jit
@@ -250,22 +251,22 @@ def _attention_fwd_kernel(
         q_base, q_desc, start_m, seq_len, stride_xs, stride_xd, BLOCK_M, HEAD_DIM, USE_DESC, True
     )
     q = dot_operand(q, UPCAST_DOT)
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-
+    state = softmax_start(BLOCK_M, HEAD_DIM)
+    keys = KeyValues(k_base, stride_xs, stride_xd, k_desc, v_base, stride_xs, stride_xd, v_desc,
+                     n_keys=seq_len)  # fmt: skip
     unmasked_end, masked_end = key_ranges(start_m, seq_len, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attend_key_blocks(
-        acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, 0, unmasked_end,
-        seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
+    # Keys every row sees first, then the blocks that need the mask (see key_ranges).
+    state = _attend_key_blocks(
+        state, q, offs_m, keys, 0, unmasked_end, qk_scale,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, MASKED=False, USE_DESC=USE_DESC,
+        DOT_PRECISION=DOT_PRECISION, UPCAST_DOT=UPCAST_DOT, LAZY=LAZY,
     )  # fmt: skip
-    acc, m_i, l_i = _attend_key_blocks(
-        acc, m_i, l_i, q, k_base, v_base, k_desc, v_desc, offs_m, unmasked_end, masked_end,
-        seq_len, stride_xs, stride_xd, qk_scale,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, USE_DESC, DOT_PRECISION, UPCAST_DOT, LAZY,
+    state = _attend_key_blocks(
+        state, q, offs_m, keys, unmasked_end, masked_end, qk_scale,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, MASKED=True, USE_DESC=USE_DESC,
+        DOT_PRECISION=DOT_PRECISION, UPCAST_DOT=UPCAST_DOT, LAZY=LAZY,
     )  # fmt: skip
-
+    acc, m_i, l_i = state
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
     if USE_DESC:
         o_desc.store([start_m, 0], out)

@@ -41,6 +41,7 @@ from opbench.kernels.attention.attention_decode_plans import (
     rows_per_block,
     tuning_candidates,
 )
+from opbench.kernels.attention.attention_parts import KeyValues, SoftmaxState, softmax_start
 from opbench.kernels.device import dot_operand
 from opbench.kernels.host import INTERPRET, cdiv, next_power_of_2
 from opbench.kernels.launch import BoundKernels, KernelCall, config_call, sequence
@@ -53,11 +54,12 @@ COMBINE_SPLITS = 32
 
 @triton.jit
 def _guarded_update(
-    acc, m_i, l_i, qk, qk_scale, v, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr
+    state: SoftmaxState, qk, qk_scale, v, DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr
 ):
     """The online-softmax step of attention.py, for rows that may have seen no key yet
     (m = -inf after a fully masked block): the exponent's reference point is then 0, so
     p = 2^-inf = 0 instead of 2^(-inf + inf) = NaN."""
+    acc, m_i, l_i = state
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
     m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
     p = tl.math.exp2(qk * qk_scale - m_ref[:, None])
@@ -68,40 +70,40 @@ def _guarded_update(
     acc = tl.dot(
         dot_operand(p, UPCAST_DOT), dot_operand(v, UPCAST_DOT), acc, input_precision=DOT_PRECISION
     )
-    return acc, m_new, l_i
+    return SoftmaxState(acc, m_new, l_i)
 
 
 @triton.jit
 def _walk_keys(
-    acc, m_i, l_i, q, k_base, v_base, pos, lo, hi, kv_len, causal_offset,
-    stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
+    state: SoftmaxState, q, pos, causal_offset, keys: KeyValues, key_mask, lo, hi, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, MASKED: tl.constexpr,
     DOT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr, HAS_MASK: tl.constexpr,
 ):  # fmt: skip
-    """Keys [lo, hi) in BLOCK_N steps; MASKED steps hide keys past N, when causal keys right
-    of each row's diagonal, and with HAS_MASK keys whose `key_mask` entry is 0."""
+    """Keys [lo, hi) in BLOCK_N steps against q (rows at positions pos); MASKED steps hide keys
+    past N, when causal keys past pos + causal_offset, with HAS_MASK keys whose key_mask is 0."""
     cols = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        keys = start_n + tl.arange(0, BLOCK_N)
-        k_ptrs = k_base + keys[:, None] * stride_ks + cols[None, :] * stride_kd
-        v_ptrs = v_base + keys[:, None] * stride_vs + cols[None, :] * stride_vd
+        offs_n = start_n + tl.arange(0, BLOCK_N)
+        k_ptrs = keys.k_base + offs_n[:, None] * keys.stride_ks + cols[None, :] * keys.stride_kd
+        v_ptrs = keys.v_base + offs_n[:, None] * keys.stride_vs + cols[None, :] * keys.stride_vd
         if MASKED:
-            k = tl.load(k_ptrs, mask=keys[:, None] < kv_len, other=0.0)
-            v = tl.load(v_ptrs, mask=keys[:, None] < kv_len, other=0.0)
+            k = tl.load(k_ptrs, mask=offs_n[:, None] < keys.n_keys, other=0.0)
+            v = tl.load(v_ptrs, mask=offs_n[:, None] < keys.n_keys, other=0.0)
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
         qk = tl.dot(q, tl.trans(dot_operand(k, UPCAST_DOT)), input_precision=DOT_PRECISION)
         if MASKED:
-            visible = keys[None, :] < kv_len
+            visible = offs_n[None, :] < keys.n_keys
             if CAUSAL:
-                visible = visible & (keys[None, :] <= pos[:, None] + causal_offset)
+                visible = visible & (offs_n[None, :] <= pos[:, None] + causal_offset)
             if HAS_MASK:
-                visible &= tl.load(key_mask + keys, mask=keys < kv_len, other=0)[None, :] != 0
+                kept = tl.load(key_mask + offs_n, mask=offs_n < keys.n_keys, other=0)
+                visible &= kept[None, :] != 0
             qk = tl.where(visible, qk, float("-inf"))
-        acc, m_i, l_i = _guarded_update(acc, m_i, l_i, qk, qk_scale, v, DOT_PRECISION, UPCAST_DOT)
-    return acc, m_i, l_i
+        state = _guarded_update(state, qk, qk_scale, v, DOT_PRECISION, UPCAST_DOT)
+    return state
 
 
 @triton.jit
@@ -170,20 +172,19 @@ def _decode_split_kernel(
     unmasked_end = lo if HAS_MASK else lo + tl.maximum(full_end - lo, 0) // BLOCK_N * BLOCK_N
     key_mask = mask_ptr + batch.to(tl.int64) * stride_mb
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    acc, m_i, l_i = _walk_keys(
-        acc, m_i, l_i, q, k_base, v_base, pos, lo, unmasked_end, kv_len, causal_offset,
-        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
-        HEAD_DIM, BLOCK_N, CAUSAL, False, DOT_PRECISION, UPCAST_DOT, HAS_MASK,
+    state = softmax_start(BLOCK_M, HEAD_DIM)
+    keys = KeyValues(k_base, stride_ks, stride_kd, None, v_base, stride_vs, stride_vd, None, kv_len)
+    state = _walk_keys(
+        state, q, pos, causal_offset, keys, key_mask, lo, unmasked_end, qk_scale,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, MASKED=False,
+        DOT_PRECISION=DOT_PRECISION, UPCAST_DOT=UPCAST_DOT, HAS_MASK=HAS_MASK,
     )  # fmt: skip
-    acc, m_i, l_i = _walk_keys(
-        acc, m_i, l_i, q, k_base, v_base, pos, unmasked_end, hi, kv_len, causal_offset,
-        stride_ks, stride_kd, stride_vs, stride_vd, qk_scale, key_mask,
-        HEAD_DIM, BLOCK_N, CAUSAL, True, DOT_PRECISION, UPCAST_DOT, HAS_MASK,
+    state = _walk_keys(
+        state, q, pos, causal_offset, keys, key_mask, unmasked_end, hi, qk_scale,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, CAUSAL=CAUSAL, MASKED=True,
+        DOT_PRECISION=DOT_PRECISION, UPCAST_DOT=UPCAST_DOT, HAS_MASK=HAS_MASK,
     )  # fmt: skip
-
+    acc, m_i, l_i = state
     if SPLIT:
         part = (pid_bh * tl.num_programs(1) + pid_s).to(tl.int64) * num_rows
         tl.store(part_m_ptr + part + rows, m_i, mask=in_rows)

@@ -55,6 +55,7 @@ from opbench.kernels.attention.attention_int8 import (
     SUM_BLOCK_ROWS,
     SUM_CHUNK_ROWS,
 )
+from opbench.kernels.attention.attention_parts import Fp8KeyValues, SoftmaxState, softmax_start
 from opbench.kernels.attention.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
@@ -182,29 +183,31 @@ def _quantize_kv_fp8_kernel(
 
 @triton.jit
 def _attend_key_blocks_fp8(
-    acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, vt8_base, k8_desc, vt8_desc, offs_m,
-    lo, hi, seq_len, padded_len,
+    state: SoftmaxState, q8, q_scale, offs_m, keys: Fp8KeyValues, lo, hi,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, KEY_BLOCK: tl.constexpr,
     CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr, EMULATE: tl.constexpr,
 ):  # fmt: skip
-    """Key blocks [lo, hi); k8 and vt8 are padded with zeros, so no load needs a mask."""
+    """Key blocks [lo, hi) against q8 (scale q_scale); k8 and vt8 are padded with zeros, so no
+    load needs a mask."""
+    acc, m_i, l_i = state
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         k8 = load_rows(
-            k8_base, k8_desc, start_n, padded_len, HEAD_DIM, 1, BLOCK_N, HEAD_DIM, USE_DESC, False
-        )
-        k_scale = tl.load(k_scale_base + start_n // KEY_BLOCK)
+            keys.k8_base, keys.k8_desc, start_n, keys.padded_len, HEAD_DIM, 1,
+            BLOCK_N, HEAD_DIM, USE_DESC, False,
+        )  # fmt: skip
+        k_scale = tl.load(keys.k_scale_base + start_n // KEY_BLOCK)
         qk = tl.dot(q8, tl.trans(k8))
         if MASKED:
             qk = tl.where(
-                key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), seq_len, CAUSAL),
+                key_mask(offs_m, start_n + tl.arange(0, BLOCK_N), keys.n_keys, CAUSAL),
                 qk,
                 float("-inf"),
             )
         if USE_DESC:
-            vt8 = vt8_desc.load([0, start_n])
+            vt8 = keys.vt8_desc.load([0, start_n])
         else:
-            vt_ptrs = (vt8_base + tl.arange(0, HEAD_DIM)[:, None] * padded_len
+            vt_ptrs = (keys.vt8_base + tl.arange(0, HEAD_DIM)[:, None] * keys.padded_len
                        + (start_n + tl.arange(0, BLOCK_N))[None, :])  # fmt: skip
             vt8 = tl.load(vt_ptrs)
         scale = q_scale * k_scale
@@ -215,7 +218,7 @@ def _attend_key_blocks_fp8(
         acc = acc * alpha[:, None]
         acc = tl.dot(to_e4m3(p * 448.0, EMULATE), tl.trans(vt8), acc)
         m_i = m_new
-    return acc, m_i, l_i
+    return SoftmaxState(acc, m_i, l_i)
 
 
 @triton.jit
@@ -278,20 +281,21 @@ def _attention_fp8_kernel(
     q8 = to_e4m3(q * (448.0 / q_amax), EMULATE)
     q_scale = q_amax / 448.0
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    state = softmax_start(BLOCK_M, HEAD_DIM)
+    keys = Fp8KeyValues(k8_base, k8_desc, k_scale_base, vt8_base, vt8_desc, padded_len,
+                        n_keys=seq_len)  # fmt: skip
     unmasked_end, masked_end = key_ranges(start_m, seq_len, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attend_key_blocks_fp8(
-        acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, vt8_base, k8_desc, vt8_desc, offs_m,
-        0, unmasked_end, seq_len, padded_len,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, False, USE_DESC, EMULATE,
+    state = _attend_key_blocks_fp8(
+        state, q8, q_scale, offs_m, keys, 0, unmasked_end,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, KEY_BLOCK=KEY_BLOCK, CAUSAL=CAUSAL, MASKED=False,
+        USE_DESC=USE_DESC, EMULATE=EMULATE,
     )  # fmt: skip
-    acc, m_i, l_i = _attend_key_blocks_fp8(
-        acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, vt8_base, k8_desc, vt8_desc, offs_m,
-        unmasked_end, masked_end, seq_len, padded_len,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, True, USE_DESC, EMULATE,
+    state = _attend_key_blocks_fp8(
+        state, q8, q_scale, offs_m, keys, unmasked_end, masked_end,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, KEY_BLOCK=KEY_BLOCK, CAUSAL=CAUSAL, MASKED=True,
+        USE_DESC=USE_DESC, EMULATE=EMULATE,
     )  # fmt: skip
+    acc, m_i, l_i = state
 
     cols = tl.arange(0, HEAD_DIM)
     v_scale = tl.load(v_scale_ptr + pid_bh * HEAD_DIM + cols)

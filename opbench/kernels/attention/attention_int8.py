@@ -50,6 +50,7 @@ from opbench.kernels.attention.attention import (
     online_softmax_update,
     views_key,
 )
+from opbench.kernels.attention.attention_parts import KeyValues, SoftmaxState, softmax_start
 from opbench.kernels.attention.attention_plans import (
     descriptors_usable,
     ensure_descriptor_allocator,
@@ -156,33 +157,34 @@ def _quantize_keys_kernel(
 
 @triton.jit
 def _attend_key_blocks_int8(
-    acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
-    lo, hi, seq_len, stride_xs, stride_xd,
+    state: SoftmaxState, q8, q_scale, offs_m, keys: KeyValues, k_scale_base, lo, hi,
     HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, KEY_BLOCK: tl.constexpr,
     CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_DESC: tl.constexpr, UPCAST_DOT: tl.constexpr,
     LAZY: tl.constexpr,
 ):  # fmt: skip
-    """One pass over key blocks [lo, hi); k8 rows are padded, so only V loads need masks."""
+    """One pass over key blocks [lo, hi): q8 (scale q_scale) against the int8 keys (one scale
+    per KEY_BLOCK keys at k_scale_base); k8 rows are padded, so only V loads need masks."""
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         k8 = load_rows(
-            k8_base, k8_desc, start_n, seq_len, HEAD_DIM, 1, BLOCK_N, HEAD_DIM, USE_DESC, False
-        )
+            keys.k_base, keys.k_desc, start_n, keys.n_keys, keys.stride_ks, keys.stride_kd,
+            BLOCK_N, HEAD_DIM, USE_DESC, False,
+        )  # fmt: skip
         k_scale = tl.load(k_scale_base + start_n // KEY_BLOCK)
         qk = tl.dot(q8, tl.trans(k8))
         # int32 -> fp32 as MAGIC_FLOAT + qk, by an integer add (see the module docstring).
         qk = (qk + MAGIC_BITS).to(tl.float32, bitcast=True)
         if MASKED:
-            qk = tl.where(key_mask(offs_m, offs_n, seq_len, CAUSAL), qk, float("-inf"))
+            qk = tl.where(key_mask(offs_m, offs_n, keys.n_keys, CAUSAL), qk, float("-inf"))
         v = load_rows(
-            v_base, v_desc, start_n, seq_len, stride_xs, stride_xd,
+            keys.v_base, keys.v_desc, start_n, keys.n_keys, keys.stride_vs, keys.stride_vd,
             BLOCK_N, HEAD_DIM, USE_DESC, MASKED,
         )  # fmt: skip
-        acc, m_i, l_i = online_softmax_update(
-            acc, m_i, l_i, qk, MAGIC_FLOAT, q_scale * k_scale, v, "tf32", UPCAST_DOT, LAZY
+        state = online_softmax_update(
+            state, qk, MAGIC_FLOAT, q_scale * k_scale, v, "tf32", UPCAST_DOT, LAZY
         )
-    return acc, m_i, l_i
+    return state
 
 
 @triton.jit
@@ -255,20 +257,22 @@ def _attention_int8_kernel(
     q_scale = q_amax / 127.0
     q8 = round_to_int8(q * (127.0 / q_amax))
 
-    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    state = softmax_start(BLOCK_M, HEAD_DIM)
+    # k8 rows are contiguous: strides (HEAD_DIM, 1).
+    keys = KeyValues(k8_base, HEAD_DIM, 1, k8_desc, v_base, stride_xs, stride_xd, v_desc,
+                     n_keys=seq_len)  # fmt: skip
     unmasked_end, masked_end = key_ranges(start_m, seq_len, CAUSAL, BLOCK_M, BLOCK_N)
-    acc, m_i, l_i = _attend_key_blocks_int8(
-        acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
-        0, unmasked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, False, USE_DESC, UPCAST_DOT, LAZY,
+    state = _attend_key_blocks_int8(
+        state, q8, q_scale, offs_m, keys, k_scale_base, 0, unmasked_end,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, KEY_BLOCK=KEY_BLOCK, CAUSAL=CAUSAL, MASKED=False,
+        USE_DESC=USE_DESC, UPCAST_DOT=UPCAST_DOT, LAZY=LAZY,
     )  # fmt: skip
-    acc, m_i, l_i = _attend_key_blocks_int8(
-        acc, m_i, l_i, q8, q_scale, k8_base, k_scale_base, v_base, k8_desc, v_desc, offs_m,
-        unmasked_end, masked_end, seq_len, stride_xs, stride_xd,
-        HEAD_DIM, BLOCK_N, KEY_BLOCK, CAUSAL, True, USE_DESC, UPCAST_DOT, LAZY,
+    state = _attend_key_blocks_int8(
+        state, q8, q_scale, offs_m, keys, k_scale_base, unmasked_end, masked_end,
+        HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, KEY_BLOCK=KEY_BLOCK, CAUSAL=CAUSAL, MASKED=True,
+        USE_DESC=USE_DESC, UPCAST_DOT=UPCAST_DOT, LAZY=LAZY,
     )  # fmt: skip
+    acc, m_i, l_i = state
 
     out = (acc / l_i[:, None]).to(out_ptr.dtype.element_ty)
     cols = tl.arange(0, HEAD_DIM)

@@ -48,7 +48,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from opbench.kernels.attention.attention_hopper import _softmax_block
-from opbench.kernels.attention.attention_ws_parts import KeyRing, QueryRows, StepShape
+from opbench.kernels.attention.attention_ws_parts import (
+    CtaRows,
+    KeyRing,
+    LoadOrigins,
+    OutputRows,
+    QueryRows,
+    StepShape,
+    WsTile,
+)
 from opbench.kernels.attention.attention_ws_step import (
     CONSUMER_REGS,
     FP8_QUANT,
@@ -72,15 +80,17 @@ FP8 = gl.float8e4nv
 
 
 @gluon.jit
-def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready,
-                 k_empty, v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr, seq_len,
-                 start_m, mask_end, num_blocks, qk_scale, out_base, stride_os,
-                 HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr, BLOCK_N: gl.constexpr,
-                 STAGES: gl.constexpr, PINGPONG: gl.constexpr, P_REGS: gl.constexpr,
-                 QUANT: gl.constexpr):  # fmt: skip
-    """Rows start_m + wg WG_M ... of the CTA's Q tile: Q quantized (FP8_QUANT, INT8_QK), the
-    key loop, then the store. q8_smem, k_scale_ptr and v_scale_ptr are None where QUANT has
-    no use for them."""
+def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, q_bars, ring: KeyRing, out_ptr, k_scale_ptr,
+                 v_scale_ptr, cta: CtaRows, qk_scale, out_base, stride_os,
+                 tile: WsTile):  # fmt: skip
+    """Rows cta.start_m + wg WG_M ... of the CTA's Q tile: Q quantized (FP8_QUANT, INT8_QK),
+    the key loop, then the store at out_ptr + out_base (row stride stride_os). q8_smem,
+    k_scale_ptr and v_scale_ptr are None where QUANT has no use for them."""
+    HEAD_DIM: gl.constexpr = tile.HEAD_DIM
+    CAUSAL: gl.constexpr = tile.CAUSAL
+    BLOCK_N: gl.constexpr = tile.BLOCK_N
+    QUANT: gl.constexpr = tile.QUANT
+    seq_len = cta.seq_len
     dtype: gl.constexpr = q_smem.dtype
     # wgmma's K per instruction: 16 for 16-bit operands, 32 for 8-bit ones.
     if QUANT == NO_QUANT:
@@ -103,7 +113,7 @@ def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_ba
         )
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
     m0, mask_from, offs_m, zero_s, acc, m_i, l_i = _consumer_start(
-        start_m, wg, mask_end, s_layout, o_layout, CAUSAL, BLOCK_N, HEAD_DIM)  # fmt: skip
+        cta.start_m, wg, cta.mask_end, s_layout, o_layout, CAUSAL, BLOCK_N, HEAD_DIM)  # fmt: skip
     if QUANT == INT8_QK:
         zero_s = gl.zeros([WG_M, BLOCK_N], gl.int32, layout=s_layout)  # int32 scores
 
@@ -111,7 +121,7 @@ def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_ba
         q_tile = q_smem.index(wg)
         mbarrier.wait(q_bars.index(wg), 0)
         q_scale = qk_scale
-        s = _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg, PINGPONG)
+        s = _first_scores(q_tile, ring, zero_s, wg, tile.PINGPONG)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, 0, mask_from, offs_m, seq_len, qk_scale,
                                             CAUSAL, BLOCK_N, s_layout)  # fmt: skip
     else:
@@ -120,7 +130,7 @@ def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_ba
         q_scale = _quantize_q(q_smem.index(wg), q_tile, m0, seq_len, qk_scale, HEAD_DIM,
                               QUANT == INT8_QK)  # fmt: skip
         k_scale = gl.load(k_scale_ptr)
-        s = _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg, PINGPONG)
+        s = _first_scores(q_tile, ring, zero_s, wg, tile.PINGPONG)
         if QUANT == INT8_QK:
             p, alpha, m_i, l_i = _softmax_block_int32(s, m_i, l_i, 0, mask_from, offs_m, seq_len,
                                                       q_scale * k_scale, CAUSAL, BLOCK_N,
@@ -131,22 +141,21 @@ def _ws_consumer(wg: gl.constexpr, q_smem, q8_smem, k_smem, v_smem, p_smem, q_ba
                                                 s_layout)  # fmt: skip
     if QUANT == FP8_QUANT:
         p = p * 448.0
-    p_op = _p_operand(p, p_smem, 2 * wg, p_dtype, o_layout, P_REGS)
+    p_op = _p_operand(p, ring.p_smem, 2 * wg, p_dtype, o_layout, tile.P_REGS)
 
-    ring = KeyRing(k_smem, v_smem, p_smem, k_ready, k_empty, v_ready, v_empty, turns)
     rows = QueryRows(mask_from, offs_m, seq_len)
-    shape = StepShape(p_dtype, s_layout, o_layout, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS,
-                      QUANT)  # fmt: skip
-    acc, l_i = _key_loop(acc, p_op, alpha, m_i, l_i, wg, q_tile, ring, zero_s, rows, num_blocks,
-                         qk_scale, q_scale, k_scale_ptr, shape)  # fmt: skip
+    shape = StepShape(p_dtype, s_layout, o_layout, CAUSAL, BLOCK_N, tile.STAGES, tile.PINGPONG,
+                      tile.P_REGS, QUANT)  # fmt: skip
+    acc, l_i = _key_loop(acc, p_op, alpha, m_i, l_i, wg, q_tile, ring, zero_s, rows,
+                         cta.num_blocks, qk_scale, q_scale, k_scale_ptr, shape)  # fmt: skip
 
     if QUANT == FP8_QUANT:
         cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
         v_scale = gl.load(v_scale_ptr + cols)
-        out = acc * (v_scale / 448.0)[None, :] / gl.convert_layout(l_i, row_o)[:, None]
+        result = acc * (v_scale / 448.0)[None, :] / gl.convert_layout(l_i, row_o)[:, None]
     else:
-        out = acc / gl.convert_layout(l_i, row_o)[:, None]
-    _store_rows(out, m0, out_ptr, out_base, stride_os, seq_len, o_layout, HEAD_DIM)
+        result = acc / gl.convert_layout(l_i, row_o)[:, None]
+    _store_rows(result, m0, OutputRows(out_ptr, out_base, stride_os), seq_len, o_layout, HEAD_DIM)
 
 
 @gluon.jit
@@ -213,18 +222,23 @@ def _attention_ws_kernel(
         k_row, k_col, v_row, v_col = pid_bh * padded_len, 0, row0, col
     else:
         k_row, k_col, v_row, v_col = pid_bh * padded_len, 0, pid_bh * HEAD_DIM, 0
-    producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                     v_ready, v_empty, row0 + start_m, col, k_row, k_col, v_row, v_col,
-                     num_blocks, BLOCK_N, STAGES, QUANT == FP8_QUANT)  # fmt: skip
+    ring = KeyRing(k_smem, v_smem, p_smem, k_ready, k_empty, v_ready, v_empty, turns)
+    tile = WsTile(HEAD_DIM, CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, QUANT)
+    cta = CtaRows(seq_len, start_m, mask_end, num_blocks)
+    at = LoadOrigins(row0 + start_m, col, k_row, k_col, v_row, v_col)
+    # Bound to a name, a tuple's constexprs become run-time values (Triton's assignment turns
+    # ints into tensors): the producer has always received BLOCK_N, STAGES and V_T so, and
+    # passing them as constexprs changes the SASS (docs/perf/attention.md, helpers' arguments).
+    producer_args = (q_desc, k_desc, v_desc, q_smem, q_bars, ring, at, num_blocks, BLOCK_N, STAGES,
+                     QUANT == FP8_QUANT)  # fmt: skip
+    # A worker partition's run-time arguments reach it through shared memory, laid out in the
+    # order they are passed (aggregates flattened): this order is the one the kernel had with
+    # every value passed alone, so the kernel compiles to the same SASS.
     gl.warp_specialize(
-        [(_ws_consumer, (0, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty,
-                         v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr, seq_len,
-                         start_m, mask_end, num_blocks, qk_scale, out_base, stride_os, HEAD_DIM,
-                         CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, QUANT)),
-         (_ws_consumer, (1, q_smem, q8_smem, k_smem, v_smem, p_smem, q_bars, k_ready, k_empty,
-                         v_ready, v_empty, turns, out_ptr, k_scale_ptr, v_scale_ptr, seq_len,
-                         start_m, mask_end, num_blocks, qk_scale, out_base, stride_os, HEAD_DIM,
-                         CAUSAL, BLOCK_N, STAGES, PINGPONG, P_REGS, QUANT)),
+        [(_ws_consumer, (0, q_smem, q8_smem, q_bars, ring, out_ptr, k_scale_ptr, v_scale_ptr, cta,
+                         qk_scale, out_base, stride_os, tile)),
+         (_ws_consumer, (1, q_smem, q8_smem, q_bars, ring, out_ptr, k_scale_ptr, v_scale_ptr, cta,
+                         qk_scale, out_base, stride_os, tile)),
          (_ws_producer, producer_args)],
         [4, 1], [CONSUMER_REGS, PRODUCER_REGS],
     )  # fmt: skip

@@ -24,7 +24,13 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from opbench.kernels.attention.attention_hopper import _softmax_block
-from opbench.kernels.attention.attention_ws_parts import KeyRing, QueryRows, StepShape
+from opbench.kernels.attention.attention_ws_parts import (
+    KeyRing,
+    LoadOrigins,
+    OutputRows,
+    QueryRows,
+    StepShape,
+)
 from opbench.kernels.hopper import cta_barrier, pass_turn, take_turn, tma_load
 from opbench.kernels.host import cdiv
 from opbench.kernels.launch import KernelCall
@@ -55,27 +61,29 @@ MAXNREG = 168
 
 
 @gluon.jit
-def _ws_producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bars, k_ready, k_empty,
-                 v_ready, v_empty, q_row, q_col, k_row, k_col, v_row, v_col, num_blocks,
-                 BLOCK_N: gl.constexpr, STAGES: gl.constexpr, V_T: gl.constexpr):  # fmt: skip
-    """One warp: both Q tiles (rows q_row, q_row + WG_M) and K_0, then per block i: K_{i+1}
-    and V_i, each into slot i % STAGES of its ring once both consumers released that slot's
-    previous block (a fresh mbarrier passes a wait on parity 1). K runs one block ahead of V
-    because the consumers need K_{i+1} and V_i in the same step (and release K sooner).
+def _ws_producer(q_desc, k_desc, v_desc, q_smem, q_bars, ring: KeyRing, at: LoadOrigins,
+                 num_blocks, BLOCK_N, STAGES, V_T):  # fmt: skip
+    """One warp: both Q tiles (rows at.q_row, at.q_row + WG_M) and K_0, then per block i:
+    K_{i+1} and V_i, each into slot i % STAGES of its ring once both consumers released that
+    slot's previous block (a fresh mbarrier passes a wait on parity 1). K runs one block ahead
+    of V because the consumers need K_{i+1} and V_i in the same step (and release K sooner).
     Key block i is at (k_row + i BLOCK_N, k_col); its values at (v_row + i BLOCK_N, v_col),
-    or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N)."""
+    or with V_T (values stored transposed, keys along columns) at (v_row, v_col + i BLOCK_N).
+    BLOCK_N, STAGES and V_T arrive as run-time values (see the kernel's `producer_args`)."""
     for w in gl.static_range(2):
         mbarrier.expect(q_bars.index(w), q_desc.block_type.nbytes)
-        tma_load(q_desc, [q_row + w * WG_M, q_col], q_bars.index(w), q_smem.index(w))
-    _load_kv(k_desc, k_smem, k_ready, k_empty, 0, k_row, k_col, STAGES)
+        tma_load(q_desc, [at.q_row + w * WG_M, at.q_col], q_bars.index(w), q_smem.index(w))
+    _load_kv(k_desc, ring.k_smem, ring.k_ready, ring.k_empty, 0, at.k_row, at.k_col, STAGES)
     for i in range(num_blocks):
         if i + 1 < num_blocks:
-            row = k_row + (i + 1) * BLOCK_N
-            _load_kv(k_desc, k_smem, k_ready, k_empty, i + 1, row, k_col, STAGES)
+            row = at.k_row + (i + 1) * BLOCK_N
+            _load_kv(k_desc, ring.k_smem, ring.k_ready, ring.k_empty, i + 1, row, at.k_col, STAGES)
         if V_T:
-            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row, v_col + i * BLOCK_N, STAGES)
+            col = at.v_col + i * BLOCK_N
+            _load_kv(v_desc, ring.v_smem, ring.v_ready, ring.v_empty, i, at.v_row, col, STAGES)
         else:
-            _load_kv(v_desc, v_smem, v_ready, v_empty, i, v_row + i * BLOCK_N, v_col, STAGES)
+            row = at.v_row + i * BLOCK_N
+            _load_kv(v_desc, ring.v_smem, ring.v_ready, ring.v_empty, i, row, at.v_col, STAGES)
 
 
 @gluon.jit
@@ -295,28 +303,27 @@ def _cta_start(seq_len, heads, stride_ob, stride_oh, CAUSAL: gl.constexpr,
 
 
 @gluon.jit
-def _first_scores(q_tile, k_smem, k_ready, k_empty, turns, zero_s, wg: gl.constexpr,
-                  PINGPONG: gl.constexpr):  # fmt: skip
+def _first_scores(q_tile, ring: KeyRing, zero_s, wg: gl.constexpr, PINGPONG: gl.constexpr):
     """S_0 = Q K_0^T, issued on this consumer's first turn and waited for; K_0's slot released."""
-    mbarrier.wait(k_ready.index(0), 0)
-    take_turn(turns, wg, 0, PINGPONG)
-    s_tok = warpgroup_mma(q_tile, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
+    mbarrier.wait(ring.k_ready.index(0), 0)
+    take_turn(ring.turns, wg, 0, PINGPONG)
+    s_tok = warpgroup_mma(q_tile, ring.k_smem.index(0).permute((1, 0)), zero_s, use_acc=False,
                           is_async=True)  # fmt: skip
-    pass_turn(turns, wg, PINGPONG)
+    pass_turn(ring.turns, wg, PINGPONG)
     s = warpgroup_mma_wait(num_outstanding=0, deps=(s_tok,))
-    mbarrier.arrive(k_empty.index(0), count=1)
+    mbarrier.arrive(ring.k_empty.index(0), count=1)
     return s
 
 
 @gluon.jit
-def _store_rows(out, m0, out_ptr, out_base, stride_os, seq_len, o_layout: gl.constexpr,
+def _store_rows(result, m0, out: OutputRows, seq_len, o_layout: gl.constexpr,
                 HEAD_DIM: gl.constexpr):  # fmt: skip
-    """The consumer's finished rows m0 ... m0 + WG_M (out, fp32, O's layout) into the output
-    in its dtype; rows past the sequence are not stored."""
+    """The consumer's finished rows m0 ... m0 + WG_M (result, fp32, O's layout) into the
+    output in its dtype; rows past the sequence are not stored."""
     rows = m0 + gl.arange(0, WG_M, layout=gl.SliceLayout(1, o_layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
-    o_ptrs = out_ptr + out_base + rows[:, None] * stride_os + cols[None, :]
-    gl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
+    o_ptrs = out.out_ptr + out.out_base + rows[:, None] * out.stride_os + cols[None, :]
+    gl.store(o_ptrs, result.to(out.out_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
 
 
 @gluon.jit
