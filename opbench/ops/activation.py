@@ -87,6 +87,19 @@ class GELU(Activation):
         ),
     )  # fmt: skip
     flops_per_element = 8
+    #: ONNX's Gelu (opset 20; `approximate` read by `from_onnx`), ONNX Runtime's contrib Gelu
+    #: and FastGelu (the tanh form).
+    onnx_imports = (
+        ("", "Gelu", {}),
+        ("com.microsoft", "Gelu", {}),
+        ("com.microsoft", "FastGelu", {"approximate": "tanh"}),
+    )
+
+    def from_onnx(self, implied, attributes):
+        approximate = attributes.get("approximate", "none")
+        if approximate not in ("none", "tanh"):
+            return None
+        return {"approximate": "tanh"} if approximate == "tanh" else dict(implied)
 
     @staticmethod
     def tanh(p) -> bool:
@@ -123,6 +136,7 @@ class SiLU(Activation):
     torch_calls = ("torch.nn.functional.silu",)
     example = Example((5, 7), (5, 7))
     flops_per_element = 4
+    onnx_imports = (("opbench", "Silu", {}),)  # importers/onnx/rules.py's x·sigmoid(x)
 
     def activate(self, x, p):
         import torch.nn.functional as F

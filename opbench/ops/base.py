@@ -256,6 +256,21 @@ class Op:
     #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
     #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
     arity: int = 1
+    #: The elementwise ONNX nodes the importer reads as one layer of this op (one data input):
+    #: (domain, op type, the parameters such a node implies; `from_onnx` may refine them).
+    #: Empty for an activation with an `onnx_op`: that node, no parameters (`onnx_readings`).
+    onnx_imports: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
+
+    def onnx_readings(self) -> tuple[tuple[str, str, Mapping[str, Any]], ...]:
+        """`onnx_imports`, or for an activation its export's own node read back."""
+        if self.onnx_imports or not (self.is_activation and self.onnx_op):
+            return self.onnx_imports
+        return (("", self.onnx_op, {}),)
+
+    def from_onnx(self, implied: Mapping[str, Any], attributes: Mapping[str, Any]) -> dict | None:
+        """A layer's parameters from an `onnx_imports` node's implied ones and its attributes
+        (strings decoded); None when the attributes make it another function (refused)."""
+        return dict(implied)
 
     def epilogue_name(self, params: Mapping[str, Any]) -> str | None:
         """The epilogue function a layer of this op with these parameters applies (`epilogue`

@@ -1,12 +1,16 @@
 """The lists other stages keep about ops, derived from what each op declares (ops/base.py:
-`is_activation`, `epilogue`, `engine_names`), never written again: adding an activation is one
-op module (and its kernel), and it appears in every list below; `epilogue_op` finds the op a
-conv's or linear's `activation:` names, whose own code then computes and exports it.
+`is_activation`, `epilogue`, `engine_names`, `onnx_imports`), never written again: adding an
+activation is one op module (and its kernel), and it appears in every list below (the ONNX
+importer reads its nodes too); `epilogue_op` finds the op a conv's or linear's `activation:`
+names, whose own code then computes and exports it.
 
 Computed from the registry on every call: an op registered later (a plugin's, a test's) counts.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from opbench.ops.base import DerivedChoices, Op, Param
 
@@ -39,6 +43,16 @@ def activation_engine_names() -> frozenset[str]:
     return frozenset(
         n.casefold() for op in _ops() if op.is_activation for n in op.engine_names.split()
     )
+
+
+def onnx_imports() -> dict[tuple[str, str], list[tuple[Op, Mapping[str, Any]]]]:
+    """(domain, ONNX op type) → the ops that may read such a node, each with the parameters
+    its pattern implies, in registration order (each op's `onnx_readings`)."""
+    found: dict[tuple[str, str], list[tuple[Op, Mapping[str, Any]]]] = {}
+    for op in _ops():
+        for domain, op_type, implied in op.onnx_readings():
+            found.setdefault((domain, op_type), []).append((op, implied))
+    return found
 
 
 def epilogue_op(name: str) -> Op:

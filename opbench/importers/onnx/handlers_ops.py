@@ -25,6 +25,7 @@ from opbench.importers.onnx.handlers import (
 from opbench.importers.onnx.rules import _const
 from opbench.importers.onnx.steps import _cax, attr, out_shape
 from opbench.importers.onnx.walk import Walker
+from opbench.ops.kinds import onnx_imports
 
 
 def _eps(value: Any) -> float:
@@ -261,11 +262,8 @@ HANDLERS: dict[tuple[str, str], Handler] = {
     ("", "RMSNormalization"): rmsnorm,
     ("opbench", "RMSNormalization"): rmsnorm,
     ("", "Softmax"): softmax,
-    ("", "Relu"): lambda w, n: unary(w, n, "relu"),
-    ("", "Sigmoid"): lambda w, n: unary(w, n, "sigmoid"),
-    ("opbench", "Silu"): lambda w, n: unary(w, n, "silu"),
-    ("com.microsoft", "Gelu"): lambda w, n: unary(w, n, "gelu"),
-    ("com.microsoft", "FastGelu"): lambda w, n: unary(w, n, "gelu", {"approximate": "tanh"}),
+    # Clip is relu6 or relu by its bounds, constant inputs (opset 11+) or attributes: reading
+    # those constants is the importer's (rules._scalar), so it stays here, not on the ops.
     ("", "Clip"): clip,
     ("", "Add"): binary,
     ("", "Mul"): binary,
@@ -275,13 +273,27 @@ HANDLERS: dict[tuple[str, str], Handler] = {
 }
 
 
-def _gelu(w: Walker, node: Any) -> None:
-    approximate = attr(node, "approximate", "none")
-    approximate = approximate.decode() if isinstance(approximate, bytes) else approximate
-    unary(w, node, "gelu", {"approximate": "tanh"} if approximate == "tanh" else None)
+def _attributes(node: Any) -> dict[str, Any]:
+    decoded = {name: attr(node, name) for name in node.attributes}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in decoded.items()}
 
 
-HANDLERS[("", "Gelu")] = _gelu
+def declared_op(w: Walker, node: Any) -> bool:
+    """A node some op declares in its `onnx_imports` (ops/kinds.py: the registry's, plugins'
+    too) as that op's layer; False when no op declares it."""
+    readings = onnx_imports().get((node.domain or "", node.op_type))
+    if not readings:
+        return False
+    attributes = _attributes(node)
+    for op, implied in readings:
+        params = op.from_onnx(implied, attributes)
+        if params is not None:
+            unary(w, node, op.name, params or None)
+            (x,), out = data_inputs(node)[:1], node.outputs[0]
+            if out.shape is None:  # shape inference knows no custom domain's node: elementwise
+                out.shape = x.shape
+            return True
+    raise Refused(f"no op reads {node.op_type} with attributes {attributes}")
 
 
 def handle(w: Walker, node: Any) -> None:
@@ -296,6 +308,7 @@ def handle(w: Walker, node: Any) -> None:
 
     key = (node.domain or "", node.op_type)
     handler = HANDLERS.get(key) or TRANSFORMER_HANDLERS.get(key) or ATTENTION_HANDLERS.get(key)
-    if handler is None:
+    if handler is not None:
+        return handler(w, node)
+    if not declared_op(w, node):
         raise Refused("not a supported op")
-    handler(w, node)
