@@ -90,6 +90,17 @@ def from_onnx_command(
             f"{model_path}: not written; --skip-unsupported writes a placeholder for each "
             "(never measured) and keeps the graph connected"
         )
+    lost = [u.node for u in imported.unsupported if u.op_type == "output"]
+    if lost:
+        # Placeholders keep the graph connected only where a node's output shape is known:
+        # a model output that still cannot be made would leave the suite a truncated model,
+        # the unsupported node dropped with it.
+        print_unsupported(imported)
+        raise InputError(
+            f"{model_path}: not written; model output(s) {', '.join(lost)} cannot be made even "
+            "with placeholders (above; e.g. a node of an unknown domain whose output shape ONNX "
+            "cannot infer): the suite would not be the whole model"
+        )
     stem = portable_name(model_path.stem, "onnx_model")
     suite_name = portable_name(name, stem) if name else stem
     from_opbench = imported.producer == "opbench" and imported.graph_name

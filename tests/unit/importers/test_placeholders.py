@@ -64,3 +64,22 @@ def test_placeholders_of_zero_and_three_inputs_validate_and_run(tmp_path: Path):
     status = {r["layer"]: r["status"] for r in run["layers"]}
     assert status["fc"] == "ok" and status["relu_a"] == "ok"
     assert status["sum3"] == status["noise"] == "unsupported"
+
+
+def test_an_output_no_placeholder_can_make_is_never_dropped(tmp_path: Path):
+    """A tail node of an unknown domain: ONNX cannot infer its output's shape, so no
+    placeholder can stand for it; the suite would be the model without its last node: not
+    written, exit 2, the output named."""
+    path, out = tmp_path / "tail.onnx", tmp_path / "tail.yaml"
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu"),
+             helper.make_node("Foo", ["h"], ["y"], name="foo", domain="my.domain")]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("my.domain", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets), path)
+    done = runner.invoke(app, ["suite", "from-onnx", str(path), "--out", str(out),
+                               "--skip-unsupported"])  # fmt: skip
+    assert done.exit_code == 2, done.output
+    assert "model output(s) y cannot be made" in done.output and not out.exists()
