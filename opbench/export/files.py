@@ -30,7 +30,7 @@ from opbench.errors import InputError
 from opbench.export.graph import LAYER_NAMES, BuiltGraph, Part, SeededData, build_graph
 from opbench.export.model_files import file_stem as file_stem  # re-exported
 from opbench.export.model_files import write_model_files
-from opbench.export.onnx_ops import emitter_for
+from opbench.export.onnx_ops import exporting_op
 from opbench.spec.model import ModelSpec, SuiteSpec
 
 MANIFEST_VERSION = 2  # 2: cuts are ancestor sets (`cuts`, not `prefixes`); weights in one file
@@ -122,7 +122,7 @@ def export_suite(
     chosen = select_models(suite, models)
     for model in chosen:  # every op must have an ONNX form before anything is written
         for layer in model.layers:
-            emitter_for(layer, model.name)
+            exporting_op(layer, model.name)
     data = SeededData(suite)
     out.mkdir(parents=True, exist_ok=True)
     entries = []

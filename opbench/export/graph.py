@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from opbench.export.onnx_ops import BASE_OPSET, LayerScope, emitter_for, layer_hint
+from opbench.export.onnx_ops import BASE_OPSET, LayerScope, exporting_op, layer_hint
 from opbench.spec.model import LayerSpec, ModelSpec, SuiteSpec
 
 MODEL_INPUT = "input"  # the model input of the one-input form
@@ -147,8 +147,6 @@ def build_graph(
     import onnx
     from onnx import TensorProto, helper
 
-    from opbench.ops.registry import get_op
-
     nodes: list[Any] = []
     initializers: list[Any] = []
     inputs: list[Endpoint] = []
@@ -177,7 +175,7 @@ def build_graph(
                     continue
                 xs.append(tensor_of[value])
                 read.add(value)
-            emit = emitter_for(layer, model)
+            layer_op = exporting_op(layer, model)
             scope = LayerScope(
                 layer.name,
                 lambda op, principal, k, _l=layer.name, _m=model: naming.node(
@@ -187,9 +185,8 @@ def build_graph(
                 nodes,
                 initializers,
             )
-            single = getattr(get_op(layer.op), "arity", 1) == 1
-            tensor_of[layer.name] = emit(
-                scope, xs[0] if single else tuple(xs), data.weights(part.model, layer), layer
+            tensor_of[layer.name] = layer_op.to_onnx(
+                scope, layer_op.input_arg(xs), data.weights(part.model, layer), layer
             )
             if scope.principal is not None:
                 scope.principal.doc_string = layer_hint(layer)

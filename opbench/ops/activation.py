@@ -45,14 +45,22 @@ class Activation(Op):
 
     @property
     def exports_to_onnx(self) -> bool:
-        """Whether it has an ONNX form: an `onnx_op`, or `onnx_nodes` of its own."""
-        return bool(self.onnx_op) or type(self).onnx_nodes is not Activation.onnx_nodes
+        """Whether it has an ONNX form: an `onnx_op`, or `onnx_nodes` (or `to_onnx`) of its own."""
+        own = type(self)
+        return (
+            bool(self.onnx_op)
+            or own.onnx_nodes is not Activation.onnx_nodes
+            or own.to_onnx is not Activation.to_onnx
+        )
 
     def forward(self, x, weights, layer):
         return self.activate(x, layer.params)
 
     def reference(self, x, weights, layer):
         return self.activate_reference(x, layer.params)
+
+    def to_onnx(self, scope, x, weights, layer):
+        return self.onnx_nodes(scope, x, layer.params)
 
 
 class ReLU(Activation):

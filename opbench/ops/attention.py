@@ -390,3 +390,8 @@ class Attention(Op):
                 scores = scores.masked_fill(hidden, float("-inf"))
             out[bi, hi] = scores.softmax(-1) @ vs
         return out.transpose(1, 2).reshape(b, s, h * d)
+
+    def to_onnx(self, scope, x, weights, layer):
+        from opbench.ops import attention_onnx  # ONNX Attention: packed, separate, explicit
+
+        return attention_onnx.nodes(self, scope, x, weights, layer)

@@ -234,9 +234,21 @@ class Op:
     torch_calls: tuple[str, ...] = ()
     #: `reference` is a formula of its own that makes none of `torch_calls` (tests check it).
     reference_written_out: bool = False
-    #: The ONNX operator the op is when it is one node without attributes (export uses it
-    #: when export/onnx_ops.py has no emitter of its own for the op).
+    #: The ONNX operator of the op's form when it is one node without attributes (`to_onnx`).
     onnx_op: str = ""
+
+    @property
+    def exports_to_onnx(self) -> bool:
+        """Whether the op has an ONNX form: an `onnx_op`, or a `to_onnx` of its own."""
+        return bool(self.onnx_op) or type(self).to_onnx is not Op.to_onnx
+
+    def to_onnx(self, scope: Any, x: Any, weights: Mapping[str, Any], layer: LayerView) -> str:
+        """The layer's ONNX nodes, added through `scope` (export/onnx_ops.py's LayerScope, passed
+        in: ops import no exporter); the output tensor's name. `x`: one name, or a tuple as
+        `input_arg` gives; `weights`: numpy float32. By default one `onnx_op` node reading every
+        input in order (add → Add(a, b)); a form computes what `forward` computes."""
+        return scope.one(self.onnx_op, [x] if isinstance(x, str) else list(x))
+
     #: An elementwise activation: engines fuse it into the layer before it, so an engine's row
     #: that says only "activation" may be this op (match/names.py, the ONNX Runtime reader).
     is_activation: bool = False

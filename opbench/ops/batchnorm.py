@@ -61,3 +61,8 @@ class BatchNorm2d(Op):
         return (x - per_channel("running_mean")) * inv_std * per_channel("weight") + per_channel(
             "bias"
         )
+
+    def to_onnx(self, scope, x, weights, layer):
+        keys = ("weight", "bias", "running_mean", "running_var")
+        names = [scope.weight(k, weights[k]) for k in keys]
+        return scope.one("BatchNormalization", [x, *names], epsilon=layer.params["eps"])

@@ -49,3 +49,6 @@ class Concat(Op):
         import torch
 
         return torch.cat(tuple(x), dim=layer.params["axis"])
+
+    def to_onnx(self, scope, x, weights, layer):
+        return scope.one("Concat", list(x), axis=layer.params["axis"])

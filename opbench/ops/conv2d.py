@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from opbench.ops.base import QUANT, Example, Op, Param, ShapeError, numel
-from opbench.ops.functional import activate, activate_reference
+from opbench.ops.functional import activate, activate_onnx, activate_reference
 from opbench.ops.kinds import ACTIVATION
 
 
@@ -112,3 +112,20 @@ class Conv2d(Op):
             p["dilation"],
             p["groups"],
         )
+
+    def to_onnx(self, scope, x, weights, layer):
+        p = layer.params
+        inputs = [x, scope.weight("weight", weights["weight"])]
+        if "bias" in weights:
+            inputs.append(scope.weight("bias", weights["bias"]))
+        (ph, pw) = p["padding"]
+        y = scope.one(
+            "Conv",
+            inputs,
+            kernel_shape=list(p["kernel_size"]),
+            strides=list(p["stride"]),
+            pads=[ph, pw, ph, pw],
+            dilations=list(p["dilation"]),
+            group=p["groups"],
+        )
+        return activate_onnx(scope, y, p["activation"])

@@ -86,3 +86,17 @@ class Embedding(Op):
         p = layer.params
         ids = self.position_ids(x, p).expand(x.shape) if p["positions"] else x.long()
         return weights["weight"][ids]
+
+    def to_onnx(self, scope, x, weights, layer):
+        """Gather(table, ids, axis=0); a position embedding gathers the constant positions
+        offset .. offset + S - 1 and Expands them over the batch."""
+        import numpy as np
+
+        p = layer.params
+        table = scope.weight("weight", weights["weight"])
+        if not p["positions"]:
+            return scope.one("Gather", [table, x], axis=0)
+        seq = layer.input_shape[-1]
+        positions = scope.ints("positions", np.arange(p["offset"], p["offset"] + seq))
+        rows = scope.one("Gather", [table, positions], axis=0)
+        return scope.one("Expand", [rows, scope.ints("shape", layer.output_shape)])

@@ -27,3 +27,10 @@ class Flatten(Op):
 
     def forward(self, x, weights, layer):
         return x.flatten(layer.params["start_dim"])
+
+    def to_onnx(self, scope, x, weights, layer):
+        """Flatten(axis=1) for start_dim 1, else a Reshape to the output shape."""
+        start = layer.params["start_dim"] % len(layer.input_shape)
+        if start == 1:
+            return scope.one("Flatten", [x], axis=1)
+        return scope.one("Reshape", [x, scope.ints("shape", layer.output_shape)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
-from opbench.ops.functional import activate, activate_reference
+from opbench.ops.functional import activate, activate_onnx, activate_reference
 from opbench.ops.kinds import ACTIVATION
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, LINEAR_QUANTS
 
@@ -96,3 +96,16 @@ class Linear(Op):
         if "bias" in weights:
             y = y + weights["bias"]
         return activate_reference(y, layer.params["activation"])
+
+    def to_onnx(self, scope, x, weights, layer):
+        """Gemm (transB=1) on 2-D input; above 2-D MatMul with Wᵀ, then Add for the bias."""
+        if len(layer.input_shape) == 2:
+            inputs = [x, scope.weight("weight", weights["weight"])]
+            if "bias" in weights:
+                inputs.append(scope.weight("bias", weights["bias"]))
+            y = scope.one("Gemm", inputs, transB=1)
+        else:
+            y = scope.one("MatMul", [x, scope.weight("weight_t", weights["weight"].T)])
+            if "bias" in weights:
+                y = scope.one("Add", [y, scope.weight("bias", weights["bias"])])
+        return activate_onnx(scope, y, layer.params["activation"])

@@ -35,6 +35,10 @@ class LayerNorm(Op):
         var = (x - mean).pow(2).mean(-1, keepdim=True)
         return (x - mean) / (var + layer.params["eps"]).sqrt() * weights["weight"] + weights["bias"]
 
+    def to_onnx(self, scope, x, weights, layer):
+        affine = [scope.weight(key, weights[key]) for key in ("weight", "bias")]
+        return scope.one("LayerNormalization", [x, *affine], axis=-1, epsilon=layer.params["eps"])
+
 
 class RMSNorm(Op):
     name = "rmsnorm"
@@ -63,3 +67,14 @@ class RMSNorm(Op):
     def reference(self, x, weights, layer):
         rms = (x.pow(2).mean(-1, keepdim=True) + layer.params["eps"]).sqrt()
         return x / rms * weights["weight"]
+
+    def to_onnx(self, scope, x, weights, layer):
+        """x / sqrt(mean(x²) + eps) · w, written out (RMSNormalization needs opset 23)."""
+        import numpy as np
+
+        squares = scope.one("Mul", [x, x])
+        mean = scope.one("ReduceMean", [squares, scope.ints("axes", [-1])], keepdims=1)
+        eps = scope.weight("eps", np.array(layer.params["eps"], dtype=np.float32))
+        root = scope.one("Sqrt", [scope.one("Add", [mean, eps])])
+        weight = scope.weight("weight", weights["weight"])
+        return scope.one("Mul", [scope.one("Div", [x, root]), weight])

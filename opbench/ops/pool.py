@@ -44,6 +44,15 @@ class _Pool2d(Op):
         kh, kw = p["kernel_size"]
         return numel(out_shape) * kh * kw
 
+    def onnx_attributes(self, p) -> dict:
+        """The ONNX pool's kernel_shape, strides and pads (begin and end alike)."""
+        (ph, pw) = p["padding"]
+        return {
+            "kernel_shape": list(p["kernel_size"]),
+            "strides": list(self.stride(p)),
+            "pads": [ph, pw, ph, pw],
+        }
+
 
 class MaxPool2d(_Pool2d):
     name = "maxpool2d"
@@ -58,6 +67,9 @@ class MaxPool2d(_Pool2d):
         p = layer.params
         return F.max_pool2d(x, p["kernel_size"], self.stride(p), p["padding"])
 
+    def to_onnx(self, scope, x, weights, layer):
+        return scope.one("MaxPool", [x], **self.onnx_attributes(layer.params))
+
 
 class AvgPool2d(_Pool2d):
     name = "avgpool2d"
@@ -71,3 +83,8 @@ class AvgPool2d(_Pool2d):
 
         p = layer.params
         return F.avg_pool2d(x, p["kernel_size"], self.stride(p), p["padding"])
+
+    def to_onnx(self, scope, x, weights, layer):
+        """AveragePool with count_include_pad=1: PyTorch counts the padding."""
+        attributes = self.onnx_attributes(layer.params)
+        return scope.one("AveragePool", [x], count_include_pad=1, **attributes)

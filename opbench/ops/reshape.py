@@ -46,3 +46,8 @@ class Reshape(Op):
 
     def forward(self, x, weights, layer):
         return x.reshape(x.shape[0], *layer.params["shape"])
+
+    def to_onnx(self, scope, x, weights, layer):
+        """Reshape to (batch, *shape), a -1 kept as written."""
+        shape = [layer.output_shape[0], *layer.params["shape"]]
+        return scope.one("Reshape", [x, scope.ints("shape", shape)])

@@ -195,3 +195,40 @@ class Rope(Op):
         else:
             y[..., 0::2], y[..., 1::2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
         return self.merge(y, rest, p)
+
+    def to_onnx(self, scope, x, weights, layer):
+        """x · cos + rotate_half(x) · sin with the layer's cos/sin tables as initializers
+        (Hugging Face's exported form); rows and packed rows are reshaped to [B, S, n, D]
+        first, the v heads of packed rows carried through with cos = 1, sin = 0 (exact)."""
+        import numpy as np
+
+        p = layer.params
+        _, d, rotated = self.geometry(layer.input_shape, p)
+        cos, sin = weights["cos"], weights["sin"]  # [S, D]
+        if p["layout"] == "bhsd":
+            heads = x
+        else:  # [B, S, n, D], tables [S, n, D]: the v heads of packed rows turn by angle 0
+            n = layer.input_shape[-1] // d
+            cos = np.repeat(cos[:, None, :], n, axis=1)
+            sin = np.repeat(sin[:, None, :], n, axis=1)
+            cos[:, rotated // d :], sin[:, rotated // d :] = 1.0, 0.0
+            heads = scope.one("Reshape", [x, scope.ints("heads", [0, 0, n, d])])
+        turned = self._rotate_half_onnx(scope, heads, d, p["style"] == "interleaved")
+        y = scope.one("Add", [scope.one("Mul", [heads, scope.weight("cos", cos)]),
+                              scope.one("Mul", [turned, scope.weight("sin", sin)])])  # fmt: skip
+        if p["layout"] == "bhsd":
+            return y
+        return scope.one("Reshape", [y, scope.ints("rows", [0, 0, -1])])
+
+    @staticmethod
+    def _rotate_half_onnx(scope, x: str, d: int, interleaved: bool) -> str:
+        """[-x2, x1] of each pair along the last axis of a [B, n or S, S or n, D] tensor."""
+        rank = 4
+        axis = rank - 1
+        if interleaved:
+            pairs = scope.one("Reshape", [x, scope.ints("pairs", [0] * axis + [d // 2, 2])])
+            first, second = scope.node("Split", [pairs], outputs=2, axis=rank, num_outputs=2)
+            turned = scope.one("Concat", [scope.one("Neg", [second]), first], axis=rank)
+            return scope.one("Reshape", [turned, scope.ints("unpairs", [0] * axis + [d])])
+        first, second = scope.node("Split", [x], outputs=2, axis=axis, num_outputs=2)
+        return scope.one("Concat", [scope.one("Neg", [second]), first], axis=axis)

@@ -77,6 +77,16 @@ class Slice(_Piece):
         index = (slice(None),) * axis + (slice(p["start"], p["end"], p["step"]),)
         return x[index].contiguous()
 
+    def to_onnx(self, scope, x, weights, layer):
+        """Slice(starts, ends, axes, steps); no end: the int64 maximum (the whole axis)."""
+        import numpy as np
+
+        p = layer.params
+        end = p["end"] if p.get("end") is not None else np.iinfo(np.int64).max
+        inputs = [x, scope.ints("starts", [p.get("start", 0)]), scope.ints("ends", [end])]
+        inputs += [scope.ints("axes", [p["axis"]]), scope.ints("steps", [p.get("step", 1)])]
+        return scope.one("Slice", inputs)
+
 
 class Split(_Piece):
     name = "split"
@@ -110,3 +120,13 @@ class Split(_Piece):
 
         p = layer.params
         return torch.split(x, list(p["sizes"]), dim=p["axis"])[p["index"]].contiguous()
+
+    def to_onnx(self, scope, x, weights, layer):
+        """The one piece the layer is, as a Slice (ONNX's Split would make every piece; the
+        others would be dangling outputs nothing reads). The principal node's hint (the
+        exporter's `layer_hint`) says it is a split."""
+        p = layer.params
+        start = sum(p["sizes"][: p["index"]])
+        end = start + p["sizes"][p["index"]]
+        inputs = [x, scope.ints("starts", [start]), scope.ints("ends", [end])]
+        return scope.one("Slice", [*inputs, scope.ints("axes", [p["axis"]])])

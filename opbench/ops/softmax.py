@@ -36,3 +36,6 @@ class Softmax(Op):
         dim = layer.params["dim"]
         e = (x - x.amax(dim, keepdim=True)).exp()
         return e / e.sum(dim, keepdim=True)
+
+    def to_onnx(self, scope, x, weights, layer):
+        return scope.one("Softmax", [x], axis=layer.params["dim"])

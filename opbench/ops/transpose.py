@@ -30,6 +30,11 @@ class Permute(Op):
     def forward(self, x, weights, layer):
         return x.permute(self.permutation(x.dim(), layer.params)).contiguous()
 
+    def to_onnx(self, scope, x, weights, layer):
+        """Transpose by the permutation (transpose's too: the two dims swapped)."""
+        perm = self.permutation(len(layer.input_shape), layer.params)
+        return scope.one("Transpose", [x], perm=list(perm))
+
 
 class Transpose(Permute):
     name = "transpose"

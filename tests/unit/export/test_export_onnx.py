@@ -164,11 +164,11 @@ def test_op_without_onnx_form_is_bad_input(tmp_path: Path, monkeypatch):
 
 
 def test_op_with_an_onnx_op_and_no_emitter_exports_one_node(tmp_path: Path):
-    """An elementwise op needs no emitter in export/: its `onnx_op` (relu's "Relu", declared in
+    """An elementwise op needs no form of its own: its `onnx_op` (relu's "Relu", declared in
     ops/activation.py alone) is exported as one node."""
-    from opbench.export import onnx_ops
+    from opbench.ops.activation import Activation, ReLU
 
-    assert "relu" not in onnx_ops.EMITTERS
+    assert ReLU.to_onnx is Activation.to_onnx and ReLU.onnx_nodes is Activation.onnx_nodes
     suite = tmp_path / "one_node.yaml"
     suite.write_text(
         "name: one_node\nmodels:\n  - name: m\n    batch: 2\n    input: [5, 7]\n    layers:\n"

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from opbench.backends.triton_fusion import fusion_groups
-from opbench.export.onnx_ops import LayerScope, _activate
+from opbench.export.onnx_ops import LayerScope
 from opbench.match.names import ACTIVATION, families_agree
 from opbench.ops.activation import Activation
 from opbench.ops.base import Example, Op
-from opbench.ops.functional import activate, activate_reference
+from opbench.ops.functional import activate, activate_onnx, activate_reference
 from opbench.ops.kinds import activation_choices, activation_ops, epilogue_ops, onnx_imports
 from opbench.ops.registry import OPS, register_op
 from opbench.plugins import loading
@@ -165,7 +165,7 @@ def test_a_linear_activation_is_computed_and_exported_by_its_op() -> None:
     assert torch.equal(activate_reference(x, "t_square"), x * x)
     nodes: list = []
     scope = LayerScope("fc", lambda op_type, first, k: f"fc_{op_type}_{k}", "", nodes, [])
-    out = _activate(scope, "y", "t_square")
+    out = activate_onnx(scope, "y", "t_square")
     assert [(n.op_type, list(n.input)) for n in nodes] == [("Mul", ["y", "y"])]
     assert out == "fc_Mul_0_output_0"
 
