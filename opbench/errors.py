@@ -71,3 +71,9 @@ class Unsupported(Exception):
     runs the layer in its place. It lives here, below ops and kernels, so that both raise it
     without importing each other.
     """
+
+
+class NodeRefused(ValueError):
+    """An ONNX node that is not a suite layer as it stands (asymmetric pads, a softmax over the
+    batch, ...): raised by an op reading the node (`Op.read_onnx`) and by the importer's
+    placing of it; the importer lists the node as unsupported with this one-line reason."""

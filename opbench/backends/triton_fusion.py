@@ -42,9 +42,9 @@ these pieces become one kernel each (kernels named in brackets):
   output of the group. Tried last: when the add's operand comes from a projection, adding in
   that projection's epilogue moves fewer bytes (one write and one read of the sum, against
   the projection's write plus two reads).
-- **linear_rope**: a plain 16-bit or fp32 projection (no quant, no activation) of at most
-  ROPE_MAX_ROWS rows (decode sizes) whose only reader is a rope on its `rows` or `packed`
-  output: the rotation runs in the GEMM's epilogue
+- **linear_rope**: a plain 16-bit or fp32 projection (no quant, no activation) whose only
+  reader is a rope on its `rows` or `packed` output (rotate-half at any size, interleaved up to
+  ROPE_MAX_ROWS rows): the rotation runs in the GEMM's epilogue
   (gemm/linear_rope.py), one launch and one pass over q | k | v fewer. Tried before
   rope_append, which would take the same rope: at a decode step the projection then still
   writes the packed rows once, and the attention's own append copies k and v into the cache
@@ -81,13 +81,17 @@ EPILOGUE_QUANTS = ("none", "int8", "fp8")
 SWIGLU_QUANTS = ("none", "int8")
 # The row-quantized linears whose codes the layer before can write (norm_*, glu_* groups).
 CODE_QUANTS = ("fp8", "int8")
-# The projections that take a rope in their epilogue (linear_rope), up to ROPE_MAX_ROWS rows
-# (tokens): the decode regime. Measured on an H200 (2026-11-29, docs/performance.md): at
-# decode b16 the fused GEMV 0.0246 ms against 0.0252 for GEMV then rope; at LLaMA-3-8B prefill
-# (2048 rows) 0.316 ms against 0.154, because the warp-specialised GEMM that wins there has no
-# working rope epilogue (gemm/linear_rope.py ws_ok) and the TMA kernel with it is 2x slower.
+# The projections that take a rope in their epilogue (linear_rope). The rotate-half form at
+# every size: the warp-specialised GEMM that wins at prefill rotates in its epilogue
+# (gemm/gemm_ws_epilogue.rope_halves; LLaMA-3-8B prefill qkv, 2048 rows, on an H200 2026-11-29:
+# 0.1434 ms fused against 0.1522 for the GEMM then the rope kernel); the interleaved form up to
+# ROPE_MAX_ROWS rows (tokens), the decode regime, where the GEMV or split-K kernel rotates (decode
+# b16: 0.0245 against 0.0250): above it only the tiled and TMA kernels take that rotation, and
+# the TMA kernel with it was 2x slower than the GEMM then the rope kernel at prefill.
 ROPE_DTYPES = ("float16", "bfloat16", "float32")
 ROPE_MAX_ROWS = 64
+#: False: the rotate-half form too up to ROPE_MAX_ROWS only (the before of the measurement).
+ROPE_HALF_ANY_ROWS = True
 
 
 @dataclass(frozen=True)
@@ -282,13 +286,15 @@ class _Planner:
         if layer.op != "linear" or layer.params["activation"] != "none" or \
                 layer.quant != "none" or layer.dtype not in ROPE_DTYPES:  # fmt: skip
             return None
-        shape = layer.output_shape
-        if numel(shape) // max(shape[-1], 1) > ROPE_MAX_ROWS:
-            return None  # prefill: the GEMM alone then the rope kernel (see ROPE_MAX_ROWS)
         rope = self.sole_reader(i)
         if rope is None or self.op(rope) != "rope" or not self.same_kind(i, rope):
             return None
-        return (i, rope) if self.layers[rope].params["layout"] in ("rows", "packed") else None
+        params = self.layers[rope].params
+        rows = numel(layer.output_shape) // max(layer.output_shape[-1], 1)
+        any_rows = ROPE_HALF_ANY_ROWS and params["style"] == "half"
+        if rows > ROPE_MAX_ROWS and not any_rows:
+            return None  # interleaved prefill: the GEMM alone then the rope kernel (above)
+        return (i, rope) if params["layout"] in ("rows", "packed") else None
 
     def rope_append(self, i: int) -> tuple[int, ...] | None:
         """rope on packed q | k | v whose only reader is the decode step's attention with the

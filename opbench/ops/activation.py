@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from opbench.ops.base import Example, Op, Param, numel
+from opbench.ops.onnx_reading import OnnxNode, OnnxReading, Refused
 
 if TYPE_CHECKING:
     import torch
@@ -63,6 +64,12 @@ class Activation(Op):
         return self.onnx_nodes(scope, x, layer.params)
 
 
+def clip_bounds(node: OnnxNode) -> tuple[float | None, float | None]:
+    """A Clip's (min, max): constant inputs (opset 11+) or attributes; None: unbounded."""
+    low, high = node.scalar(1), node.scalar(2)
+    return (node.attr("min") if low is None else low, node.attr("max") if high is None else high)
+
+
 class ReLU(Activation):
     name = "relu"
     epilogue = "relu"
@@ -71,6 +78,13 @@ class ReLU(Activation):
     torch_calls = ("torch.nn.functional.relu",)
     onnx_op = "Relu"
     example = Example((5, 7), (5, 7))
+    onnx_imports = (("", "Relu", {}), ("", "Clip", {}))  # Clip(x, 0) too
+
+    def read_onnx(self, node, implied):
+        if node.op_type != "Clip":
+            return super().read_onnx(node, implied)
+        low, high = clip_bounds(node)
+        return OnnxReading({}) if low == 0.0 and (high is None or high >= 3.4e38) else None
 
     def activate(self, x, p):
         import torch.nn.functional as F
@@ -169,6 +183,13 @@ class ReLU6(Activation):
     torch_calls = ("torch.nn.functional.relu6",)
     example = Example((5, 7), (5, 7))
     flops_per_element = 2
+    onnx_imports = (("", "Clip", {}),)  # Clip(x, 0, 6), as its export writes it
+
+    def read_onnx(self, node, implied):
+        low, high = clip_bounds(node)
+        if low == 0.0 and high == 6.0:
+            return OnnxReading({})
+        raise Refused(f"Clip({low}, {high}) is neither relu nor relu6")
 
     def activate(self, x, p):
         import torch.nn.functional as F

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 
+from opbench.ops.attention_onnx import read_attention, write_attention
 from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError, numel
 
 QUANT_CHOICES = ("none", "int8", "fp8")
@@ -77,6 +78,10 @@ class Attention(Op):
         Param("mask", "bool", False, help="one more input: key padding mask [N]"),
         Param("append", "bool", False, help="write the new k, v into the cache (kv_len)"),
     )
+    onnx_imports = (("", "Attention", {}), ("opbench", "AttentionCore", {}))
+
+    def read_onnx(self, node, implied):
+        return read_attention(node)  # ops/attention_onnx.py
 
     def input_count(self, params) -> int:
         three = params.get("separate_qkv") or params.get("layout") == "bhsd"
@@ -392,6 +397,4 @@ class Attention(Op):
         return out.transpose(1, 2).reshape(b, s, h * d)
 
     def to_onnx(self, scope, x, weights, layer):
-        from opbench.ops import attention_onnx  # ONNX Attention: packed, separate, explicit
-
-        return attention_onnx.nodes(self, scope, x, weights, layer)
+        return write_attention(self, scope, x, weights, layer)  # ops/attention_onnx.py

@@ -1,6 +1,14 @@
-"""The ONNX forms of the attention op (ops/attention.py's `to_onnx` calls `nodes`), all ONNX
-Attention (opset 23, which scales by 1/√D):
+"""The attention op's ONNX side (ops/attention.py declares it; its module is at the length
+limit): the nodes it reads as attention, and the nodes it is written as.
 
+Reading (`read_attention`): ONNX's Attention (opset 23) and importers/onnx/rules.py's
+AttentionCore. What is the op's: the forms it cannot be (present or past key/value, softcap)
+and the causal flag a node says. What the importer reads from the graph
+(importers/onnx/attention.py): the heads, kv_heads and packing of q, k and v (head splits,
+repeat_kv), a mask that is causal or a key padding mask, and a scale that must be 1/sqrt(D).
+
+Writing (`write_attention`, the op's `to_onnx`), always ONNX Attention (opset 23, which
+scales by 1/√D):
 - one input: q = k = v = the input; packed q | k | v split into three (grouped heads: a
   Split by sizes);
 - `separate_qkv`: the three inputs as they are (causal only with as many keys as queries:
@@ -10,9 +18,8 @@ Attention (opset 23, which scales by 1/√D):
   depends on how a runtime combines is_causal with attn_mask; bhsd output transposed back
   to [B, S, H D]; a cache is an initializer, the append a Concat of its first N - S slots
   with the new k and v (the same values the step reads after writing them).
-
-Each function takes the op (for its `dims`) rather than importing ops/attention.py, which
-imports this module.
+The writer takes the op (for its `dims`): ops/attention.py imports this module, not the
+other way round.
 """
 
 from __future__ import annotations
@@ -20,9 +27,23 @@ from __future__ import annotations
 from typing import Any
 
 from opbench.errors import InputError
+from opbench.ops.onnx_reading import ATTENTION, OnnxNode, OnnxReading, Refused
 
 
-def nodes(op: Any, scope: Any, x: Any, weights: Any, layer: Any) -> str:
+def read_attention(node: OnnxNode) -> OnnxReading:
+    if node.op_type == "AttentionCore":  # q, kᵀ, v [, mask | keep, fill]
+        return OnnxReading({}, ATTENTION, reads=(0, 1, 2))
+    if any(o is not None for o in node.outputs[1:]):
+        raise Refused("Attention with present key/value or score outputs")
+    if any(x is not None for x in node.inputs[4:]):
+        raise Refused("Attention with past key/value inputs")
+    if node.attr("softcap", 0.0):
+        raise Refused("Attention with softcap")
+    params = {"causal": True} if node.attr("is_causal", 0) else {}
+    return OnnxReading(params, ATTENTION, reads=(0, 1, 2))
+
+
+def write_attention(op: Any, scope: Any, x: Any, weights: Any, layer: Any) -> str:
     """The layer's nodes, added through `scope`; the output tensor's name."""
     p = layer.params
     if p["layout"] == "bhsd" or p["mask"] or p["kv_len"] is not None:

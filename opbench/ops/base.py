@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opbench.ops.onnx_reading import OnnxNode, OnnxReading, elementwise
+
 if TYPE_CHECKING:
     import torch
 
@@ -268,9 +270,9 @@ class Op:
     #: How many data inputs the op takes (weights are not inputs): 1, a fixed number, or
     #: VARIADIC (two or more). With arity != 1 the methods below get tuples (module doc).
     arity: int = 1
-    #: The elementwise ONNX nodes the importer reads as one layer of this op (one data input):
-    #: (domain, op type, the parameters such a node implies; `from_onnx` may refine them).
-    #: Empty for an activation with an `onnx_op`: that node, no parameters (`onnx_readings`).
+    #: The ONNX nodes the importer reads as one layer of this op: (domain, op type, the
+    #: parameters such a node implies), read by `read_onnx`. Empty for an activation with an
+    #: `onnx_op`: that node, no parameters (`onnx_readings`).
     onnx_imports: tuple[tuple[str, str, Mapping[str, Any]], ...] = ()
 
     def onnx_readings(self) -> tuple[tuple[str, str, Mapping[str, Any]], ...]:
@@ -283,6 +285,11 @@ class Op:
         """A layer's parameters from an `onnx_imports` node's implied ones and its attributes
         (strings decoded); None when the attributes make it another function (refused)."""
         return dict(implied)
+
+    def read_onnx(self, node: OnnxNode, implied: Mapping[str, Any]) -> OnnxReading | None:
+        """An `onnx_imports` node as a layer (ops/onnx_reading.py); None: another op's node.
+        By default one elementwise layer of `from_onnx`'s parameters."""
+        return elementwise(self, node, implied)
 
     def epilogue_name(self, params: Mapping[str, Any]) -> str | None:
         """The epilogue function a layer of this op with these parameters applies (`epilogue`

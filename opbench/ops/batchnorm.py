@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from opbench.ops.base import EPS, Example, Op, ShapeError, numel
+from opbench.ops.onnx_reading import NCHW, OnnxReading, Refused
 
 
 class BatchNorm2d(Op):
@@ -16,6 +17,14 @@ class BatchNorm2d(Op):
     example = Example((3, 5, 4), (3, 5, 4))
     reference_written_out = True
     params = (EPS,)
+    onnx_imports = (("", "BatchNormalization", {}),)
+
+    def read_onnx(self, node, implied):
+        if len(node.outputs) > 1 and any(o is not None for o in node.outputs[1:]):
+            raise Refused("a training-mode batch norm (running statistics as outputs)")
+        keys = ("weight", "bias", "running_mean", "running_var")
+        weights = {key: (i, "asis") for i, key in enumerate(keys, start=1)}
+        return OnnxReading({"eps": node.epsilon()}, NCHW, weights)
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) != 4:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opbench.ops.base import Example, Op, Shape, ShapeError, numel
+from opbench.ops.onnx_reading import BROADCAST, OnnxReading
 
 
 def input_shapes(op: str, in_shapes, count: int | None = None) -> tuple[Shape, ...]:
@@ -64,6 +65,10 @@ class _Binary(Op):
     reference_written_out = True
     formula: Callable[[Any, Any], Any]
 
+    def read_onnx(self, node, implied):
+        """Its `onnx_op` node; a constant operand becomes a model input of the file's values."""
+        return OnnxReading({}, BROADCAST, reads=(0, 1))
+
     def infer_shape(self, in_shape, p):
         a, b = input_shapes(self.name, in_shape, 2)
         check_broadcast_onto(a, b)
@@ -91,6 +96,7 @@ class Add(_Binary):
     engine_names = "add sum res residual elementwise eltwise addv2 aten::add aten::add_"
     torch_calls = ("torch.add",)
     onnx_op = "Add"
+    onnx_imports = (("", "Add", {}),)
     example = Example(((3, 5, 7), (3, 5, 7)), (3, 5, 7))
     formula = operator.add
 
@@ -101,5 +107,6 @@ class Mul(_Binary):
     engine_names = "mul multiply prod aten::mul aten::mul_"
     torch_calls = ("torch.mul",)
     onnx_op = "Mul"
+    onnx_imports = (("", "Mul", {}),)
     example = Example(((3, 5, 7), (3, 1, 1)), (3, 5, 7))
     formula = operator.mul

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from opbench.ops.base import VARIADIC, Example, Op, Param, ShapeError
 from opbench.ops.binary import input_shapes
+from opbench.ops.onnx_reading import JOIN, OnnxReading
 
 
 def data_axis(axis: int, ndim: int, op: str) -> int:
@@ -27,6 +28,12 @@ class Concat(Op):
     example = Example(((3, 5, 7), (2, 5, 7), (4, 5, 7)), (9, 5, 7), {"axis": 1})
     params = (Param("axis", "int", help="the axis the inputs are joined along; batch = 0"),)
     arity = VARIADIC
+    onnx_imports = (("", "Concat", {}),)
+
+    def read_onnx(self, node, implied):
+        """Every input, a constant one as a model input of the file's values."""
+        reads = tuple(range(len(node.inputs)))
+        return OnnxReading({"axis": int(node.attr("axis", 0))}, JOIN, reads=reads, axes=("axis",))
 
     def infer_shape(self, in_shape, p):
         shapes = input_shapes(self.name, in_shape)

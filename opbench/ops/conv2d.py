@@ -7,10 +7,38 @@ import math
 from opbench.ops.base import QUANT, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_onnx, activate_reference
 from opbench.ops.kinds import ACTIVATION
+from opbench.ops.onnx_reading import NCHW, OnnxNode, OnnxReading, Refused
 
 
 def conv_out_size(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+# ---- an ONNX Conv's or pool's window (pool.py reads it too) ---------------------------------
+
+
+def onnx_pair(values, what: str) -> list[int]:
+    values = [int(v) for v in values]
+    if len(values) != 2:
+        raise Refused(f"{what} {values} is not 2-D")
+    return values
+
+
+def onnx_explicit_pads(node: OnnxNode) -> None:
+    mode = node.attr("auto_pad", "NOTSET")
+    if mode not in ("NOTSET", "VALID"):
+        raise Refused(f"auto_pad={mode} (explicit pads are supported)")
+
+
+def onnx_padding(node: OnnxNode) -> list[int]:
+    """`pads` as [top, left]: symmetric only."""
+    pads = node.attr("pads")
+    if not pads:
+        return [0, 0]
+    pads = [int(p) for p in pads]
+    if len(pads) != 4 or pads[0] != pads[2] or pads[1] != pads[3]:
+        raise Refused(f"pads {pads} are not symmetric")
+    return pads[:2]
 
 
 class Conv2d(Op):
@@ -43,6 +71,28 @@ class Conv2d(Op):
             help="torch backend on the CPU: run in channels_last (on CUDA the faster layout is timed and kept)",
         ),
     )
+    onnx_imports = (("", "Conv", {}),)
+
+    def read_onnx(self, node, implied):
+        onnx_explicit_pads(node)
+        weight = node.constant(1)
+        if weight is None or weight.ndim != 4:
+            raise Refused("the weight is not a 4-D constant")
+        has_bias = node.given(2)
+        params = {
+            "out_channels": int(weight.shape[0]),
+            "kernel_size": [int(weight.shape[2]), int(weight.shape[3])],
+            "stride": onnx_pair(node.attr("strides", [1, 1]), "strides"),
+            "padding": onnx_padding(node),
+            "dilation": onnx_pair(node.attr("dilations", [1, 1]), "dilations"),
+            "groups": int(node.attr("group", 1)),
+            "bias": has_bias,
+        }
+        defaults = {"stride": [1, 1], "padding": [0, 0], "dilation": [1, 1], "groups": 1,
+                    "bias": True}  # fmt: skip
+        params = {k: v for k, v in params.items() if defaults.get(k) != v}
+        weights = {"weight": (1, "asis"), **({"bias": (2, "asis")} if has_bias else {})}
+        return OnnxReading(params, NCHW, weights)
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) != 4:

@@ -24,6 +24,7 @@ the output written (each row is read once per id that names it: a gather reads w
 from __future__ import annotations
 
 from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
+from opbench.ops.onnx_reading import JOIN, OnnxReading, Refused
 
 ID_BYTES = 8  # int64 ids
 
@@ -42,6 +43,18 @@ class Embedding(Op):
         Param("positions", "bool", False, help="gather rows offset .. offset+S-1 (positions)"),
         Param("offset", "nonneg_int", 0, help="first position (with positions: true)"),
     )
+    #: Gather(table, ids) of a constant table by computed ids (the importer tells it from a
+    #: Gather that is a view: importers/onnx/handlers_transformer.is_embedding)
+    onnx_imports = (("", "Gather", {}),)
+
+    def read_onnx(self, node, implied):
+        table = node.constant(0)
+        if table is None or table.ndim != 2 or int(node.attr("axis", 0)) != 0:
+            raise Refused("a Gather of rows that is not a constant 2-D table over axis 0")
+        if not node.inputs[1].integer:
+            raise Refused("a Gather whose indices are not integers")
+        params = {"num_embeddings": int(table.shape[0]), "embedding_dim": int(table.shape[1])}
+        return OnnxReading(params, JOIN, {"weight": (0, "asis")}, reads=(1,))
 
     def integer_inputs(self, params):
         return (0,)

@@ -9,6 +9,7 @@ import math
 from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
 from opbench.ops.functional import activate, activate_onnx, activate_reference
 from opbench.ops.kinds import ACTIVATION
+from opbench.ops.onnx_reading import ROWS, OnnxReading, Refused
 from opbench.ops.quant import DEFAULT_GROUP_SIZE, LINEAR_QUANTS
 
 LINEAR_QUANT = Param("quant", "choice", "none", LINEAR_QUANTS)
@@ -34,6 +35,35 @@ class Linear(Op):
         LINEAR_QUANT,
         GROUP_SIZE,
     )
+    #: MatMul by a constant (of two activations it is matmul's), Gemm, and importers/onnx/rules.py's
+    #: MatMul + Add of a bias
+    onnx_imports = (("", "MatMul", {}), ("", "Gemm", {}), ("opbench", "Linear", {}))
+
+    def read_onnx(self, node, implied):
+        if node.op_type == "MatMul" and not node.is_constant(1):
+            return None
+        array = node.constant(1)
+        if array is None or array.ndim != 2:
+            raise Refused("the right-hand side is not a 2-D constant")
+        how = "transpose"  # MatMul's x·W keeps Wᵀ
+        if node.op_type == "Gemm":
+            if (
+                node.attr("transA", 0)
+                or node.attr("alpha", 1.0) != 1.0
+                or node.attr("beta", 1.0) != 1.0
+            ):
+                raise Refused("only Gemm with transA=0, alpha=beta=1 is a linear layer")
+            if node.attr("transB", 0):
+                how = "asis"
+        out = int(array.shape[0] if how == "asis" else array.shape[1])
+        weights = {"weight": (1, how)}
+        if node.given(2):
+            b = node.constant(2)
+            if b is None or b.size != out or (b.ndim == 2 and b.shape[0] != 1):
+                raise Refused("the addend is not a bias over the output features")
+            weights["bias"] = (2, "asis")
+        params = {"out_features": out, "bias": node.given(2)}
+        return OnnxReading(params, ROWS, weights, last_dim=out)
 
     def infer_shape(self, in_shape, p):
         if len(in_shape) < 2:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from opbench.ops.base import Example, Op, ShapeError, numel
 from opbench.ops.binary import broadcast_shape, input_shapes
+from opbench.ops.onnx_reading import BATCHED, OnnxReading, Refused
 
 
 class MatMul(Op):
@@ -23,6 +24,14 @@ class MatMul(Op):
     onnx_op = "MatMul"
     example = Example(((2, 5, 7), (2, 7, 3)), (2, 5, 3))
     arity = 2
+    onnx_imports = (("", "MatMul", {}),)
+
+    def read_onnx(self, node, implied):
+        if node.is_constant(1):
+            return None  # by a constant: a linear layer
+        if node.is_constant(0):
+            raise Refused("a constant on the left of a MatMul")
+        return OnnxReading({}, BATCHED, reads=(0, 1))
 
     def infer_shape(self, in_shape, p):
         a, b = input_shapes(self.name, in_shape, 2)

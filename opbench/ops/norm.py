@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from opbench.ops.base import EPS, Example, Op, numel
+from opbench.ops.onnx_reading import ROWS, OnnxNode, OnnxReading, Refused
+
+
+def over_last_axis(node: OnnxNode, what: str) -> None:
+    rank = len(node.shape(0))
+    if int(node.attr("axis", -1)) % rank != rank - 1:
+        raise Refused(f"{what} that is not over the last axis")
 
 
 class LayerNorm(Op):
@@ -16,6 +23,12 @@ class LayerNorm(Op):
     example = Example((5, 7), (5, 7), {"eps": 0.001})
     reference_written_out = True
     params = (EPS,)
+    onnx_imports = (("", "LayerNormalization", {}),)
+
+    def read_onnx(self, node, implied):
+        over_last_axis(node, "a layer norm")
+        weights = {"weight": (1, "asis"), **({"bias": (2, "asis")} if node.given(2) else {})}
+        return OnnxReading({"eps": node.epsilon()}, ROWS, weights)
 
     def weight_shapes(self, in_shape, p):
         return {"weight": (in_shape[-1],), "bias": (in_shape[-1],)}
@@ -51,6 +64,12 @@ class RMSNorm(Op):
     example = Example((5, 7), (5, 7), {"eps": 0.001})
     reference_written_out = True
     params = (EPS,)
+    #: ONNX's (opset 23) and importers/onnx/rules.py's, which reads the RMS norm's spellings
+    onnx_imports = (("", "RMSNormalization", {}), ("opbench", "RMSNormalization", {}))
+
+    def read_onnx(self, node, implied):
+        over_last_axis(node, "an RMS norm")
+        return OnnxReading({"eps": node.epsilon()}, ROWS, {"weight": (1, "asis")})
 
     def weight_shapes(self, in_shape, p):
         return {"weight": (in_shape[-1],)}

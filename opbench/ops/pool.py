@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from opbench.ops.base import Example, Op, Param, ShapeError, numel
-from opbench.ops.conv2d import conv_out_size
+from opbench.ops.conv2d import conv_out_size, onnx_explicit_pads, onnx_padding, onnx_pair
+from opbench.ops.onnx_reading import NCHW, OnnxReading, Refused
 
 
 class _Pool2d(Op):
@@ -13,6 +14,25 @@ class _Pool2d(Op):
         Param("stride", "pair", None),
         Param("padding", "pair", (0, 0)),
     )
+
+    def read_onnx(self, node, implied):
+        """MaxPool / AveragePool: floor sizes, no dilation; an average counts the padding."""
+        onnx_explicit_pads(node)
+        if node.attr("ceil_mode", 0):
+            raise Refused("ceil_mode=1")
+        if any(int(d) != 1 for d in node.attr("dilations", [1, 1])):
+            raise Refused("dilated pooling")
+        padding = onnx_padding(node)
+        if node.op_type == "AveragePool" and any(padding) and not node.attr("count_include_pad", 0):
+            raise Refused("average pooling that leaves the padding out of the count")
+        kernel = onnx_pair(node.attr("kernel_shape"), "kernel_shape")
+        params: dict = {"kernel_size": kernel}
+        strides = onnx_pair(node.attr("strides", [1, 1]), "strides")
+        if strides != kernel:
+            params["stride"] = strides
+        if any(padding):
+            params["padding"] = padding
+        return OnnxReading(params, NCHW)
 
     @staticmethod
     def stride(p) -> tuple[int, int]:
@@ -60,6 +80,7 @@ class MaxPool2d(_Pool2d):
     engine_names = "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices"
     torch_calls = ("torch.nn.functional.max_pool2d",)
     example = Example((3, 7, 6), (3, 4, 3), {"kernel_size": 3, "stride": 2, "padding": 1})
+    onnx_imports = (("", "MaxPool", {}),)
 
     def forward(self, x, weights, layer):
         import torch.nn.functional as F
@@ -77,6 +98,24 @@ class AvgPool2d(_Pool2d):
     engine_names = "averagepool avgpool avgpool2d globalaveragepool aten::avg_pool2d"
     torch_calls = ("torch.nn.functional.avg_pool2d",)
     example = Example((3, 7, 6), (3, 4, 4), {"kernel_size": 2, "padding": 1})
+    #: GlobalAveragePool, and a mean over H and W (the other means are a norm's: rules.py)
+    onnx_imports = (
+        ("", "AveragePool", {}), ("", "GlobalAveragePool", {}), ("", "ReduceMean", {}),
+    )  # fmt: skip
+
+    def read_onnx(self, node, implied):
+        if node.op_type == "AveragePool":
+            return super().read_onnx(node, implied)
+        shape = node.shape(0)
+        if len(shape) != 4:
+            raise Refused("global pooling needs a 4-D input")
+        if node.op_type == "ReduceMean":
+            axes = node.attr("axes")
+            if axes is None and node.given(1):
+                axes = [int(v) for v in node.constant(1).reshape(-1)]
+            if sorted(int(a) % 4 for a in axes or []) != [2, 3]:
+                raise Refused("a mean that is not over H and W (nor part of a norm)")
+        return OnnxReading({"kernel_size": [shape[2], shape[3]]}, NCHW)
 
     def forward(self, x, weights, layer):
         import torch.nn.functional as F

@@ -37,10 +37,68 @@ written (the tables are not needed: a kernel computes the angles).
 
 from __future__ import annotations
 
+from typing import Any
+
 from opbench.ops.base import ITEMSIZE, Example, Op, Param, ShapeError, numel
+from opbench.ops.onnx_reading import HEADS, OnnxReading, Refused
 
 LAYOUTS = ("bhsd", "rows", "packed")
 STYLES = ("half", "interleaved")
+
+
+# ---- the tables of an ONNX file read back into theta ------------------------------------------
+
+
+def _table_atol(seq: int) -> float:
+    """How close a file's cos/sin tables must be to the ones `rope` computes: float32
+    angles lose about an ulp of the position (2.4e-4 at position 4096)."""
+    return 1e-4 + 1e-7 * seq
+
+
+def onnx_table(array: Any, seq: int, d: int) -> Any:
+    """A cos or sin constant as float64 [S, D], or Refused."""
+    import numpy as np
+
+    if array is None:
+        raise Refused("rotary embedding: cos/sin are not constants")
+    if array.shape[-2:] != (seq, d) or array.size != seq * d:
+        raise Refused(
+            f"rotary embedding: a cos/sin table of shape {list(array.shape)}, not one [S, D]"
+        )
+    return array.reshape(seq, d).astype(np.float64)
+
+
+def rope_theta(cos: Any, sin: Any) -> float:
+    """The base θ of tables cos/sin [S, D] = [cos a, cos a] with a[t, i] = t · θ^(-2i/D) at
+    positions 0 .. S-1, or Refused saying how they differ."""
+    import numpy as np
+
+    seq, d = cos.shape
+    half = d // 2
+    if seq < 2 or half < 2:
+        raise Refused("rotary embedding: too few positions or frequencies to read θ from")
+    # angle step from position 0 to 1 is the frequency itself (no wrap: every frequency ≤ 1)
+    step = np.arctan2(sin[1, :half], cos[1, :half]) - np.arctan2(sin[0, :half], cos[0, :half])
+    estimate = float(step[1] ** (-d / 2))  # float32 tables: a few parts in 1e6
+    t = np.arange(seq, dtype=np.float64)[:, None]
+
+    def fits(theta: float) -> bool:
+        freq = theta ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+        angles = np.concatenate([t * freq, t * freq], axis=1)
+        atol = _table_atol(seq)
+        return np.allclose(np.cos(angles), cos, atol=atol) and np.allclose(
+            np.sin(angles), sin, atol=atol
+        )
+
+    # The shortest θ that gives the file's tables: 500000, not 500001.3.
+    for digits in range(2, 8):
+        theta = float(f"{estimate:.{digits}g}")
+        if fits(theta):
+            return theta
+    raise Refused(
+        "rotary embedding: the cos/sin tables are not cos/sin(t · θ^(-2i/D)) at positions "
+        "0 .. S-1 (scaled, shifted or interleaved tables are not the suite's rope)"
+    )
 
 
 class Rope(Op):
@@ -61,6 +119,19 @@ class Rope(Op):
         Param("heads", "pos_int", None, help="query heads (packed)"),
         Param("kv_heads", "pos_int", None, help="key/value heads (packed; default heads)"),
     )
+    #: onnxscript's fusion of x·cos + rotate_half(x)·sin (importers/onnx/rules.py)
+    onnx_imports = (("ai.onnxruntime._fusion", "RotaryEmbedding", {}),)
+
+    def read_onnx(self, node, implied):
+        """RotaryEmbedding(x [B, H, S, D], cos, sin), rotate-half: theta read back from the
+        file's tables (which stay the layer's state); the importer places x (bhsd, or the rows
+        of the projection its heads are split from: `layout`, `head_dim`)."""
+        if node.attr("interleaved", 0):
+            raise Refused("an interleaved rotary embedding")
+        _, _, seq, d = (int(n) for n in node.shape(0))
+        cos, sin = (onnx_table(node.constant(i), seq, d) for i in (1, 2))
+        weights = {"cos": (1, "asis"), "sin": (2, "asis")}
+        return OnnxReading({"theta": rope_theta(cos, sin)}, HEADS, weights)
 
     # ---- pure: shapes and costs -------------------------------------------------------
     @staticmethod

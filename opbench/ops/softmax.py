@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from opbench.ops.base import Example, Op, Param, ShapeError, numel
+from opbench.ops.onnx_reading import JOIN, ROWS, OnnxReading
 
 
 def normalise_dim(dim: int, ndim: int) -> int:
@@ -19,6 +20,15 @@ class Softmax(Op):
     example = Example((5, 7), (5, 7), {"dim": 1})
     reference_written_out = True
     params = (Param("dim", "int", -1),)
+    onnx_imports = (("", "Softmax", {}),)
+
+    def read_onnx(self, node, implied):
+        """Over the last axis: rows, whatever the other dims hold; over another: that dim."""
+        rank = len(node.shape(0))
+        axis = int(node.attr("axis", -1)) % rank
+        if axis == rank - 1:
+            return OnnxReading({}, ROWS)
+        return OnnxReading({"dim": axis}, JOIN, axes=("dim",))
 
     def infer_shape(self, in_shape, p):
         normalise_dim(p["dim"], len(in_shape))

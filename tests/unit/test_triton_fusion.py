@@ -65,8 +65,8 @@ def test_llama_prefill_adds_both_residuals_in_the_projections() -> None:
     assert named(model, "add_norm") == [], "both adds are taken by the projections before them"
     # 2048 rows: above SWIGLU_MAX_ROWS the gate takes its silu in its own epilogue instead
     assert named(model, "swiglu") == [] and named(model, "linear_act") == [("gate", "gate_act")]
-    # 2048 rows: above ROPE_MAX_ROWS the rope stays its own kernel after the fastest GEMM
-    assert named(model, "linear_rope") == []
+    # 2048 rows, rotate-half: the warp-specialised GEMM rotates in its epilogue
+    assert named(model, "linear_rope") == [("qkv", "rope")]
 
 
 def test_bert_layer_adds_its_residuals_in_the_projections() -> None:
@@ -148,6 +148,12 @@ models:
       - {name: v, op: linear, out_features: 16, inputs: [attn_norm]}
       - {name: v_rope, op: rope, layout: rows, head_dim: 8}
       - {name: v_side, op: relu, inputs: [v]}
+  - name: interleaved_prefill
+    input: [80, 24]
+    fuse: true
+    layers:
+      - {name: qkv, op: linear, out_features: 40, bias: false}
+      - {name: rope, op: rope, layout: packed, heads: 3, kv_heads: 1, style: interleaved}
 """
 
 
@@ -178,6 +184,9 @@ def test_a_plain_projection_takes_the_rope_that_alone_reads_it(graphs) -> None:
     assert named(model, "linear_rope") == [("qkv", "rope")]
     # Not: an int8 projection, one with an activation, one whose output is read twice.
     assert named(model) == [("qkv", "rope")]
+    # Nor the interleaved form above ROPE_MAX_ROWS (80 rows a sequence): no kernel that wins
+    # at prefill rotates it.
+    assert named(graphs["interleaved_prefill"], "linear_rope") == []
 
 
 def test_a_gate_with_its_own_silu_pairs_with_up_in_either_order(graphs) -> None:

@@ -10,7 +10,9 @@
     attention.py q, k, v head splits (repeat_kv read as kv heads), constant masks and scale
     masks.py     masks computed from a model input: the key padding mask, checked by evaluation
     walk.py      the walk's state; steps.py view nodes as layers where data moves
-    handlers*.py each node as layers (ops, attention, transformer pieces: embedding, rope);
+    dispatch.py  which op reads a node: the registry's (`Op.onnx_imports`, `Op.read_onnx`)
+    layouts.py   the node described to the op; its reading placed (NCHW, rows, joins, ...)
+    handlers*.py views, constants, placeholders; attention's and rope's placing, repeat_kv;
                  names.py layer names; model.py the result
     suite_yaml.py the suite file; as_suite.py the suite of `opbench run model.onnx`
     file_data.py the file's own weights and constants, ONNX Runtime's outputs

@@ -1,9 +1,8 @@
-"""Each ONNX node (or rule call node) as suite layers: dispatch, views, joins and placeholders.
+"""The importer's glue around the ops' readings: view nodes, constant operands as model
+inputs, and the placeholder a node nothing reads becomes, so that the graph stays connected.
 
-handlers_ops.py holds the ops with weights and attention; this module the glue: which handler
-a node gets, view nodes, elementwise activations, Add/Mul/Concat joins (a constant operand
-becomes a model input fed with the file's values), and the placeholder a node nothing handles
-becomes, so that the graph stays connected.
+dispatch.py asks which op reads a node (ops declare it: `Op.onnx_imports`, `Op.read_onnx`) and
+layouts.py places the layer the op's reading makes.
 """
 
 from __future__ import annotations
@@ -11,19 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from opbench.errors import NodeRefused as Refused
 from opbench.importers.onnx import views as V
 from opbench.importers.onnx.canon import Canon, Step
 from opbench.importers.onnx.file_data import canonical_constant
 from opbench.importers.onnx.model import ModelInput
-from opbench.importers.onnx.rules import _const, _scalar
-from opbench.importers.onnx.steps import VIEW_OPS, _cax, attr, out_shape, step_layers, view_op
+from opbench.importers.onnx.rules import _const
+from opbench.importers.onnx.steps import VIEW_OPS, step_layers, view_op
 from opbench.importers.onnx.walk import Walker
-from opbench.ops.kinds import epilogue_ops
-from opbench.ops.registry import OPS
-
-
-class Refused(ValueError):
-    """The node is not a suite op here; the message says why (one line for the user)."""
 
 
 def data_inputs(node: Any) -> list[Any]:
@@ -60,71 +54,7 @@ def view_node(w: Walker, node: Any) -> None:
             w.set_canonical(out.name, made, made_pos)
 
 
-# ---- elementwise ----------------------------------------------------------------------------
-
-
-def elementwise_input(w: Walker, value: str) -> tuple[Canon, V.View]:
-    """An elementwise op runs on the canonical tensor when the value is that tensor (batch
-    anywhere) or a layer's own output; after reshapes/transposes it needs them as layers
-    first, so that the layers keep the graph's order."""
-    view = w.views[value]
-    start, steps = w.chains[value]
-    if V.canonical_position(view) is not None or not steps:
-        return w.tensor(view), view
-    canon, pos = w.canonical(value)
-    return canon, V.identity(canon.id, canon.shape, pos)
-
-
-def unary(w: Walker, node: Any, op: str, params: dict[str, Any] | None = None) -> None:
-    (x,) = data_inputs(node)[:1]
-    canon, view = elementwise_input(w, x.name)
-    index = w.layer_of(canon)
-    producer = w.layers[index] if index is not None else None
-    if (
-        producer is not None
-        and not params
-        and op in epilogue_ops()  # the conv's or linear's epilogue applies it (ops/kinds.py)
-        and producer.op in ("conv2d", "linear")
-        and producer.params.get("activation", "none") == "none"
-        and w.chains[x.name][1] == ()
-        and w.consumers.get(x.name, 0) == 1
-        and w.fold_activations(node, producer)
-    ):
-        from dataclasses import replace
-
-        nodes = (*producer.nodes, *w.body(node))
-        w.replace_layer(
-            index,
-            replace(
-                producer,
-                params={**producer.params, "activation": OPS[op].epilogue},
-                nodes=nodes,
-            ),
-        )
-        w.views[node.outputs[0].name] = view
-        w.chains[node.outputs[0].name] = (node.outputs[0].name, ())
-        if x.name in w.canon_of:
-            w.canon_of[node.outputs[0].name] = w.canon_of[x.name]
-        return
-    made = w.add_layer(op, dict(params or {}), [(canon, x.name)], canon.shape, w.body(node))
-    w.set_view_of(node.outputs[0].name, V.retarget(view, made.id, made.shape), made)
-
-
-def clip(w: Walker, node: Any) -> None:
-    low = _scalar(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    high = _scalar(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
-    if low is None:
-        low = attr(node, "min")
-    if high is None:
-        high = attr(node, "max")
-    if low == 0.0 and high == 6.0:
-        return unary(w, node, "relu6")
-    if low == 0.0 and (high is None or high >= 3.4e38):
-        return unary(w, node, "relu")
-    raise Refused(f"Clip({low}, {high}) is neither relu nor relu6")
-
-
-# ---- joins ----------------------------------------------------------------------------------
+# ---- constant operands ------------------------------------------------------------------
 
 
 def _name(text: str) -> str:
@@ -152,68 +82,6 @@ def constant_input(w: Walker, value: Any, rank: int, pos: int) -> Canon:
         w.new_tensor(shape, name)
     name = w.constant_inputs[key]
     return next(c for c in w.tensors.values() if c.producer == name)
-
-
-def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
-    return len(small) == len(big) and all(s in (1, b) for s, b in zip(small, big, strict=True))
-
-
-def binary(w: Walker, node: Any) -> None:
-    op = {"Add": "add", "Mul": "mul"}.get(node.op_type)
-    if op is None:
-        raise Refused(f"{node.op_type} is not a suite op (add and mul are)")
-    a, b = node.inputs[:2]
-    out = node.outputs[0]
-    if a.const_value is not None or b.const_value is not None:
-        data, const = (b, a) if a.const_value is not None else (a, b)
-        canon, pos = w.canonical(data.name)
-        other = constant_input(w, const, len(out_shape(node)), pos)
-        made = w.add_layer(op, {}, [(canon, data.name), (other, None)], canon.shape, w.body(node))
-        w.set_canonical(out.name, made, pos)
-        return
-    va, vb = w.views[a.name], w.views[b.name]
-    if V.same_layout(va, vb):
-        ta, tb = w.tensor(va), w.tensor(vb)
-        made = w.add_layer(op, {}, [(ta, a.name), (tb, b.name)], ta.shape, w.body(node))
-        w.set_view_of(out.name, V.retarget(va, made.id, made.shape), made)
-        return
-    (ca, pa), (cb, pb) = w.canonical(a.name), w.canonical(b.name)
-    if pa != pb and w.batch > 1:
-        raise Refused("the operands hold the batch in different dims")
-    first, second = ((ca, a), (cb, b)) if _broadcasts(cb.shape, ca.shape) else ((cb, b), (ca, a))
-    if not _broadcasts(second[0].shape, first[0].shape):
-        raise Refused(f"operands {list(ca.shape)} and {list(cb.shape)} do not broadcast")
-    made = w.add_layer(
-        op,
-        {},
-        [(first[0], first[1].name), (second[0], second[1].name)],
-        first[0].shape,
-        w.body(node),
-    )
-    w.set_canonical(out.name, made, pa)
-
-
-def concat(w: Walker, node: Any) -> None:
-    shape = out_shape(node)
-    rank = len(shape)
-    axis = int(attr(node, "axis", 0)) % rank
-    found = [w.canonical(v.name) for v in data_inputs(node)]
-    positions = {pos for _, pos in found}
-    if len(positions) != 1:
-        raise Refused("the inputs hold the batch in different dims")
-    pos = positions.pop()
-    if axis == pos:
-        raise Refused("a concat along the batch")
-    items: list[tuple[Canon, str | None]] = []
-    for value in node.inputs:
-        if value.const_value is not None:
-            items.append((constant_input(w, value, rank, pos), None))
-        else:
-            items.append((w.canonical(value.name)[0], value.name))
-    made = w.add_layer(
-        "concat", {"axis": _cax(axis, pos)}, items, with_batch(shape, pos, w.batch), w.body(node)
-    )
-    w.set_canonical(node.outputs[0].name, made, pos)
 
 
 # ---- nothing handles it ---------------------------------------------------------------------

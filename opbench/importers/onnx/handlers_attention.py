@@ -1,7 +1,9 @@
-"""Attention as one suite layer: the attention core of rules.py (q·kᵀ, softmax, ·v) and ONNX's
-Attention node, with q, k and v read back as head splits (attention.py), repeat_kv read as
-kv_heads, and a mask that is constant (causal or none) or computed from a model input (the key
-padding mask, masks.py).
+"""Attention placed as one suite layer: the attention core of rules.py (q·kᵀ, softmax, ·v) and
+ONNX's Attention node, with q, k and v read back as head splits (attention.py), repeat_kv read
+as kv_heads, a mask that is constant (causal or none) or computed from a model input (the key
+padding mask, masks.py), and a scale that must be the op's 1/sqrt(D). The forms the op cannot
+be (past or present key/value, softcap) and the node's causal flag are the op's reading
+(ops/attention_onnx.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from opbench.importers.onnx.handlers import Refused
 from opbench.importers.onnx.rules import _const
 from opbench.importers.onnx.steps import attr, out_shape
 from opbench.importers.onnx.walk import Walker
+from opbench.ops.onnx_reading import OnnxReading
 
 # ---- attention ------------------------------------------------------------------------------
 
@@ -128,15 +131,9 @@ def attention_core(w: Walker, node: Any) -> None:
     w.set_view_of(node.outputs[0].name, A.output_view(splits[0], made.id, w.batch), made)
 
 
-def attention_node(w: Walker, node: Any) -> None:
+def attention_node(w: Walker, node: Any, causal: bool) -> None:
     """ONNX Attention (opset 23): q, k, v as [B, H, S, D], or [B, S, E] with head counts."""
-    if any(o is not None and o.name for o in node.outputs[1:]):
-        raise Refused("Attention with present key/value or score outputs")
-    if any(x is not None for x in node.inputs[4:]):
-        raise Refused("Attention with past key/value inputs")
     q_heads, kv_heads = attr(node, "q_num_heads"), attr(node, "kv_num_heads")
-    if attr(node, "softcap", 0.0):
-        raise Refused("Attention with softcap")
     names = [x.name for x in node.inputs[:3]]
     try:
         three_d = len(node.inputs[0].shape) == 3
@@ -150,7 +147,6 @@ def attention_node(w: Walker, node: Any) -> None:
         splits = [A.head_split(f) for f in found]
         A.same_split(*splits)
         A.check_scale(attr(node, "scale"), splits[0].head_dim)
-        causal = bool(attr(node, "is_causal", 0))
         mask = node.inputs[3] if len(node.inputs) > 3 else None
         if mask is not None:
             array = _const(mask)
@@ -169,7 +165,8 @@ def attention_node(w: Walker, node: Any) -> None:
     w.set_view_of(node.outputs[0].name, view, made)
 
 
-ATTENTION_HANDLERS = {
-    ("opbench", "AttentionCore"): attention_core,
-    ("", "Attention"): attention_node,
-}
+def attention(w: Walker, node: Any, op: str, reading: OnnxReading) -> None:
+    """The attention op's reading placed (ops/onnx_reading.ATTENTION)."""
+    if node.op_type == "AttentionCore":
+        return attention_core(w, node)
+    attention_node(w, node, bool(reading.params.get("causal")))

@@ -72,8 +72,8 @@ def _input_name(value: Any, single: bool) -> str:
 
 
 def _walk(loaded: Any, axis: int, from_opbench: bool) -> Any:
+    from opbench.importers.onnx.dispatch import handle
     from opbench.importers.onnx.handlers import Refused, placeholder
-    from opbench.importers.onnx.handlers_ops import handle
     from opbench.importers.onnx.walk import Walker
 
     model = loaded.model

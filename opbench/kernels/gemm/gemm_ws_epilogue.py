@@ -3,14 +3,14 @@ consumer's tile: the dequantizing epilogue into the shared-memory output tile, a
 position embedding (RoPE) of a q | k | v projection's head.
 
 RoPE (ROPE; the layer: linear_rope.RopeLinear, rotate-half form only). A tile is one head
-(BLOCK_N = D) or two (2 D) whose W rows come interleaved by pairs (row 2i is the head's row i,
-2i + 1 its row i + D/2), so the accumulator's adjacent columns are a pair: split within each
+(BLOCK_N = D) or two (2 D) whose W rows come interleaved by pairs, v heads' too (row 2i is the
+head's row i, 2i + 1 its row i + D/2), so the accumulator's adjacent columns are a pair: split within each
 thread's registers, the even columns are the heads' first halves and the odd ones their
 second. One head: those are the two column halves the TMA stores write. Two heads: each is
 split once more by halves (a head each) and the halves of a head joined, the same register
 moves as the plain epilogue's split. Each pair turns by its row's angle, computed as the
 pointer kernels compute it (linear_epilogue.rope_angles); a v head (at or past rope_rotated)
-only takes its bias. The bias (in W's row order) is added before the rotation.
+only takes its bias, its pairs put back in order by the same stores. The bias (in W's row order) is added before the rotation.
 """
 
 from __future__ import annotations

@@ -15,9 +15,10 @@ made adjacent GEMM columns (2p, 2p + 1), so that any even BLOCK_N holds whole pa
 is within each thread's registers (an MMA accumulator keeps neighbouring columns in one thread,
 as SwiGLU's pairs do):
 - ROPE 2, interleaved form: the pairs are adjacent already; stored where they are.
-- ROPE 1, rotate-half form: W's rows (and the bias) are interleaved per rotated head at build
-  time (row 2i of a head is its row i, row 2i + 1 its row i + D/2), and the pair is stored back
-  to columns i and i + D/2 of its head: two stores, each of runs of consecutive columns.
+- ROPE 1, rotate-half form: W's rows (and the bias) are interleaved per whole head at build
+  time, v heads too (row 2i of a head is its row i, row 2i + 1 its row i + D/2), and the pair is
+  stored back to columns i and i + D/2 of its head: two stores, each of runs of consecutive
+  columns. The columns of a last partial head are in W's order and stored where they are.
 """
 
 from __future__ import annotations
@@ -141,9 +142,10 @@ def rope_store(
     sin = tl.where(turn, sin, 0.0)
     y1 = x1 * cos - x2 * sin
     y2 = x2 * cos + x1 * sin
-    if ROPE == 1:  # ROPE_HALF: back to columns i and i + D/2 of the head
-        col1 = tl.where(first < rope.rotated, first - first % ROPE_D + pair, first)
-        col2 = tl.where(first < rope.rotated, col1 + ROPE_D // 2, first + 1)
+    if ROPE == 1:  # ROPE_HALF: back to columns i and i + D/2 of every whole head
+        paired = first < out.N - out.N % ROPE_D
+        col1 = tl.where(paired, first - first % ROPE_D + pair, first)
+        col2 = tl.where(paired, col1 + ROPE_D // 2, first + 1)
     else:
         col1 = first
         col2 = first + 1

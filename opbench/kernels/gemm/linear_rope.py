@@ -7,13 +7,14 @@ view is at position m % S + offset, the heads in the first `rotated` columns tur
 tile, after the bias, and rounds once; the unfused pair rounds the GEMM's output and again the
 rotation's.
 
-Build time: for the rotate-half form W's rows (and the bias) are interleaved per rotated head, so
-that each pair (i, i + D/2) comes out of the GEMM as adjacent columns (2i, 2i + 1) and lies in
-one tile whatever BLOCK_N; the epilogue stores it back to columns i and i + D/2. The interleaved
+Build time: for the rotate-half form W's rows (and the bias) are interleaved per whole head (v
+heads too), so that each pair (i, i + D/2) comes out of the GEMM as adjacent columns (2i, 2i + 1)
+and lies in one tile whatever BLOCK_N; the epilogue stores it back to columns i and i + D/2,
+turned or not. The interleaved
 form's pairs are adjacent already. Every pointer-storing kernel takes it: the streaming GEMV
 (M <= GEMV_MAX_M), split-K (decode sizes), the tiled and the TMA kernels (prefill). The
-warp-specialized Gluon GEMM (gemm_ws.py, sm_90) has a rotate-half epilogue
-(gemm_ws_epilogue.rope_halves) that is not offered: wrong on an H200 (`ws_ok`).
+warp-specialized Gluon GEMM (gemm_ws.py, sm_90) rotates in its epilogue by column halves
+(gemm_ws_epilogue.rope_halves): rotate-half, tiles of one or two whole heads (`ws_ok`).
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ from opbench.kernels.launch import BoundKernels
 from opbench.kernels.tuning import Config
 
 
-def half_pairs_order(features: int, head_dim: int, rotated: int) -> torch.Tensor:
+def half_pairs_order(features: int, head_dim: int) -> torch.Tensor:
     """The row order that makes each rotate-half pair adjacent: new row h D + 2i + j (j = 0, 1)
-    is row h D + i + j D/2 of a rotated head h; rows at or past `rotated` stay."""
+    is row h D + i + j D/2 of head h, for every whole head (the v heads too, which do not turn:
+    every tile of whole heads is then laid out alike, and the epilogues store each head back
+    the same way); the rows of a last partial head stay."""
     half = head_dim // 2
     rows = torch.arange(features)
     within = rows % head_dim
     turned = rows - within + within // 2 + (within % 2) * half
-    return torch.where(rows < rotated, turned, rows)
+    return torch.where(rows < features - features % head_dim, turned, rows)
 
 
 class RopeLinear(Linear):
@@ -53,7 +56,7 @@ class RopeLinear(Linear):
             raise Unsupported(f"rope in the GEMM needs an even head size dividing the rotated "
                               f"width {rotated} <= {features}, got head_dim {head_dim}")  # fmt: skip
         if not interleaved:
-            order = half_pairs_order(features, head_dim, rotated).to(weight.device)
+            order = half_pairs_order(features, head_dim).to(weight.device)
             weight = weight.detach()[order]
             bias = None if bias is None else bias.detach()[order]
         super().__init__(weight, bias)
@@ -84,11 +87,12 @@ class RopeLinear(Linear):
                     rope_freq=self.freq, ROPE=self.code, ROPE_D=self.head_dim)  # fmt: skip
 
     def ws_ok(self, x2: torch.Tensor, out2: torch.Tensor) -> bool:
-        """Never, for now: the Gluon GEMM's rope epilogue (gemm_ws_epilogue.rope_halves)
-        compiles without spills for sm_90 but every one of its plans gave wrong outputs on an
-        H200 (relative L2 error 0.74, D 128, bf16; 2026-11-29: tests/kernels/test_linear_rope
-        GPU test). The TMA, tiled, split-K and streaming kernels rotate correctly there."""
-        return False
+        """Linear's conditions, the rotate-half form and whole heads only: the Gluon GEMM's
+        epilogue (gemm_ws_epilogue.rope_halves) stores every tile as one or two heads' pairs.
+        (Before the v heads' rows were paired too, its v heads came out permuted: relative
+        L2 error 0.74 on an H200, 2026-11-29; tests/kernels/test_linear_rope.py GPU test.)"""
+        whole = self.weight.shape[0] % self.head_dim == 0
+        return self.code == ROPE_HALF and whole and super().ws_ok(x2, out2)
 
     def candidates(self, x2: torch.Tensor, every_kind: bool = False, residual: bool = False,
                    ws: bool = False) -> list[Config]:  # fmt: skip
@@ -98,13 +102,10 @@ class RopeLinear(Linear):
         return [p for p in plans if p["KIND"] != "ws" or self.ws_tile(p)]
 
     def ws_tile(self, plan: Config) -> bool:
-        """A Gluon GEMM plan whose tile is one whole head (rotate-half form). Two heads per
-        tile (BLOCK_N = 2 D, gemm_ws_epilogue's regrouping) compile without spills but gave
-        wrong outputs on an H200 (relative L2 error 0.74 at D 128, bf16; 2026-11-29): not
-        offered until that epilogue is fixed and its GPU test passes."""
-        return self.code == ROPE_HALF and plan["BLOCK_N"] == self.head_dim
+        """A Gluon GEMM plan whose tile is one or two whole heads (rotate-half form)."""
+        return self.code == ROPE_HALF and plan["BLOCK_N"] in (self.head_dim, 2 * self.head_dim)
 
     def calls(self, plan, x2, out2, res2=None):
         if plan["KIND"] == "ws" and not self.ws_tile(plan):
-            raise Unsupported("the Gluon GEMM rotates rotate-half heads, one per tile")
+            raise Unsupported("the Gluon GEMM rotates rotate-half heads, one or two per tile")
         return super().calls(plan, x2, out2, res2)
