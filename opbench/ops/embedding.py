@@ -35,7 +35,6 @@ class Embedding(Op):
     engine_names = "gather embedding aten::embedding aten::index_select"
     torch_calls = ("torch.nn.functional.embedding",)
     reference_written_out = True
-    onnx_op = "Gather"
     example = Example((7,), (7, 6), {"num_embeddings": 11, "embedding_dim": 6}, integer=(0,))
     params = (
         Param("num_embeddings", "pos_int", help="rows of the table (vocabulary size)"),
