@@ -20,11 +20,17 @@ LAYOUT_TIMING = TimingSpec(warmup_ms=10.0, rep_ms=20.0, rounds=3, flush_l2=True)
 
 
 def use_cudnn_benchmark(device: str) -> None:
-    """cuDNN picks its fastest algorithm per shape (on its first call, before any timing)."""
+    """cuDNN picks its fastest algorithm per shape (on its first call, before any timing), in
+    the precision the layer declares: PyTorch lets cuDNN run float32 convolutions in TF32 by
+    default (`cudnn.allow_tf32`, unlike its matmuls), and TF32's 10-bit mantissa fails float32's
+    tolerance (an H200's quickstart cnn conv2: relative L2 1.8e-4 > 1e-4 when benchmark mode
+    picked a TF32 algorithm), so a float32 peer would be timed at a precision nobody checked.
+    16-bit convolutions are unaffected (TF32 applies to float32 operands only)."""
     if device.startswith("cuda"):
         import torch
 
         torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = False
 
 
 def median_ms(fn: Callable[[], Any], device: str) -> float:

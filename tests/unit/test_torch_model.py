@@ -145,6 +145,20 @@ def test_the_faster_layout_is_kept_and_the_note_gives_both_times() -> None:
     )
 
 
+def test_on_cuda_cudnn_benchmarks_in_true_float32(monkeypatch) -> None:
+    """TF32 (PyTorch's default for cuDNN) would time a float32 peer below float32's precision."""
+    import torch
+
+    from opbench.backends.torch_layout import use_cudnn_benchmark
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    use_cudnn_benchmark("cpu")
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32) == (False, True)
+    use_cudnn_benchmark("cuda:0")
+    assert (torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32) == (True, False)
+
+
 @pytest.mark.parametrize("faster", ["channels_last", "NCHW"])
 def test_on_cuda_the_module_runs_in_the_faster_layout(monkeypatch, faster) -> None:
     """Each layout timed with the weights in it (here a stand-in timer that reads the conv
