@@ -9,6 +9,12 @@ import os
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The CLI's tables are read at their width off a terminal (cli/console.py: 160 columns unless
+# COLUMNS says otherwise). Under pytest-xdist a worker inherits COLUMNS=80 and LINES=24: GNU
+# readline, imported in the controlling process, exports them to its C environment, which the
+# workers start from. Dropped here, so the tests see one width however they are started.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 
 import pytest  # noqa: E402
 
