@@ -15,6 +15,12 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 # workers start from. Dropped here, so the tests see one width however they are started.
 os.environ.pop("COLUMNS", None)
 os.environ.pop("LINES", None)
+# pytest-xdist's workers share the cores: each gets its share of torch's (OpenMP's) threads,
+# read when torch loads, before any test module imports it. A team per worker as wide as the
+# machine oversubscribes it: on 2 cores with 2 workers, 2 threads each took a third longer.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _workers)))
 
 import pytest  # noqa: E402
 
