@@ -9,6 +9,18 @@ import os
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The CLI's tables are read at their width off a terminal (cli/console.py: 160 columns unless
+# COLUMNS says otherwise). Under pytest-xdist a worker inherits COLUMNS=80 and LINES=24: GNU
+# readline, imported in the controlling process, exports them to its C environment, which the
+# workers start from. Dropped here, so the tests see one width however they are started.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+# pytest-xdist's workers share the cores: each gets its share of torch's (OpenMP's) threads,
+# read when torch loads, before any test module imports it. A team per worker as wide as the
+# machine oversubscribes it: on 2 cores with 2 workers, 2 threads each took a third longer.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _workers)))
 
 import pytest  # noqa: E402
 

@@ -33,7 +33,7 @@ models:
       - {name: probs, op: softmax, dtype: float16}
   - name: cnn
     batch: 2
-    input: [3, 11, 9]
+    input: [3, 7, 5]
     layers:
       - {name: conv, op: conv2d, out_channels: 8, kernel_size: 3, padding: 1, dtype: float32}
       - {name: bn, op: batchnorm2d, dtype: float32}

@@ -170,7 +170,8 @@ def test_unsupported_nodes_are_listed_or_placeheld(tmp_path: Path):
     # grouped by op type with counts, one line per node with its module
     assert "  Tanh ×2" in lines and "  Clip ×1" in lines
     assert "    /tanh/Tanh in tanh: not a supported op" in lines
-    assert all(len(line) < 200 for line in lines)
+    # Short lines, the file's name aside (its folder's length is the test runner's).
+    assert all(len(line.replace(str(path), "")) < 200 for line in lines)
     assert not out.exists()
 
     done = _from_onnx(path, out, "--skip-unsupported")
