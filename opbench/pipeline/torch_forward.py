@@ -82,13 +82,13 @@ def _layout(
     asked = any(layer.params.get("channels_last") for layer in model.layers)
     if not device.startswith("cuda"):
         return (CHANNELS_LAST, "channels_last (asked for)") if asked else (NCHW, "NCHW")
+    use_cudnn_benchmark(device)  # the compiled forward's convs are cuDNN's too
     if compiled:
         # Inductor's layout optimisation runs convs in channels_last; weights it is given in
         # NCHW it converts inside the graph on every call (a copy kernel per conv).
         return CHANNELS_LAST, "channels_last (weights as Inductor runs its convs; not timed)"
     import torch
 
-    use_cudnn_benchmark(device)
     last = [channels_last(x) for x in inputs]
     times = {}
     # Each layout timed with the module's weights in it too; left in NCHW.
