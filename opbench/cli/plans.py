@@ -51,7 +51,7 @@ def tune_command(
         from opbench.pipeline.plans import read_plans
 
         for path in source:
-            for plan in read_plans(path).values():
+            for plan in read_plans(path).plans.values():
                 choices.extend(plan.get("choices", []))
     if suites:
         choices.extend(_tune(suites))

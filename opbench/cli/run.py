@@ -176,10 +176,9 @@ def run_command(
         )
 
     from opbench.pipeline import RunOptions, default_device, prepare_device
-    from opbench.pipeline.plans import read_costs, read_plans
+    from opbench.pipeline.plans import RecordedPlans, read_plans
 
-    recorded = read_plans(plans) if plans is not None else {}
-    costs = read_costs(plans) if plans is not None else {}
+    recorded = read_plans(plans) if plans is not None else RecordedPlans()
 
     chosen = device or default_device()
     if chosen.startswith("cuda"):
@@ -210,8 +209,8 @@ def run_command(
         quick=quick,
         rounds=rounds,
         shard=shard_kn,
-        plans=recorded,
-        costs=costs,
+        plans=recorded.plans,
+        costs=recorded.costs,
         model_data=model_data,
         origin=origin,
     )

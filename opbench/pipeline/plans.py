@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,21 +42,6 @@ def costs_of(results: Iterable[LayerResult]) -> dict[PlanKey, float]:
     }
 
 
-def read_costs(path: Path) -> dict[PlanKey, float]:
-    """The wall seconds of a run.json's results; none for a plan file (it records none)."""
-    if path.is_dir():
-        path = path / "run.json"
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}  # read_plans has already said what is wrong with the file
-    if isinstance(data, dict) and "layers" in data:
-        from opbench.results.io import read_run
-
-        return costs_of(read_run(path).layers)
-    return {}
-
-
 def write_plans(results: Iterable[LayerResult], path: Path) -> int:
     """Write the plans of `results` to `path`; returns how many were written."""
     entries = [{"model": m, "layer": la, "backend": b, "plan": dict(plan)}
@@ -64,7 +50,16 @@ def write_plans(results: Iterable[LayerResult], path: Path) -> int:
     return len(entries)
 
 
-def read_plans(path: Path) -> dict[PlanKey, Mapping[str, Any]]:
+@dataclass(frozen=True)
+class RecordedPlans:
+    """What a `--plans` file hands a run: the tuned plans, and (from a run.json only) the wall
+    seconds each result took, both by (model, layer, backend). Read once, from one parse."""
+
+    plans: dict[PlanKey, Mapping[str, Any]] = field(default_factory=dict)
+    costs: dict[PlanKey, float] = field(default_factory=dict)
+
+
+def read_plans(path: Path) -> RecordedPlans:
     """The plans of a plan file or a run.json (or a run folder). Bad input raises InputError."""
     where = Location(file=str(path), field="--plans")
     if path.is_dir():
@@ -78,20 +73,31 @@ def read_plans(path: Path) -> dict[PlanKey, Mapping[str, Any]]:
     except RecursionError:
         raise InputError("the plans are JSON nested too deep to read", where) from None
     if isinstance(data, dict) and "opbench_plans" in data:
-        if data["opbench_plans"] != PLANS_FORMAT or not isinstance(data.get("plans"), list):
-            raise InputError(f"not a plan file of format {PLANS_FORMAT}", where)
-        plans = {}
-        for entry in data["plans"]:
-            try:
-                key = plan_key(entry["model"], entry["layer"], entry["backend"])
-                plans[key] = dict(entry["plan"])
-            except (KeyError, TypeError):
-                raise InputError(
-                    "a plan entry lacks model, layer, backend or plan", where
-                ) from None
-        return plans
+        return RecordedPlans(plans=_plan_entries(data, where))
     if isinstance(data, dict) and "layers" in data:
-        from opbench.results.io import read_run
-
-        return plans_of(read_run(path).layers)
+        layers = _run_layers(data, Location(file=str(path)))
+        return RecordedPlans(plans=plans_of(layers), costs=costs_of(layers))
     raise InputError("neither a plan file nor a run.json", where)
+
+
+def _plan_entries(data: dict[str, Any], where: Location) -> dict[PlanKey, Mapping[str, Any]]:
+    if data["opbench_plans"] != PLANS_FORMAT or not isinstance(data.get("plans"), list):
+        raise InputError(f"not a plan file of format {PLANS_FORMAT}", where)
+    plans = {}
+    for entry in data["plans"]:
+        try:
+            key = plan_key(entry["model"], entry["layer"], entry["backend"])
+            plans[key] = dict(entry["plan"])
+        except (KeyError, TypeError):
+            raise InputError("a plan entry lacks model, layer, backend or plan", where) from None
+    return plans
+
+
+def _run_layers(data: dict[str, Any], where: Location) -> list[LayerResult]:
+    """The layer results of an already parsed run.json (its own mistakes said in words)."""
+    from opbench.results.io import run_from_dict
+
+    try:
+        return list(run_from_dict(data).layers)
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise InputError(f"not an opbench run: {exc}", where) from None

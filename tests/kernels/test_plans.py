@@ -125,3 +125,25 @@ def test_a_bad_plan_file_is_bad_input(tmp_path: Path) -> None:
     missing = invoke("run", suite, "--device", "cpu", "--out", tmp_path, "--plans",
                      tmp_path / "nope.json")  # fmt: skip
     assert missing.exit_code == 2 and "cannot read the plans" in missing.output
+
+
+def test_a_run_folder_given_as_plans_is_read_once(recorded, monkeypatch) -> None:
+    """`--plans RUN` hands the run both the plans and the wall seconds of its results, from one
+    read of the run.json (it was parsed four times)."""
+    from opbench.pipeline.plans import read_plans
+
+    folder, _, plans = recorded
+    run_json = resolve_latest(folder / "a" / "plans") / "run.json"
+    reads = []
+    original = Path.read_text
+
+    def counted(self: Path, *args, **kwargs) -> str:
+        reads.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    recorded_plans = read_plans(run_json.parent)
+    assert reads == [run_json]
+    assert recorded_plans.plans == {(m, la, "triton"): p for (m, la), p in plans.items() if p}
+    assert set(recorded_plans.plans) <= set(recorded_plans.costs)
+    assert all(seconds > 0 for seconds in recorded_plans.costs.values())
