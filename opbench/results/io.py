@@ -104,7 +104,7 @@ _TEXT = {
     EndToEnd: ("model", "backend", "status"),
     RunResult: ("suite", "started_at", "device"),
 }
-_MAPPINGS = ("suite_spec", "env", "origin")
+_MAPPINGS = ("suite_spec", "env", "origin", "options")
 
 
 def _checked(kind: type, values: dict[str, Any], where: str) -> dict[str, Any]:
