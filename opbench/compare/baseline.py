@@ -30,6 +30,7 @@ from opbench.results.fingerprint import GATE_KEYS, env_differences
 from opbench.results.io import RUN_FILE, run_from_dict, write_json_atomic
 from opbench.results.jsonfile import read_json_object
 from opbench.results.model import LayerResult, RunResult
+from opbench.time_bounds import time_problem
 
 BASELINE_KIND = "opbench-baseline"
 BASELINE_SCHEMA_VERSION = 1
@@ -220,13 +221,19 @@ def baseline_from_dict(data: Mapping[str, Any], path: str | None = None) -> Base
     entries = []
     for raw in data.get("entries") or ():
         threshold = raw.get("threshold")
+        medians = tuple(float(t) for t in raw["round_medians_ms"])
+        median = float(raw["median_ms"])
+        for t in (*medians, median):  # 0, NaN or 1e308 would be judged as a time
+            if problem := time_problem(t):
+                who = f"{raw['model']}/{raw['layer']}/{raw['backend']}"
+                raise ValueError(f"entry {who}: a round median of {t!r}, {problem}")
         entries.append(
             BaselineEntry(
                 model=str(raw["model"]),
                 layer=str(raw["layer"]),
                 backend=str(raw["backend"]),
-                round_medians_ms=tuple(float(t) for t in raw["round_medians_ms"]),
-                median_ms=float(raw["median_ms"]),
+                round_medians_ms=medians,
+                median_ms=median,
                 cv=float(raw.get("cv", 0.0)),
                 threshold=None if threshold is None else float(threshold),
                 rounds=int(raw.get("rounds", len(raw["round_medians_ms"]))),

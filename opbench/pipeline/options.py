@@ -73,6 +73,18 @@ class RunOptions:
     # record (every node: in which layer, absorbed, or unsupported).
     origin: Mapping[str, Any] = field(default_factory=dict)
 
+    def recorded(self) -> dict[str, Any]:
+        """The choices that shape what the run measures, for run.json (`RunResult.options`):
+        the shares of one run (`--shard`) must agree on each, or `opbench merge` refuses."""
+        return {
+            "backends": list(self.backends),
+            "models": list(self.models),
+            "layers": list(self.layers),
+            "quick": self.quick,
+            "rounds": self.rounds,
+            "end_to_end": self.end_to_end,
+        }
+
 
 Progress = Callable[[str, Any], None]
 

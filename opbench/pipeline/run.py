@@ -64,6 +64,7 @@ def run_suite(
         shard=options.shard,
         planned=len(plan.items),
         origin=dict(options.origin),
+        options=options.recorded(),
     )
     notify("plan", len(plan.items))
     writer = RunWriter(run_path) if run_path is not None else None

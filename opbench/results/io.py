@@ -24,6 +24,7 @@ from typing import Any
 from opbench.errors import InputError, Location
 from opbench.results.jsonfile import read_json_object
 from opbench.results.model import SCHEMA_VERSION, Correctness, EndToEnd, LayerResult, RunResult
+from opbench.time_bounds import MAX_TIME_MS, time_problem
 
 RUN_FILE = "run.json"
 LATEST = "latest"
@@ -42,6 +43,35 @@ def _clean(value: Any) -> Any:
 
 def _float(value: Any) -> float:
     return float(value)
+
+
+class BadTime(ValueError):
+    """A time in a run file that no timed call can take (0, negative, NaN, inf, above a day).
+    Judged, it would be a speed-up of infinity or zero, or overflow the gate's statistics."""
+
+
+def _whose(values: dict[str, Any]) -> str:
+    parts = [values.get("model"), values.get("layer"), values.get("backend")]
+    return "/".join(str(p) for p in parts if p is not None)
+
+
+def _samples(values: dict[str, Any], where: str) -> tuple[tuple[float, ...], ...]:
+    """The samples_ms rounds, each sample a time a call can take, else BadTime."""
+    rounds = tuple(tuple(_float(t) for t in r) for r in values.get("samples_ms") or ())
+    for i, samples in enumerate(rounds):
+        if all(0.0 < t <= MAX_TIME_MS for t in samples):  # NaN fails every comparison
+            continue
+        j, bad = next((j, t) for j, t in enumerate(samples) if time_problem(t))
+        raise BadTime(
+            f"{where} ({_whose(values)}): samples_ms round {i + 1}, sample {j + 1} is {bad!r}, "
+            f"{time_problem(bad)}: not a time a call took"
+        )
+    for name in ("host_ms", "stream_ms"):
+        if values.get(name) is not None:
+            value = values[name] = _float(values[name])
+            if problem := time_problem(value):
+                raise BadTime(f"{where} ({_whose(values)}): {name} is {value!r}, {problem}")
+    return rounds
 
 
 def result_to_dict(result: LayerResult | EndToEnd) -> dict[str, Any]:
@@ -74,7 +104,7 @@ _TEXT = {
     EndToEnd: ("model", "backend", "status"),
     RunResult: ("suite", "started_at", "device"),
 }
-_MAPPINGS = ("suite_spec", "env", "origin")
+_MAPPINGS = ("suite_spec", "env", "origin", "options")
 
 
 def _checked(kind: type, values: dict[str, Any], where: str) -> dict[str, Any]:
@@ -96,9 +126,7 @@ def _layer_from_dict(data: dict[str, Any], where: str = "layer result") -> Layer
     values["input_shape"] = _tuple_shape(values.get("input_shape"))
     values["output_shape"] = _tuple_shape(values.get("output_shape"))
     values["covers"] = tuple(values.get("covers") or ())
-    values["samples_ms"] = tuple(
-        tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
-    )
+    values["samples_ms"] = _samples(values, where)
     values["correctness"] = _correctness(values.get("correctness"))
     return LayerResult(**values)
 
@@ -126,9 +154,7 @@ def _e2e_from_dict(data: dict[str, Any], where: str = "end-to-end result") -> En
         raise ValueError(f"{where} is not an object")
     known = {f.name for f in fields(EndToEnd)}
     values = _checked(EndToEnd, {k: v for k, v in data.items() if k in known}, where)
-    values["samples_ms"] = tuple(
-        tuple(_float(t) for t in r) for r in values.get("samples_ms") or ()
-    )
+    values["samples_ms"] = _samples(values, where)
     # Older run files have neither: None, as for a row that was never checked.
     values["correctness"] = _correctness(values.get("correctness"))
     values["outputs"] = tuple(values.get("outputs") or ())
@@ -225,6 +251,8 @@ def read_run(path: Path | str) -> RunResult:
     data = read_json_object(path, "run file")
     try:
         return run_from_dict(data)
+    except BadTime as exc:  # measured-looking, but no call took that time: never judged
+        raise InputError(str(exc), Location(file=str(path))) from None
     except ValueError as exc:  # the file's own mistakes, said in words
         raise InputError(f"not an opbench run: {exc}", Location(file=str(path))) from None
     except (AttributeError, KeyError, TypeError) as exc:

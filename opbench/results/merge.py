@@ -1,13 +1,15 @@
 """Join partial runs (`opbench run --shard K/N`) into one run. Pure Python.
 
-Refuses what would give a misleading whole: runs of different suites, runs made in different
+Refuses what would give a misleading whole: shares of different runs (another suite, suite
+content, device kind or run options such as --backend and --rounds), runs made in different
 environments, overlapping shares, and missing shares (unless a partial result is accepted).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from opbench.errors import InputError, Location
 from opbench.results.fingerprint import env_differences
@@ -27,17 +29,46 @@ def _order(run: RunResult):
     return key
 
 
-def merge_runs(
-    runs: Sequence[RunResult], sources: Sequence[str], allow_partial: bool = False
-) -> tuple[RunResult, list[str]]:
-    """The merged run and a list of warnings (missing shares when allow_partial)."""
-    if not runs:
-        raise InputError("merge needs at least one run")
+def _first_difference(a: Any, b: Any, path: str) -> tuple[str, Any, Any] | None:
+    """(where, a's value, b's value) of the first place two JSON-like values differ, or None."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in dict.fromkeys([*a, *b]):
+            found = _first_difference(a.get(key), b.get(key), f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if found := _first_difference(x, y, f"{path}[{i}]"):
+                return found
+        return None
+    return None if a == b else (path, a, b)
+
+
+def _what_shapes_the_run(run: RunResult) -> dict[str, Any]:
+    """What the shares of one run hold alike: the suite as loaded (its models, layers,
+    backends, timing), the device kind and the run's options (--backend, --rounds, ...).
+    The suite file's path may differ between the machines that ran the shares."""
+    spec = {k: v for k, v in run.suite_spec.items() if k != "source"}
+    return {
+        "suite": run.suite,
+        "device": run.device.split(":")[0],
+        "options": dict(run.options),
+        "suite_spec": spec,
+    }
+
+
+def _check_one_run(runs: Sequence[RunResult], sources: Sequence[str]) -> None:
+    """Refuse shares of different runs: one line naming the field and both values."""
     first, first_src = runs[0], sources[0]
+    shape = _what_shapes_the_run(first)
     for run, src in zip(runs[1:], sources[1:], strict=False):
-        if run.suite != first.suite:
+        found = _first_difference(shape, _what_shapes_the_run(run), "")
+        if found:
+            where, theirs, ours = found
             raise InputError(
-                f"run of suite {run.suite!r} cannot merge with suite {first.suite!r} ({first_src})",
+                f"not a share of the run in {first_src}: {where} is {ours!r} here and "
+                f"{theirs!r} there (merge joins the shares of one `opbench run --shard`)",
                 Location(file=src),
             )
         # The gate's fingerprint keys (results/fingerprint.py): shares that could not be gated
@@ -50,6 +81,11 @@ def merge_runs(
                 f"environment differs from {first_src}: " + "; ".join(diffs), Location(file=src)
             )
 
+
+def _check_shares(
+    runs: Sequence[RunResult], sources: Sequence[str], allow_partial: bool
+) -> list[str]:
+    """Refuse overlapping shares, and missing ones unless `allow_partial` (then warned)."""
     warnings: list[str] = []
     shards = [run.shard for run in runs]
     if any(s is None for s in shards):
@@ -82,7 +118,19 @@ def merge_runs(
                     text + " (--allow-partial merges what is there)", Location(file=sources[0])
                 )
             warnings.append(text)
+    return warnings
 
+
+def merge_runs(
+    runs: Sequence[RunResult], sources: Sequence[str], allow_partial: bool = False
+) -> tuple[RunResult, list[str]]:
+    """The merged run and a list of warnings (missing shares when allow_partial)."""
+    if not runs:
+        raise InputError("merge needs at least one run")
+    first = runs[0]
+    _check_one_run(runs, sources)
+
+    warnings = _check_shares(runs, sources, allow_partial)
     keys: dict[tuple[str, tuple[str, ...], str], str] = {}
     layers: list[LayerResult] = []
     for run, src in zip(runs, sources, strict=False):

@@ -301,6 +301,10 @@ class RunResult:
     origin: where the suite came from when it is not a suite file: for `opbench run
         model.onnx`, the import's record (which nodes each layer computes, which were absorbed
         as views or constants, which are unsupported).
+    options: the run's own choices that shape what it measures (`--backend`, `--model`,
+        `--layer`, `--quick`, `--rounds`, whole-model on or off), as `RunOptions.recorded()`
+        writes them; the shares of one run agree on every one (`opbench merge` checks). Empty
+        in run files written before it was kept.
     """
 
     suite: str
@@ -316,6 +320,7 @@ class RunResult:
     shard: tuple[int, int] | None = None
     planned: int = 0
     origin: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def with_layer(self, result: LayerResult) -> RunResult:

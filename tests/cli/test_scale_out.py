@@ -109,6 +109,19 @@ def test_merge_refuses_missing_overlapping_and_foreign_runs(suite, tmp_path):
     assert code == 2 and "environment differs" in output and "torch" in output
 
 
+def test_merge_refuses_shares_of_runs_with_other_rounds(suite, tmp_path):
+    one = shard_run(suite, tmp_path / "s1", "1/2")
+    code, output = run_cli(
+        "run", str(suite), "--out", str(tmp_path / "s2"), "--shard", "2/2", "--rounds", "3"
+    )
+    assert code == 0, output
+    two = tmp_path / "s2" / "tiny" / "latest"
+    code, output = run_cli("merge", str(one), str(two), "--out", str(tmp_path / "m"))
+    assert code == 2, output
+    assert "options.rounds is 3 here and None there" in " ".join(output.split())
+    assert not (tmp_path / "m").exists()
+
+
 def test_bad_shard_text_is_bad_input(suite, tmp_path):
     for text in ("3/2", "0/2", "a/b", "2"):
         code, output = run_cli("run", str(suite), "--out", str(tmp_path), "--shard", text)

@@ -21,7 +21,8 @@ PURE_STAGES = ("spec", "reference", "match", "compare", "report", "results")
 # The declared layer order, lowest first. A package (or top-level module) of opbench imports
 # only from lower layers; the packages of one layer import nothing from each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "targets", "vocabulary", "exclusive"),  # leaves: no opbench import at all
+    # leaves: no opbench import at all
+    ("errors", "targets", "time_bounds", "vocabulary", "exclusive"),
     ("ops", "kernels"),  # what a layer computes: declared (pure), and in Triton
     ("spec",),  # suites, resolved over the ops
     ("importers", "reference", "results"),  # ONNX models in; reference files in; run records
@@ -37,7 +38,16 @@ LAYER_OF = {name: depth for depth, layer in enumerate(LAYERS) for name in layer}
 
 # The side that runs from files on any machine imports nothing from the GPU side, lazily
 # or not (measure's timers import torch lazily; compare reads only its statistics).
-NO_GPU_SIDE = (*PURE_STAGES, "importers", "measure", "ops", "errors", "targets", "vocabulary")
+NO_GPU_SIDE = (
+    *PURE_STAGES,
+    "importers",
+    "measure",
+    "ops",
+    "errors",
+    "targets",
+    "time_bounds",
+    "vocabulary",
+)
 
 
 def _modules(stage: str) -> list[str]:

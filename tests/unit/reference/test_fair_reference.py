@@ -58,14 +58,42 @@ def test_the_sidecar_is_read_and_each_difference_warned(tmp_path: Path):
     meta = {"opbench_reference": "onnxruntime", "profile": "ref.json", "intra_op_threads": 2,
             "batch": {"resnet50": 1}, "dtype": "float32"}  # fmt: skip
     (tmp_path / "ref.meta.json").write_text(json.dumps(meta))
-    assert read_sidecar(ref) == meta
-    assert sidecar_warnings(meta, run(2, 1, "float32"), "torch") == []
-    warnings = sidecar_warnings(meta, run(1, 4, "float16"), "torch")
+    sidecar = read_sidecar(ref)
+    assert sidecar is not None and sidecar.meta == meta and sidecar.problem is None
+    assert sidecar_warnings(sidecar, run(2, 1, "float32"), "torch") == []
+    warnings = sidecar_warnings(sidecar, run(1, 4, "float16"), "torch")
     assert len(warnings) == 3
     assert "2 CPU thread(s) and the run on 1" in warnings[0] and "--threads 1" in warnings[0]
     assert "resnet50 at batch 1 and the run at batch 4" in warnings[1]
     assert "in float32 and the run in float16" in warnings[2]
     # a GPU run's CPU threads are no part of its layers' times
-    assert sidecar_warnings(meta, run(1, 1, "float32", device="cuda"), "torch") == []
-    # no sidecar, or one that is not opbench's: nothing to say
+    assert sidecar_warnings(sidecar, run(1, 1, "float32", device="cuda"), "torch") == []
+    # no sidecar: nothing to say
     assert read_sidecar(tmp_path / "other.json") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (
+            '{"opbench_reference": "onnxruntime", "batch": ',
+            "is not valid JSON (Expecting value: line 1 column",
+        ),
+        ("[1, 2]", "holds no JSON object"),
+        ('{"batch": {"resnet50": 1}}', "has no 'opbench_reference' key"),
+        (
+            '{"opbench_reference": "onnxruntime", "intra_op_threads": "two"}',
+            'intra_op_threads is "two", not a whole number: not checked',
+        ),
+    ],
+    ids=["truncated", "not-an-object", "not-opbench", "bad-field"],
+)
+def test_a_corrupt_sidecar_is_warned_about_in_one_line(tmp_path: Path, text, problem):
+    ref = tmp_path / "ref.json"
+    ref.write_text("[]")
+    (tmp_path / "ref.meta.json").write_text(text)
+    sidecar = read_sidecar(ref)
+    assert sidecar is not None
+    (warning,) = sidecar_warnings(sidecar, run(2, 1, "float32"), "torch")
+    assert warning.startswith(f"warning: {tmp_path / 'ref.meta.json'}")
+    assert problem in warning and "\n" not in warning
