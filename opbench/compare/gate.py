@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from opbench.compare.baseline import Baseline, BaselineEntry
+from opbench.compare.completeness import incomplete_reason
 from opbench.compare.gate_env import gate_differences
 from opbench.compare.gate_model import (
     CODE_VERDICT,
@@ -257,8 +258,9 @@ def gate(
             f"on each side (--quick times 2); time the run and the baseline with --rounds "
             f"{MIN_ROUNDS} or more"
         )
-    if not current.complete:
-        notes.append("this run is incomplete: layers it did not reach are listed as MISSING")
+    incomplete = incomplete_reason(current)
+    if incomplete:
+        notes.append(incomplete)
     if baseline.source == "run" and not baseline.complete:
         notes.append("the baseline run is incomplete")
     return GateReport(
@@ -270,6 +272,7 @@ def gate(
         baseline_path=baseline.path,
         baseline_source=baseline.source,
         notes=tuple(notes),
+        incomplete=incomplete,
     )
 
 
