@@ -56,3 +56,34 @@ def test_compare_names_the_run_it_found_itself(tmp_path: Path, monkeypatch):
     assert first.startswith("run: ") and "20261101T" not in first
     assert "reports/demo/20261102T000000Z (the newest under reports/" in first
     assert "suite demo · started 2026-11-23T00:00:00Z" in first
+
+
+def quick_rounds(n: int, ms: float = 0.1):
+    return tuple((ms * 0.98, ms, ms * 1.03) for _ in range(n))
+
+
+def test_confirm_never_says_nothing_inconclusive_under_inconclusive_rows(tmp_path: Path):
+    # both sides timed with --quick (2 rounds): INCONCLUSIVE, and re-timing the run cannot help
+    base = save(tmp_path, "b", layer("ln", samples_ms=quick_rounds(2)))
+    run = save(tmp_path, "r", layer("ln", samples_ms=quick_rounds(2)))
+    done = gate(str(run), "--baseline", str(base), "--confirm")
+    assert "gate: INCONCLUSIVE" in done.output, done.output
+    assert "nothing inconclusive" not in done.output
+    text = " ".join(done.output.split())
+    assert "1 inconclusive layer(s) that timing this run again cannot settle" in text
+    assert "mlp/ln (triton): not judged: a verdict needs 5+ timing rounds" in text
+
+
+def test_confirm_offers_a_layer_this_run_timed_with_too_few_rounds():
+    from opbench.compare.baseline import baseline_from_run
+    from opbench.compare.gate import gate as gate_run
+    from opbench.compare.gate import inconclusive_keys
+    from opbench.results.model import RunResult
+
+    def run(*layers):
+        return RunResult("demo", "t", "cuda", env={}, layers=layers, complete=True)
+
+    base = baseline_from_run(run(layer("ln"), layer("fc", samples_ms=quick_rounds(2))))
+    report = gate_run(run(layer("ln", samples_ms=quick_rounds(2)), layer("fc")), base)
+    # ln: the run is short, the baseline has 5 rounds: more rounds here settle it; fc: not
+    assert inconclusive_keys(report) == (("mlp", "ln", "triton"),)
