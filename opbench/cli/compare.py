@@ -29,7 +29,7 @@ from opbench.cli.gate import (
     write_updated_baseline,
 )
 from opbench.cli.plugins import load_plugins, plugin_option
-from opbench.cli.runs import check_out_folder, resolve_run_path, run_folder
+from opbench.cli.runs import check_out_folder, judged_run_line, resolve_run_path, run_folder
 from opbench.cli.target import (
     FULL_TABLES,
     CompareRequest,
@@ -39,6 +39,7 @@ from opbench.cli.target import (
     show_comparison,
     write_comparison,
 )
+from opbench.compare.completeness import incomplete_reason
 from opbench.errors import ExitCode, InputError
 from opbench.results.io import read_run
 
@@ -245,6 +246,9 @@ def compare_and_gate(request: CompareRequest, gate_request: GateRequest) -> int:
     new_baseline = write_updated_baseline(inputs, run) if inputs is not None else None
     summary_path = append_summaries(summaries(run, report, inputs, comparison, new_baseline))
 
+    console.print(
+        judged_run_line(run, folder, request.run), markup=False, highlight=False, soft_wrap=True
+    )
     if comparison is not None and outcome is not None:
         show_comparison(comparison, written, out_dir)
         announce_outcome(outcome, request.gate)
@@ -262,6 +266,8 @@ def compare_and_gate(request: CompareRequest, gate_request: GateRequest) -> int:
             )
         if report is not None:
             print_gate(report, waived=inputs.destination is not None)
+        elif comparison is None and incomplete_reason(run):
+            err_console.print(f"error: {incomplete_reason(run)}", style="bold red", markup=False)
     if gate_request.junit is not None:
         console.print(f"JUnit: {gate_request.junit}", markup=False)
     if bmf_count is not None:

@@ -25,6 +25,7 @@ from opbench.compare.baseline import (
     load_baseline,
     update_baseline_file,
 )
+from opbench.compare.completeness import incomplete_reason
 from opbench.compare.gate import GateOptions, GateReport, parse_threshold
 from opbench.errors import ExitCode, InputError, Location, OpbenchError
 from opbench.results.io import RUN_FILE
@@ -138,13 +139,16 @@ def _destination(request: GateRequest, run: RunResult, loaded: Baseline | None) 
 
 def gate_exit_code(report: GateReport | None, inputs: GateInputs, run: RunResult) -> int:
     """The gate's part of the exit code. With --update-baseline, exit 1 and 4 are waived:
-    this run becomes the baseline. Without a report, crashes still count (exit 3)."""
+    this run becomes the baseline. Without a report, crashes and an incomplete run still
+    count (exit 3)."""
     if report is not None:
         code = report.exit_code
+    elif crashed_results(run) or incomplete_reason(run):
+        code = ExitCode.LAYER_ERROR
     elif inputs.problem is not None and inputs.destination is None:
         code = ExitCode.BASELINE
     else:
-        code = ExitCode.LAYER_ERROR if crashed_results(run) else ExitCode.OK
+        code = ExitCode.OK
     if inputs.destination is not None and code in (ExitCode.FAILED_GATE, ExitCode.BASELINE):
         return ExitCode.OK
     return code

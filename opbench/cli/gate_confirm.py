@@ -20,12 +20,14 @@ from opbench.compare.gate import (
     confirm,
     gate,
     inconclusive_keys,
+    unsettled_note,
 )
+from opbench.compare.gate_model import MIN_ROUNDS
 from opbench.errors import OpbenchError
 from opbench.results.fingerprint import env_differences
 from opbench.results.model import RunResult
 
-CONFIRM_ROUNDS_FACTOR = 2
+CONFIRM_ROUNDS_FACTOR = 2  # and MIN_ROUNDS at least: a re-run must be able to give a verdict
 
 
 def _in_model(name: str, model: str | None) -> bool:
@@ -59,11 +61,12 @@ def judge(
     again. A re-run that cannot happen leaves the first verdict and a note saying why."""
     current, baseline = select_model(run, baseline, model)
     report = gate(current, baseline, options)
-    keys = inconclusive_keys(report) if confirm_layers else ()
-    if not keys:
-        if confirm_layers:
-            report = replace(report, notes=report.notes + ("--confirm: nothing inconclusive",))
+    if not confirm_layers:
         return report
+    keys = inconclusive_keys(report)
+    unsettled = unsettled_note(report, keys)
+    if not keys:
+        return replace(report, notes=report.notes + (unsettled,))
     console.print(
         f"confirm: {len(keys)} layer(s) inconclusive; timing them again with "
         f"{CONFIRM_ROUNDS_FACTOR}x the rounds on {run.device}",
@@ -79,7 +82,8 @@ def judge(
         1 for v in report.verdicts if v.confirmed and v.verdict is not Verdict.INCONCLUSIVE
     )
     note = f"--confirm re-timed {len(rerun.layers)} layer(s); {settled} settled"
-    return replace(report, notes=report.notes + (note,))
+    left = () if unsettled.endswith("nothing inconclusive") else (unsettled,)
+    return replace(report, notes=report.notes + (note, *left))
 
 
 def _suite_for_rerun(run: RunResult, models: Iterable[str]):
@@ -165,7 +169,8 @@ def rerun_layers(run: RunResult, keys: Sequence[Key]) -> RunResult:
     device, env = _device_for_rerun(run)
     groups: dict[tuple[str, str, int], list[str]] = {}
     for model, layer, backend in keys:
-        rounds = CONFIRM_ROUNDS_FACTOR * max(len(by_key[(model, layer, backend)].samples_ms), 1)
+        had = len(by_key[(model, layer, backend)].samples_ms)
+        rounds = max(CONFIRM_ROUNDS_FACTOR * had, MIN_ROUNDS)  # enough for a verdict
         groups.setdefault((model, backend, rounds), []).append(layer)
     wanted = set(keys)
     rerun = RunResult(suite=run.suite, started_at=now_iso(), device=device, env=env)

@@ -15,6 +15,7 @@ from rich.text import Text
 from opbench.cli.console import console
 from opbench.cli.gate import GateInputs
 from opbench.compare.baseline import Baseline
+from opbench.compare.completeness import incomplete_reason
 from opbench.compare.gate import GateReport, GateVerdict, Verdict
 from opbench.compare.gate_model import format_interval
 from opbench.compare.model import Comparison
@@ -44,6 +45,7 @@ STATUS_STYLES = {
     "PASS": "bold green",
     "REGRESSED": "bold red",
     "CRASHED": "bold red",
+    "INCOMPLETE": "bold red",
     "INCONCLUSIVE": "bold yellow",
 }
 # What the ms columns hold: the ratio is theirs, not the medians of all samples (those are
@@ -223,6 +225,9 @@ def write_junit_file(
     if comparison is not None:
         cases += target_cases(comparison, run)
         properties["reference"] = comparison.reference.source
+    incomplete = incomplete_reason(run)
+    if incomplete:  # the layers it lacks have no case of their own to fail
+        cases.append(JUnitCase("run complete", run.suite, Outcome.ERROR, incomplete))
     kind = "gate" if inputs is not None else "target"
     write_junit(path, f"opbench-{kind}.{run.suite}", cases, properties)
 
@@ -252,6 +257,9 @@ def annotation_lines(
     from opbench.report.github import annotations
 
     lines = annotations(report) if report is not None else []
+    incomplete = incomplete_reason(run)
+    if incomplete:
+        lines.append(_command("error", "opbench: incomplete run", incomplete))
     if inputs is not None and inputs.problem is not None and inputs.destination is None:
         lines.append(_command("error", "opbench: no usable baseline", str(inputs.problem)))
     if report is not None:

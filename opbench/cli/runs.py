@@ -8,6 +8,7 @@ from pathlib import Path
 
 from opbench.errors import InputError, Location
 from opbench.results.io import find_latest_run
+from opbench.results.model import RunResult
 
 REPORTS_ROOT = Path("reports")
 
@@ -63,3 +64,14 @@ def make_folder(path: Path, option: str = "--out") -> Path:
             f"cannot be created: {exc.strerror or exc}", Location(file=str(path), field=option)
         ) from None
     return path
+
+
+def judged_run_line(run: RunResult, folder: Path, given: Path | None) -> str:
+    """Which run a command judges: its folder (`latest` followed), suite and start time, and
+    how it was chosen when RUN was not given; said first, so that a reader of the verdicts
+    never has to guess which run they are about."""
+    how = "" if given is not None else " (the newest under reports/: no RUN given)"
+    state = (
+        "" if run.complete else f" · incomplete: {len(run.layers)} of {run.planned or '?'} results"
+    )
+    return f"run: {folder}{how} · suite {run.suite} · started {run.started_at}{state}"

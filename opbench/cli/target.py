@@ -13,6 +13,7 @@ from pathlib import Path
 
 from opbench.cli.console import console, err_console
 from opbench.cli.runs import resolve_run_path, run_folder
+from opbench.compare.completeness import incomplete_reason
 from opbench.compare.model import Comparison
 from opbench.compare.outcome import TargetOutcome, target_outcome
 from opbench.errors import ExitCode
@@ -95,9 +96,12 @@ def _with_sidecar(profile, reference: Path, run: RunResult, backend: str | None)
 def comparison_outcome(
     comparison: Comparison, run: RunResult | None, gate: bool = True
 ) -> TargetOutcome:
-    """The target gate's code: from the verdicts, and the gated backend's crashed results."""
-    crashed = crashed_results(run, comparison.backend) if run is not None else ()
-    return target_outcome(comparison, crashed, gate)
+    """The target gate's code: from the verdicts, the gated backend's crashed results, and
+    whether the run is complete."""
+    if run is None:
+        return target_outcome(comparison, (), gate)
+    crashed = crashed_results(run, comparison.backend)
+    return target_outcome(comparison, crashed, gate, incomplete_reason(run))
 
 
 def write_comparison(

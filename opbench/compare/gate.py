@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from opbench.compare.baseline import Baseline, BaselineEntry
+from opbench.compare.completeness import incomplete_reason
 from opbench.compare.gate_env import gate_differences
 from opbench.compare.gate_model import (
     CODE_VERDICT,
@@ -67,6 +68,7 @@ __all__ = [
     "confirm",
     "gate",
     "inconclusive_keys",
+    "unsettled_note",
     "merge_rerun",
     "parse_threshold",
 ]
@@ -257,8 +259,9 @@ def gate(
             f"on each side (--quick times 2); time the run and the baseline with --rounds "
             f"{MIN_ROUNDS} or more"
         )
-    if not current.complete:
-        notes.append("this run is incomplete: layers it did not reach are listed as MISSING")
+    incomplete = incomplete_reason(current)
+    if incomplete:
+        notes.append(incomplete)
     if baseline.source == "run" and not baseline.complete:
         notes.append("the baseline run is incomplete")
     return GateReport(
@@ -270,21 +273,41 @@ def gate(
         baseline_path=baseline.path,
         baseline_source=baseline.source,
         notes=tuple(notes),
+        incomplete=incomplete,
+    )
+
+
+def _settled_by_rerun(v: GateVerdict) -> bool:
+    if v.confirmed:
+        return False  # already timed again
+    if v.too_few_rounds:  # only more rounds in this run help, not a short baseline
+        return v.rounds is not None and v.rounds[0] >= MIN_ROUNDS
+    if v.p_value is None:
+        return False  # interpreted, or no samples: another timing says nothing more
+    return v.verdict is Verdict.INCONCLUSIVE or (
+        v.verdict is Verdict.REGRESSED and not v.significant
     )
 
 
 def inconclusive_keys(report: GateReport) -> tuple[Key, ...]:
-    """Layers a --confirm re-run (twice the rounds) may settle: statistically inconclusive ones
-    and regressions not significant after BH. Layers already confirmed are not offered again."""
-    return tuple(
-        v.key
-        for v in report.verdicts
-        if not v.confirmed
-        and v.p_value is not None
-        and (
-            v.verdict is Verdict.INCONCLUSIVE
-            or (v.verdict is Verdict.REGRESSED and not v.significant)
-        )
+    """Layers a --confirm re-run (twice the rounds, MIN_ROUNDS at least) may settle:
+    statistically inconclusive ones, regressions not significant after BH, and layers this
+    run timed with too few rounds against a baseline with enough. Layers already confirmed
+    are not offered again."""
+    return tuple(v.key for v in report.verdicts if _settled_by_rerun(v))
+
+
+def unsettled_note(report: GateReport, offered: Collection[Key]) -> str:
+    """What --confirm leaves inconclusive without timing it again, and why; or that nothing
+    is inconclusive."""
+    left = [v for v in report.of(Verdict.INCONCLUSIVE) if v.key not in offered]
+    if not left:
+        return "--confirm: nothing inconclusive"
+    shown = "; ".join(f"{v.model}/{v.layer} ({v.backend}): {v.message}" for v in left[:3])
+    more = f"; and {len(left) - 3} more" if len(left) > 3 else ""
+    return (
+        f"--confirm: {len(left)} inconclusive layer(s) that timing this run again cannot "
+        f"settle, not re-timed: {shown}{more}"
     )
 
 

@@ -170,6 +170,8 @@ class GateReport:
     baseline_path: str | None = None
     baseline_source: str = "baseline"
     notes: tuple[str, ...] = ()
+    #: Why the run judged is incomplete (compare/completeness.py): it cannot pass, exit 3.
+    incomplete: str | None = None
 
     @property
     def failures(self) -> tuple[GateVerdict, ...]:
@@ -190,8 +192,9 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        """3 crash or failed correctness, else 4 incomparable, else 1 regression, else 0."""
-        if self.crashes:
+        """3 crash, failed correctness or an incomplete run, else 4 incomparable, else 1
+        regression, else 0."""
+        if self.crashes or self.incomplete:
             return ExitCode.LAYER_ERROR
         if self.incomparable:
             return ExitCode.BASELINE
@@ -210,10 +213,12 @@ class GateReport:
 
     @property
     def status(self) -> str:
-        """PASS, REGRESSED, CRASHED, INCOMPARABLE; or INCONCLUSIVE (exit 0: no regression is
-        shown, and none is ruled out) when layers had too few rounds to be judged, or when
-        every layer compared was inconclusive."""
+        """PASS, REGRESSED, CRASHED, INCOMPLETE (the run lacks results: exit 3), INCOMPARABLE;
+        or INCONCLUSIVE (exit 0: no regression is shown, and none is ruled out) when layers
+        had too few rounds to be judged, or when every layer compared was inconclusive."""
         code = self.exit_code
+        if self.incomplete and not self.crashes:
+            return "INCOMPLETE"
         if code == ExitCode.OK and (
             self.short_of_rounds or (self.of(Verdict.INCONCLUSIVE) and not self.judged)
         ):

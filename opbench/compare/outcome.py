@@ -3,7 +3,8 @@ every verdict shown, a row's or a model's, maps to one code, so the exit code ca
 contradict what the terminal and the reports say.
 
     3  a row or a model of the gated backend is ERROR (the layer crashed, or was timed with
-       no samples), or a compared layer failed its correctness check (a FAIL "incorrect")
+       no samples), or a compared layer failed its correctness check (a FAIL "incorrect"),
+       or the run is incomplete (it lacks results: whatever they hold is not judged)
     1  a row or a model of the gated backend FAILs its target (unless --no-gate)
     0  otherwise: PASS, UNCERTAIN, NOT-MEASURED and MISSING never fail
 
@@ -54,11 +55,24 @@ def _listed(names: Sequence[str]) -> str:
 
 
 def target_outcome(
-    comparison: Comparison, crashed: Sequence[LayerResult] = (), gate: bool = True
+    comparison: Comparison,
+    crashed: Sequence[LayerResult] = (),
+    gate: bool = True,
+    incomplete: str | None = None,
 ) -> TargetOutcome:
     """The exit code of the comparison's verdicts. crashed: results of the gated backend that
     errored or failed correctness (a layer exempt from matching is in no row, and still
-    counts). gate=False (--no-gate) turns exit 1 off, never exit 3."""
+    counts). incomplete: why the run lacks results (compare/completeness.py): exit 3 whatever
+    the verdicts of what it holds. gate=False (--no-gate) turns exit 1 off, never exit 3."""
+    outcome = _verdicts_outcome(comparison, crashed, gate)
+    if incomplete is None:
+        return outcome
+    return TargetOutcome(ExitCode.LAYER_ERROR, (incomplete, *outcome.lines))
+
+
+def _verdicts_outcome(
+    comparison: Comparison, crashed: Sequence[LayerResult], gate: bool
+) -> TargetOutcome:
     compared = {row.model for row in comparison.rows}
     bad_rows = [
         row for row in comparison.rows if row.primary.verdict == Verdict.ERROR or _incorrect(row)

@@ -3,7 +3,9 @@
     speedup = reference_ms / opbench_ms
     interval = [reference_lo / opbench_hi, reference_hi / opbench_lo]
     PASS          the lower bound >= target
-    FAIL          the upper bound < target, or the output was incorrect
+    FAIL          the upper bound < target, or the output was incorrect; where the match is
+                  ambiguous, only a row below target however its reference time is shared
+                  out (best_case_speedup)
     UNCERTAIN     otherwise; also whenever the match is ambiguous, the reference has no time,
                   or its time is a prefix difference within its noise (or inflated by a
                   prefix that fell below the one before it)
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opbench.compare.model import BackendTiming, Interval, Verdict
+from opbench.match.links import GUESS
 from opbench.reference.model import ReferenceTiming, RefStatus, TimeKind
 from opbench.results.model import LayerResult, Status
 
@@ -202,12 +205,33 @@ def backend_timing(
             backend, Verdict.UNCERTAIN, reason="the reference has no time for this row", **common
         )
     verdict = verdict_of(speedup, context.target)
-    if context.doubt is not None and verdict != Verdict.UNCERTAIN:
-        return BackendTiming(
-            backend, Verdict.UNCERTAIN, speedup=speedup, reason=context.doubt, **common
+    if context.doubt is None:
+        return BackendTiming(backend, verdict, speedup=speedup, **common)
+    assert reference is not None  # a speed-up was computed from it
+    best = best_case_speedup(reference, [i for i in intervals if i is not None], context.doubt)
+    if best is not None and best < context.target:
+        reason = (
+            f"below target however the reference rows are shared out: at best {best:.3g}× "
+            f"(all of their time against the fastest result alone); {context.doubt}"
         )
-    reason = context.doubt if verdict == Verdict.UNCERTAIN else None
-    return BackendTiming(backend, verdict, speedup=speedup, reason=reason, **common)
+        return BackendTiming(backend, Verdict.FAIL, speedup=speedup, reason=reason, **common)
+    return BackendTiming(
+        backend, Verdict.UNCERTAIN, speedup=speedup, reason=context.doubt, **common
+    )
+
+
+def best_case_speedup(reference: Interval, times: Sequence[Interval], doubt: str) -> float | None:
+    """The highest speed-up an ambiguous cover allows: the reference rows' highest time all
+    spent on the row's fastest result alone. Every doubt of a cover but one leaves the rows
+    covering at least one of the row's results and at most the work they hold (a fused row
+    holding work no layer stands for, a span of layers, a name fitting several layers, a
+    guessed activation), so a row below target even then FAILs whatever the cover. A link
+    guessed by position and op type may pair the row with another layer's work altogether:
+    no bound (None)."""
+    if GUESS in doubt:
+        return None
+    fastest = min(t.lo for t in times)
+    return max(reference.hi, 0.0) / fastest if fastest > 0 else math.inf
 
 
 def _measured(results: Sequence[LayerResult], time: Interval) -> dict[str, Any]:
