@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from opbench.cli.console import console
 from opbench.errors import ExitCode
+from opbench.results.model import Status
 
 
 def device_peaks(device: str) -> dict | None:
@@ -101,6 +102,12 @@ def print_wide(table, wide: bool) -> None:
         console.width = width
 
 
+def _name_whole_models(runs: list, what: str) -> None:
+    if runs:
+        names = escape(", ".join(f"{e.model}/{e.backend}/{e.mode}" for e in runs[:5]))
+        console.print(f"[bold red]{len(runs)} whole-model run(s) {what}:[/] {names}")
+
+
 def finish(run, run_path: Path, wall_s: float | None = None, wide: bool = False) -> None:
     """Print the tables and exit 3 when a layer errored or failed correctness, or a whole
     model's output failed its check."""
@@ -138,10 +145,10 @@ def finish(run, run_path: Path, wall_s: float | None = None, wide: bool = False)
             f"[bold red]{len(bad)} layer result(s) errored or failed correctness:[/] {names}{more}"
         )
     wrong = [e for e in run.end_to_end if e.correctness is not None and not e.correctness.passed]
-    if wrong:
-        names = escape(", ".join(f"{e.model}/{e.backend}/{e.mode}" for e in wrong[:5]))
-        console.print(
-            f"[bold red]{len(wrong)} whole-model run(s) failed their output check:[/] {names}"
-        )
-    if bad or wrong:
+    _name_whole_models(wrong, "failed their output check")
+    # An errored whole-model run (its forward, or the reference it is checked against: ONNX
+    # Runtime refusing the file) checked nothing, so the run cannot exit 0 on it.
+    errored = [e for e in run.end_to_end if e.status == Status.ERROR]
+    _name_whole_models(errored, "errored, their output unchecked")
+    if bad or wrong or errored:
         raise typer.Exit(ExitCode.LAYER_ERROR)

@@ -48,15 +48,18 @@ def _subgraph_values(graph: Any) -> set[str]:
 
 def rename_by_layer(proto: Any, model: str, owners: dict[str, str]) -> int:
     """Rename, in place, each node a layer computes and the values it writes; returns how many
-    nodes were renamed. Unnamed nodes are named as the importer named them."""
+    nodes were renamed. Each node is found by the identity the importer gave it (its position
+    and name: `load.node_ids`), so two nodes of one name are renamed after their own layers."""
+    from opbench.importers.onnx.load import node_ids
+
     graph = proto.graph
     keep = _subgraph_values(graph) | {v.name for v in graph.input}
     keep |= {t.name for t in graph.initializer}
     values: dict[str, str] = {}
     used: Counter = Counter()
     renamed = 0
-    for i, node in enumerate(graph.node):
-        key = node.name or f"_unnamed_{node.op_type}_{i}"
+    ids = node_ids([(node.name, node.op_type) for node in graph.node])
+    for node, key in zip(graph.node, ids, strict=True):
         layer = owners.get(key)
         if layer is None:
             continue

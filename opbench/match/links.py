@@ -42,6 +42,7 @@ from opbench.match.names import NameIndex, fold, names_model, strip_suffix
 from opbench.match.prefix import Member, proven, row_members
 from opbench.match.signature import align_left_over
 from opbench.match.suite_layers import SuiteLayer, SuiteModel
+from opbench.reference.interface import Flag
 from opbench.reference.model import ReferenceTiming, RefStatus
 
 
@@ -133,6 +134,7 @@ def match_model(
     # a fused row paired by kind and shape holds what its kinds say, as one linked by name
     absorb_fused(model, rows, found, frozenset({MatchSource.SIGNATURE}))
     doubt_unaccounted(model, rows, found)
+    _doubt_repeated(rows, found)
     return ModelMatch(
         model=model.name,
         links=tuple(found.links),
@@ -142,6 +144,18 @@ def match_model(
             (row, "; ".join(reasons)) for row, reasons in sorted(found.ambiguities.items())
         ),
     )
+
+
+def _doubt_repeated(rows: Sequence[ReferenceTiming], found: Found) -> None:
+    """A row its reader summed from several events of one run (Flag.REPEATED_IN_RUN: a Loop
+    body, or nodes of one name the file cannot tell apart) is no single layer's time for sure."""
+    for pos in sorted(found.rows()):
+        if Flag.REPEATED_IN_RUN in rows[pos].flags:
+            found.doubt(
+                pos,
+                f"reference row {rows[pos].name!r} sums several events of one run (a loop "
+                "body, or nodes of one name)",
+            )
 
 
 def _by_reference_name(

@@ -48,6 +48,8 @@ class Flag:
     # ONNX Runtime's NCHWc kernels: channels padded to a whole block (24 → 32 on AVX-512)
     BLOCKED_LAYOUT = "blocked_layout"
     SPIKES = "spikes"  # its slowest run took over SPIKE_RATIO times its median
+    # several events of one node in one run, summed: a Loop body, or nodes of one name
+    REPEATED_IN_RUN = "repeated_in_run"
 
 
 # A run slower than this many medians is a spike (pre-emption, a page fault, a cold cache):

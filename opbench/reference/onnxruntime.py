@@ -12,6 +12,14 @@ The file is a Chrome trace: a list of events. Those used here:
 The first `skip_runs` model_run windows are warm-up and dropped; each node's time per kept run
 is summed (a node may run several times inside Loop/If) and aggregated across runs.
 
+A node is its `node_index` (`graph_index` in old versions) and its name together, never the
+name alone: nodes of one name are rows of their own, the one of the lowest index keeping the
+name and each other named `<name>#<index>`, as the ONNX import names a later node of a name
+already taken (importers/onnx/load.py `node_ids`; ONNX Runtime's index of a node it keeps is
+its position in the file). A node with several events in one run (a Loop or Scan body, or,
+without an index, maybe nodes of one name) is summed per run, said in a note and flagged
+`repeated_in_run`: matching doubts such a row, so it never PASSes as one layer's time.
+
 ORT rewrites the graph before running it, so the profile is not the ONNX graph:
 - fused nodes: `FusedConv`/`FusedGemm` (an activation folded in) -> members ("Conv", act);
   a MatMul+Add turned into Gemm (`…/MatMulAddFusion`) -> members ("MatMul", "Add");
@@ -76,6 +84,11 @@ class _Occurrence:
     device_us: float = 0.0
     kernels: int = 0
     inputs: tuple[tuple[int, ...] | None, ...] = ()
+    node_index: str | None = None  # ONNX Runtime's index of the node in its graph
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.node, self.node_index)
 
 
 @dataclass
@@ -88,6 +101,7 @@ class _Node:
     providers: Counter = field(default_factory=Counter)
     shape: tuple[int, ...] | None = None
     inputs: tuple[tuple[int, ...] | None, ...] = ()
+    repeated: int = 1  # the most events it had in one kept run
 
 
 class OnnxRuntimeReader:
@@ -147,6 +161,7 @@ class OnnxRuntimeReader:
                     shape=_shape(args),
                     inputs=_input_shapes(args),
                     pos=pos,
+                    node_index=_node_index(args),
                 )
                 occurrences.append(last)
             elif category == "Node" and not str(name).endswith(("_fence_before", "_fence_after")):
@@ -239,13 +254,15 @@ class OnnxRuntimeReader:
             if i < 0 or occ.ts > runs[i][1]:
                 outside += 1
                 continue
-            per_run[i].setdefault(occ.node, []).append(occ)
+            per_run[i].setdefault(occ.key, []).append(occ)
+        names = _identities(occurrences, notes)
         nodes: dict[str, _Node] = {}
         for run in per_run[skip:]:
-            for name, occs in sorted(run.items(), key=lambda item: item[1][0].ts):
-                node = nodes.get(name)
+            for key, occs in sorted(run.items(), key=lambda item: item[1][0].ts):
+                node = nodes.get(names[key])
                 if node is None:
-                    node = nodes[name] = _Node(name=name, first_pos=occs[0].pos)
+                    node = nodes[names[key]] = _Node(name=names[key], first_pos=occs[0].pos)
+                node.repeated = max(node.repeated, len(occs))
                 node.host_us.append(sum(o.dur_us for o in occs))
                 if any(o.kernels for o in occs):
                     node.device_us.append(sum(o.device_us for o in occs))
@@ -254,6 +271,7 @@ class OnnxRuntimeReader:
                     node.providers[o.provider] += 1
                     node.shape = node.shape or o.shape
                     node.inputs = node.inputs or o.inputs
+        notes += _repetition_notes(nodes.values(), any(o.node_index for o in occurrences))
         if skip:
             notes.append(f"dropped the first {skip} of {len(runs)} model_run(s) as warm-up")
         notes.append(f"{len(runs) - skip} run(s) aggregated")
@@ -278,6 +296,8 @@ class OnnxRuntimeReader:
                 samples, kind = node.host_us, TimeKind.DEVICE
             if len(node.host_us) < kept:
                 flags = (*flags, Flag.MISSING_IN_SOME_RUNS)
+            if node.repeated > 1:
+                flags = (*flags, Flag.REPEATED_IN_RUN)
             if _spiky(samples):
                 flags = (*flags, Flag.SPIKES)
             layers.append(
@@ -297,6 +317,59 @@ class OnnxRuntimeReader:
                 )
             )
         return layers
+
+
+def _node_index(args: dict) -> str | None:
+    value = args.get("node_index", args.get("graph_index"))
+    return None if value is None else str(value)
+
+
+def _identities(
+    occurrences: list[_Occurrence], notes: list[str]
+) -> dict[tuple[str, str | None], str]:
+    """The row name of each (name, node_index): the name, or `<name>#<index>` for each node
+    but the one of the lowest index where several nodes share a name."""
+    indexes: dict[str, set[str | None]] = {}
+    for occ in occurrences:
+        indexes.setdefault(occ.node, set()).add(occ.node_index)
+    names = {}
+    for name, found in indexes.items():
+        ordered = sorted(found, key=lambda i: (i is not None, _as_number(i)))
+        names[(name, ordered[0])] = name
+        for index in ordered[1:]:
+            names[(name, index)] = f"{name}#{index}"
+        if len(ordered) > 1:
+            notes.append(
+                f"{len(ordered)} nodes are named {name!r} (node_index "
+                f"{', '.join(str(i) for i in ordered)}): one row each, `{name}#<index>` for "
+                "all but the first"
+            )
+    return names
+
+
+def _as_number(index: str | None) -> float:
+    try:
+        return float(index) if index is not None else -1.0
+    except ValueError:
+        return math.inf
+
+
+def _repetition_notes(nodes: Iterable[_Node], indexed: bool) -> list[str]:
+    repeated = [node for node in nodes if node.repeated > 1]
+    if not repeated:
+        return []
+    names = ", ".join(f"{n.name!r} ×{n.repeated}" for n in repeated[:5])
+    more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+    why = (
+        "a Loop or Scan body runs its nodes once per iteration"
+        if indexed
+        else "without a node_index, they may also be different nodes of one name"
+    )
+    return [
+        f"{len(repeated)} node(s) have several events in one run ({names}{more}): {why}; "
+        "each is timed as the sum per run and flagged repeated_in_run, so no verdict rests "
+        "on it alone"
+    ]
 
 
 def _spiky(samples: list[float]) -> bool:

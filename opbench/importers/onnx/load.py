@@ -1,6 +1,8 @@
 """Reading an ONNX file for import: static shapes, shape arithmetic folded, patterns found.
 
-1. `onnx_ir.load` (weights kept in external data files are read from beside the model);
+1. `onnx_ir.load` (weights kept in external data files are read from beside the model), the
+   file checked (file_checks.py: external data, opsets, dangling inputs, cycles) and every
+   node given an identity of its own (`node_ids`);
 2. symbolic input dims get values: the batch from `--batch`, others from `--dim NAME=N`;
 3. onnxscript's constant folding with node-level ONNX shape inference
    (`FoldConstantsPass(shape_inference=True)`), then dead nodes removed: Shape/Gather/Concat
@@ -42,14 +44,48 @@ def _data_inputs(model) -> list:
 
 
 def read(path: Path):
+    """The checked model (file_checks.py), each node named by `node_ids`."""
+    import logging
+
     from onnxscript import ir
+
+    from opbench.importers.onnx.file_checks import check_file
 
     if not path.is_file():
         raise InputError(f"no such ONNX file: {path}")
+    # onnx_ir warns of a node input it cannot find, then loads it anyway: check_file says so
+    serde = logging.getLogger("onnx_ir.serde")
+    level = serde.level
+    serde.setLevel(logging.ERROR)
     try:
-        return ir.load(str(path))
+        model = ir.load(str(path))
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad input file
         raise InputError(f"{path}: not an ONNX model ({type(exc).__name__})") from None
+    finally:
+        serde.setLevel(level)
+    nodes = list(model.graph)
+    for node, name in zip(nodes, node_ids([(n.name, n.op_type) for n in nodes]), strict=True):
+        node.name = name
+    check_file(model, path)
+    return model
+
+
+def node_ids(nodes: list[tuple[str | None, str]]) -> list[str]:
+    """The name each node of the file is known by in the import, from (name, op type) in the
+    file's order: its own name where no earlier node has it, `_unnamed_<Op>_<i>` for a node
+    without a name, `<name>#<i>` for a later node of a name already taken (i: its position).
+    A node's identity is its position and its name: two nodes of one name are two layers, never
+    one. reference/onnxruntime.py names ONNX Runtime's rows of a shared name the same way."""
+    taken: set[str] = set()
+    ids = []
+    for i, (name, op_type) in enumerate(nodes):
+        if not name:
+            name = f"_unnamed_{op_type}_{i}"
+        if name in taken:
+            name = f"{name}#{i}"
+        taken.add(name)
+        ids.append(name)
+    return ids
 
 
 def small_constants_in_memory(model, limit: int = 1 << 16) -> None:
@@ -200,9 +236,6 @@ def load(
     from opbench.importers.onnx.rules import apply_rules
 
     model = read(path)
-    for i, node in enumerate(model.graph):  # every node needs a name to be accounted for
-        if not node.name:
-            node.name = f"_unnamed_{node.op_type}_{i}"
     small_constants_in_memory(model)
     loaded = fix_dims(model, batch, dims, str(path))
     try:
