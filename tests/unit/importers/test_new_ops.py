@@ -1,6 +1,7 @@
 """Ops the 38-architecture zoo of issue 52 lacked, each imported from the ONNX form a user's
 export writes, run on torch with the whole output checked against ONNX Runtime, and exported
-back: MaxPool with ceil_mode (SqueezeNet, GoogLeNet)."""
+back: MaxPool with ceil_mode (SqueezeNet, GoogLeNet); HardSwish and HardSigmoid
+(MobileNetV3), fused into the conv and linear before them, and Tanh."""
 
 from __future__ import annotations
 
@@ -37,3 +38,34 @@ def test_a_ceil_mode_max_pool_imports_and_runs(tmp_path: Path) -> None:
 def test_a_ceil_mode_max_pool_round_trips(tmp_path: Path) -> None:
     params = {"kernel_size": [3, 3], "stride": [2, 2], "ceil_mode": True}
     round_trips(tmp_path, "maxpool2d", [3, 8, 11], params)
+
+
+class _MobileNetV3Block(nn.Module):
+    """conv → hardswish, a squeeze-excitation gate of hardsigmoid, and a tanh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.act = nn.Hardswish()
+        self.fc = nn.Linear(8, 8)
+        self.gate = nn.Hardsigmoid()
+        self.tanh = nn.Tanh()
+
+    def forward(self, x):
+        y = self.act(self.conv(x))
+        g = self.gate(self.fc(y.mean((2, 3))))
+        return self.tanh(y * g[:, :, None, None])
+
+
+def test_hard_activations_fuse_into_the_layer_before_and_tanh_runs(tmp_path: Path) -> None:
+    path = _export(_MobileNetV3Block(), (2, 3, 8, 8), tmp_path / "block.onnx")
+    layers = imported_layers(path)
+    assert layers["conv"].params["activation"] == "hardswish"
+    assert layers["fc"].params["activation"] == "hardsigmoid"
+    assert layers["tanh"].op == "tanh"
+    run_checked(path, tmp_path, "torch", "triton")
+
+
+@pytest.mark.parametrize("op", ["hardswish", "hardsigmoid", "tanh"])
+def test_the_new_activations_round_trip(op: str, tmp_path: Path) -> None:
+    round_trips(tmp_path, op, [5, 7], {})
