@@ -1,21 +1,45 @@
 """Ops the 38-architecture zoo of issue 52 lacked, each imported from the ONNX form a user's
 export writes, run on torch with the whole output checked against ONNX Runtime, and exported
 back: MaxPool with ceil_mode (SqueezeNet, GoogLeNet); HardSwish and HardSigmoid
-(MobileNetV3), fused into the conv and linear before them, and Tanh."""
+(MobileNetV3), fused into the conv and linear before them, and Tanh; a Pad of zeros (Swin) as
+the identity."""
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxscript")
 torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
 nn = torch.nn
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from opbench.importers.onnx import import_onnx  # noqa: E402
 from tests.unit.importers.onnx_checks import imported_layers, round_trips, run_checked  # noqa: E402
+
+
+def _pad_model(path: Path, pads: list[int]) -> Path:
+    """x → Conv → Pad(pads) → Relu, as onnx.helper writes it (Swin's Pad: pads a constant)."""
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Pad", ["c", "pads"], ["p"], name="pad", mode="constant"),
+        helper.make_node("Relu", ["p"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"),
+         numpy_helper.from_array(np.array(pads, dtype=np.int64), "pads")],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), path)
+    return path
 
 
 def _export(module: nn.Module, shape: tuple[int, ...], path: Path) -> Path:
@@ -69,3 +93,20 @@ def test_hard_activations_fuse_into_the_layer_before_and_tanh_runs(tmp_path: Pat
 @pytest.mark.parametrize("op", ["hardswish", "hardsigmoid", "tanh"])
 def test_the_new_activations_round_trip(op: str, tmp_path: Path) -> None:
     round_trips(tmp_path, op, [5, 7], {})
+
+
+def test_a_pad_of_zeros_is_the_identity_and_listed_as_absorbed(tmp_path: Path) -> None:
+    path = _pad_model(tmp_path / "pad.onnx", [0] * 8)
+    layers = imported_layers(path)
+    assert [layer.op for layer in layers.values()] == ["conv2d", "relu"]
+    assert layers["relu"].inputs == ("conv",)
+    absorbed = import_onnx(path).absorbed
+    assert [(a.node, a.op_type, a.why, a.into) for a in absorbed if a.node == "pad"] == [
+        ("pad", "Pad", "view", "relu")
+    ]
+    run_checked(path, tmp_path)
+
+
+def test_a_pad_that_pads_is_not_taken_for_the_identity(tmp_path: Path) -> None:
+    path = _pad_model(tmp_path / "pad.onnx", [0, 0, 1, 1, 0, 0, 1, 1])
+    assert [u.node for u in import_onnx(path).unsupported] == ["pad"]
