@@ -273,10 +273,10 @@ def _pool(is_max: bool) -> Builder:
 
         p = layer.params
         stride = (MaxPool2d if is_max else AvgPool2d).stride(p)
+        window = (p["kernel_size"], stride, p["padding"])
+        ceil_mode = bool(p.get("ceil_mode"))
         return LayerKernel(
-            lambda x, out=None: bind_pool2d(
-                x, p["kernel_size"], stride, p["padding"], out, is_max=is_max
-            ),
+            lambda x, out=None: bind_pool2d(x, *window, out, is_max=is_max, ceil_mode=ceil_mode),
             takes_out=True,
         )
 

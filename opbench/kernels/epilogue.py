@@ -19,7 +19,9 @@ GELU is torch's default, exact erf form, computed two ways:
 GELU's tanh approximation, x/2 (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), is
 computed as x / (1 + exp(-2u)): the same function, since (1 + tanh(u)) / 2 = sigmoid(2u), with
 one exp and one division, and no cancellation for x << 0 (exp overflows to inf, x / inf = -0,
-the right limit; no NaN).
+the right limit; no NaN). tanh itself is 1 - 2 / (exp(2|x|) + 1) with x's sign: the same
+identity, one exp, and exactly +-1 where exp overflows; its absolute error is float32's
+rounding (about 1e-7) near 0.
 """
 
 import torch
@@ -30,7 +32,10 @@ from opbench.kernels.host import SIXTEEN_BIT
 
 # Codes passed as the ACTIVATION meta-parameter. gelu_tanh is GELU's tanh approximation
 # (torch's approximate="tanh"); relu6 clips to [0, 6].
-ACTIVATION_CODES = {"none": 0, "relu": 1, "gelu": 2, "silu": 3, "relu6": 5, "gelu_tanh": 6}
+ACTIVATION_CODES = {
+    "none": 0, "relu": 1, "gelu": 2, "silu": 3, "relu6": 5, "gelu_tanh": 6,
+    "hardswish": 7, "hardsigmoid": 8, "tanh": 9,
+}  # fmt: skip
 # GELU for outputs rounded to 16 bits (see above); chosen by activation_code, never by name.
 GELU_16BIT_OUT = 4
 # SwiGLU over column pairs: a GEMM whose weight rows interleave a gate and an up projection
@@ -84,6 +89,13 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
     elif ACTIVATION == 6:
         # 2 * sqrt(2/pi) = 1.5957691216057308: x * sigmoid(2u), see the module docstring.
         x = x / (1.0 + tl.exp(-1.5957691216057308 * (x + 0.044715 * x * x * x)))
+    elif ACTIVATION == 7:  # hardswish
+        x = x * (tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) * (1.0 / 6.0))
+    elif ACTIVATION == 8:  # hardsigmoid
+        x = tl.minimum(tl.maximum(x * (1.0 / 6.0) + 0.5, 0.0), 1.0)
+    elif ACTIVATION == 9:  # tanh
+        magnitude = 1.0 - 2.0 / (tl.exp(2.0 * tl.abs(x)) + 1.0)
+        x = tl.where(x < 0, -magnitude, magnitude)
     return x
 
 

@@ -1,5 +1,6 @@
 """Elementwise activations: relu, gelu (exact erf form, PyTorch's default, or its tanh
-approximation with `approximate: tanh`), silu and relu6.
+approximation with `approximate: tanh`), silu, relu6, MobileNetV3's hardswish and hardsigmoid,
+and tanh.
 
 Each one is the whole of what opbench knows about the function: its torch call, its written-out
 formula and its ONNX nodes, given the parameters alone, so that the same code serves the op's
@@ -206,3 +207,77 @@ class ReLU6(Activation):
         low = scope.weight("clip_min", np.array(0.0, dtype=np.float32))
         high = scope.weight("clip_max", np.array(6.0, dtype=np.float32))
         return scope.one("Clip", [x, low, high])
+
+
+class HardSwish(Activation):
+    name = "hardswish"
+    epilogue = "hardswish"
+    summary = "x·min(max(x + 3, 0), 6)/6 (MobileNetV3's activation)"
+    engine_names = "hardswish hard_swish aten::hardswish"
+    torch_calls = ("torch.nn.functional.hardswish",)
+    onnx_op = "HardSwish"
+    example = Example((5, 7), (5, 7))
+    flops_per_element = 4
+
+    def activate(self, x, p):
+        import torch.nn.functional as F
+
+        return F.hardswish(x)
+
+    def activate_reference(self, x, p):
+        return x * (x + 3.0).clamp(0.0, 6.0) / 6.0
+
+
+#: PyTorch's hardsigmoid is ONNX's HardSigmoid with alpha 1/6 (stored in float32), beta 1/2.
+HARDSIGMOID_ALPHA = 1.0 / 6.0
+
+
+class HardSigmoid(Activation):
+    name = "hardsigmoid"
+    epilogue = "hardsigmoid"
+    summary = "min(max(x/6 + 1/2, 0), 1) (MobileNetV3's squeeze-excitation gate)"
+    engine_names = "hardsigmoid hard_sigmoid aten::hardsigmoid"
+    torch_calls = ("torch.nn.functional.hardsigmoid",)
+    example = Example((5, 7), (5, 7))
+    flops_per_element = 3
+    onnx_imports = (("", "HardSigmoid", {}),)
+
+    def from_onnx(self, implied, attributes):
+        """PyTorch's slope and offset only (ONNX's default alpha is 0.2: another function)."""
+        alpha, beta = attributes.get("alpha", 0.2), attributes.get("beta", 0.5)
+        if abs(alpha - HARDSIGMOID_ALPHA) > 1e-7 or beta != 0.5:
+            return None
+        return dict(implied)
+
+    def activate(self, x, p):
+        import torch.nn.functional as F
+
+        return F.hardsigmoid(x)
+
+    def activate_reference(self, x, p):
+        return (x / 6.0 + 0.5).clamp(0.0, 1.0)
+
+    def onnx_nodes(self, scope, x, p):
+        return scope.one("HardSigmoid", [x], alpha=HARDSIGMOID_ALPHA, beta=0.5)
+
+
+class Tanh(Activation):
+    name = "tanh"
+    epilogue = "tanh"
+    summary = "tanh(x)"
+    engine_names = "tanh aten::tanh"
+    torch_calls = ("torch.tanh",)
+    onnx_op = "Tanh"
+    example = Example((5, 7), (5, 7))
+    flops_per_element = 4
+
+    def activate(self, x, p):
+        import torch
+
+        return torch.tanh(x)
+
+    def activate_reference(self, x, p):
+        import torch
+
+        # 1 - 2/(e^{2|x|} + 1), odd: no overflow to inf/inf for large |x|.
+        return torch.sign(x) * (1.0 - 2.0 / (torch.exp(2.0 * x.abs()) + 1.0))

@@ -1,11 +1,23 @@
 """maxpool2d and avgpool2d on [N, C, H, W] input, with PyTorch's defaults
-(floor output size, average counts padding, max pads with -inf)."""
+(floor output size, average counts padding, max pads with -inf); a max pool may round its
+output size up (`ceil_mode`, SqueezeNet's and GoogLeNet's pools)."""
 
 from __future__ import annotations
 
 from opbench.ops.base import Example, Op, Param, ShapeError, numel
 from opbench.ops.conv2d import conv_out_size, onnx_explicit_pads, onnx_padding, onnx_pair
 from opbench.ops.onnx_reading import NCHW, OnnxReading, Refused
+
+
+def pool_out_size(size: int, kernel: int, stride: int, padding: int, ceil: bool) -> int:
+    """Output length of a pooling window: floored as a conv's, or rounded up (ceil_mode) with
+    PyTorch's rule that the last window must start inside the input or its left padding."""
+    if not ceil:
+        return conv_out_size(size, kernel, stride, padding, 1)
+    out = -(-(size + 2 * padding - kernel) // stride) + 1
+    if (out - 1) * stride >= size + padding:
+        out -= 1
+    return out
 
 
 class _Pool2d(Op):
@@ -18,8 +30,9 @@ class _Pool2d(Op):
     def read_onnx(self, node, implied):
         """MaxPool / AveragePool: floor sizes, no dilation; an average counts the padding."""
         onnx_explicit_pads(node)
-        if node.attr("ceil_mode", 0):
-            raise Refused("ceil_mode=1")
+        ceil = bool(node.attr("ceil_mode", 0))
+        if ceil and node.op_type != "MaxPool":
+            raise Refused("average pooling with ceil_mode=1")
         if any(int(d) != 1 for d in node.attr("dilations", [1, 1])):
             raise Refused("dilated pooling")
         padding = onnx_padding(node)
@@ -32,6 +45,8 @@ class _Pool2d(Op):
             params["stride"] = strides
         if any(padding):
             params["padding"] = padding
+        if ceil:
+            params["ceil_mode"] = True
         return OnnxReading(params, NCHW)
 
     @staticmethod
@@ -58,7 +73,8 @@ class _Pool2d(Op):
                 f"kernel {kh}x{kw} is larger than the padded input {h + 2 * ph}x{w + 2 * pw}",
                 "kernel_size",
             )
-        return (n, c, conv_out_size(h, kh, sh, ph, 1), conv_out_size(w, kw, sw, pw, 1))
+        ceil = bool(p.get("ceil_mode"))
+        return (n, c, pool_out_size(h, kh, sh, ph, ceil), pool_out_size(w, kw, sw, pw, ceil))
 
     def flops(self, in_shape, out_shape, p):
         kh, kw = p["kernel_size"]
@@ -67,26 +83,35 @@ class _Pool2d(Op):
     def onnx_attributes(self, p) -> dict:
         """The ONNX pool's kernel_shape, strides and pads (begin and end alike)."""
         (ph, pw) = p["padding"]
-        return {
+        attributes = {
             "kernel_shape": list(p["kernel_size"]),
             "strides": list(self.stride(p)),
             "pads": [ph, pw, ph, pw],
         }
+        if p.get("ceil_mode"):
+            attributes["ceil_mode"] = 1
+        return attributes
 
 
 class MaxPool2d(_Pool2d):
     name = "maxpool2d"
-    summary = "max pooling over [C,H,W]"
+    summary = "max pooling over [C,H,W] (ceil_mode: the output size rounded up)"
+    params = (
+        *_Pool2d.params,
+        Param("ceil_mode", "bool", False, help="round the output size up, as PyTorch does"),
+    )
     engine_names = "maxpool maxpool2d aten::max_pool2d aten::max_pool2d_with_indices"
     torch_calls = ("torch.nn.functional.max_pool2d",)
-    example = Example((3, 7, 6), (3, 4, 3), {"kernel_size": 3, "stride": 2, "padding": 1})
+    example = Example((3, 8, 6), (3, 4, 3), {"kernel_size": 3, "stride": 2, "ceil_mode": True})
     onnx_imports = (("", "MaxPool", {}),)
 
     def forward(self, x, weights, layer):
         import torch.nn.functional as F
 
         p = layer.params
-        return F.max_pool2d(x, p["kernel_size"], self.stride(p), p["padding"])
+        return F.max_pool2d(
+            x, p["kernel_size"], self.stride(p), p["padding"], ceil_mode=p["ceil_mode"]
+        )
 
     def to_onnx(self, scope, x, weights, layer):
         return scope.one("MaxPool", [x], **self.onnx_attributes(layer.params))

@@ -1,4 +1,4 @@
-"""relu / gelu (erf and tanh forms) / silu / relu6 Triton kernels vs a float64 reference, under
+"""relu / gelu (erf and tanh forms) / silu / relu6 / hardswish / hardsigmoid / tanh Triton kernels vs a float64 reference, under
 the CPU interpreter.
 
 Every launch writes into an output prefilled with NaN; all of it must be overwritten.
@@ -22,6 +22,9 @@ REFERENCE = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "silu": F.silu,
     "relu6": F.relu6,
+    "hardswish": F.hardswish,
+    "hardsigmoid": F.hardsigmoid,
+    "tanh": torch.tanh,
 }
 
 
@@ -96,9 +99,18 @@ def test_gelu_tanh_is_relative_accurate_in_the_negative_tail() -> None:
     assert (out.double() - exact).abs()[~large].max().item() <= 1e-30
 
 
+def test_hard_activations_are_exact_at_their_kinks_and_tanh_saturates() -> None:
+    x = torch.tensor([-1e4, -3.0, -1.5, 0.0, 1.5, 3.0, 1e4])
+    assert activation(x, "hardswish").tolist() == [0.0, 0.0, -0.375, 0.0, 1.125, 3.0, 1e4]
+    assert activation(x, "hardsigmoid").tolist() == [0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]
+    t = activation(torch.tensor([-100.0, -1e-3, 0.0, 1e-3, 100.0]), "tanh")
+    assert t[[0, 2, 4]].tolist() == [-1.0, 0.0, 1.0]
+    assert t[[1, 3]].tolist() == pytest.approx([-1e-3, 1e-3], rel=1e-3)
+
+
 def test_rejects_unknown_name() -> None:
     with pytest.raises(Unsupported):
-        activation(randn(3), "tanh")
+        activation(randn(3), "mish")
     with pytest.raises(Unsupported):
         activation(randn(3), "none")
 

@@ -19,7 +19,8 @@ from opbench.kernels.conv.conv_int8 import build_conv2d_int8
 from opbench.kernels.conv.conv_shapes import output_size
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
-ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+ACTIVATIONS = {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu,
+               "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid}  # fmt: skip
 
 
 def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -64,6 +65,8 @@ CASES = [
     (2, 40, 7, 5, 33, (1, 1), (1, 1), (0, 0), (1, 1), "auto", "silu"),
     (1, 40, 7, 9, 33, (1, 1), (2, 2), (0, 0), (1, 1), "direct", "none"),
     (3, 18, 5, 1, 17, (2, 1), (1, 1), (0, 0), (1, 1), "nhwc", "relu"),
+    (2, 16, 6, 7, 24, (1, 1), (1, 1), (0, 0), (1, 1), "auto", "hardswish"),  # MobileNetV3
+    (1, 8, 5, 6, 12, (3, 3), (1, 1), (1, 1), (1, 1), "direct", "hardsigmoid"),
 ]
 
 

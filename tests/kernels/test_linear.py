@@ -16,7 +16,8 @@ from opbench.kernels.gemm.linear import Linear as prepare_linear
 from opbench.kernels.gemm.linear_plans import gemm_plan
 
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2, torch.float32: 1e-4}
-ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu}
+ACTIVATIONS = {"none": lambda t: t, "relu": torch.relu, "gelu": F.gelu, "silu": F.silu,
+               "hardswish": F.hardswish, "tanh": torch.tanh}  # fmt: skip
 
 
 def make_inputs(m: int, n: int, k: int, dtype: torch.dtype, bias: bool, seed: int = 0):
@@ -103,7 +104,7 @@ def test_split_k_is_reusable() -> None:
 def test_rejects_what_it_cannot_run() -> None:
     _, w, b = make_inputs(1, 8, 8, torch.float16, bias=True)
     with pytest.raises(Unsupported):
-        prepare_linear(w, b, activation="tanh")
+        prepare_linear(w, b, activation="mish")
     with pytest.raises(Unsupported):
         check_quant("linear", "int4")
     fn = prepare_linear(w, b)

@@ -188,3 +188,24 @@ def test_sliced_map_with_hints() -> None:
     x = randn(2, 3, 8, 16, dtype=torch.float16, seed=17)[..., :12]
     check(x, "avg", 2, 2, 0)
     check(x, "max", 3, 2, 1)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+@pytest.mark.parametrize(
+    "kernel_size,stride,padding,size", [(3, 2, 0, 8), (3, 2, 1, 9), (2, 2, 0, 7)]
+)
+def test_ceil_mode_max_pool(kernel_size, stride, padding, size, paired, monkeypatch) -> None:
+    """SqueezeNet's and GoogLeNet's pools round the size up: the last window hangs off the map."""
+    config = Config.of(BLOCK_H=4, BLOCK_W=8, PAIRED=paired, num_warps=4)
+    monkeypatch.setattr(pool, "tile_configs", lambda gpu=False: [config])
+    x = randn(1, 2, size, size + 3, seed=size)
+    ref = F.max_pool2d(x.double(), kernel_size, stride, padding, ceil_mode=True)
+    assert ref.shape != F.max_pool2d(x, kernel_size, stride, padding).shape
+    out = torch.full(ref.shape, float("nan"))
+    pool.bind_pool2d(x, kernel_size, stride, padding, out, is_max=True, ceil_mode=True).launch()
+    assert torch.equal(out.double(), ref)
+
+
+def test_ceil_mode_average_pool_is_refused() -> None:
+    with pytest.raises(Unsupported, match="ceil_mode"):
+        pool.bind_pool2d(randn(1, 1, 8, 8), 3, 2, 0, is_max=False, ceil_mode=True)

@@ -36,7 +36,19 @@ def with_batch(shape: tuple[int, ...], pos: int, batch: int) -> tuple[int, ...]:
 # ---- views --------------------------------------------------------------------------------
 
 
+def is_zero_pad(node: Any) -> bool:
+    """A Pad whose pads are a constant of zeros (Swin pads a map to a multiple of its window,
+    by nothing where it already is one): the identity, whatever its mode or fill value."""
+    if node.domain or node.op_type != "Pad" or len(node.inputs) < 2:
+        return False
+    pads = _const(node.inputs[1])
+    return pads is not None and not pads.any()
+
+
 def view_node(w: Walker, node: Any) -> None:
+    """A view node's output as a view of its input; where data moves, the layers it becomes.
+    A zero Pad is the identity, kept as a view like Identity: absorbed into the layer that
+    reads through it and listed there (`Layer.absorbed`), never dropped unseen."""
     source = data_inputs(node)
     if len(source) != 1:
         raise Refused(f"{node.op_type} of {len(source)} data inputs")
@@ -45,6 +57,9 @@ def view_node(w: Walker, node: Any) -> None:
         if not out.name:
             continue
         try:
+            if is_zero_pad(node):
+                w.set_view(node, out.name, w.views[src], src)
+                continue
             if w.eager_views(node):
                 raise V.NotAView("a layer of its own in the file")
             w.set_view(node, out.name, view_op(node, w.views[src], index), src)
@@ -124,4 +139,4 @@ def placeholder(w: Walker, node: Any) -> None:
 
 
 def is_view_node(node: Any) -> bool:
-    return not node.domain and node.op_type in VIEW_OPS
+    return (not node.domain and node.op_type in VIEW_OPS) or is_zero_pad(node)

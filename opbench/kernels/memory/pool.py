@@ -4,7 +4,9 @@
 
 Max pooling treats padding as -inf; average pooling counts padding as zeros and always
 divides by KH*KW (count_include_pad=True; with ceil_mode=False no window reaches past the
-padding, so that is also torch's divisor). Dilation 1, ceil_mode=False.
+padding, so that is also torch's divisor). Dilation 1. A max pool may round its output size
+up (ceil_mode): the last window then reaches past the input, where every tap is masked to
+-inf already, and torch's rule keeps at least one tap of each window inside.
 
 Bytes: the floor is reading x once and writing y once,
 (N*C*H*W + N*C*OH*OW) * element_size. Overlapping windows (3x3, stride 2) read each input
@@ -210,6 +212,16 @@ def _pool_paired_columns(
     return acc
 
 
+def _out_size(size: int, kernel: int, stride: int, pad: int, ceil_mode: bool) -> int:
+    """torch's pooled length: floored, or rounded up with the last window starting inside
+    the input or its left padding (ceil_mode)."""
+    span = size + 2 * pad - kernel
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pad else out
+
+
 def pairable(kernel_w: int, stride_w: int, pad_w: int) -> bool:
     """The paired path covers column stride 2 with window offsets in [-1, 2]."""
     return stride_w == 2 and pad_w <= 1 and kernel_w - pad_w <= 3
@@ -254,9 +266,11 @@ def bind_pool2d(
     out: torch.Tensor | None = None,
     *,
     is_max: bool,
+    ceil_mode: bool = False,
     config: Config | None = None,
 ) -> BoundKernels:
-    """max_pool2d (is_max) or avg_pool2d of NCHW x, bound to x."""
+    """max_pool2d (is_max) or avg_pool2d of NCHW x, bound to x; ceil_mode for max only."""
+
     op = "maxpool2d" if is_max else "avgpool2d"
     check_float(x, op)
     if x.dim() != 4:
@@ -268,9 +282,11 @@ def bind_pool2d(
         raise Unsupported(f"{op}: kernel and stride must be >= 1 and padding >= 0")
     if 2 * pad_h > kernel_h or 2 * pad_w > kernel_w:
         raise Unsupported(f"{op}: padding must be at most half the kernel size (as in torch)")
+    if ceil_mode and not is_max:
+        raise Unsupported("avgpool2d with ceil_mode: its last windows' divisor differs")
     batch, channels, height, width = x.shape
-    out_height = (height + 2 * pad_h - kernel_h) // stride_h + 1
-    out_width = (width + 2 * pad_w - kernel_w) // stride_w + 1
+    out_height = _out_size(height, kernel_h, stride_h, pad_h, ceil_mode)
+    out_width = _out_size(width, kernel_w, stride_w, pad_w, ceil_mode)
     if out_height < 1 or out_width < 1:
         raise Unsupported(f"{op}: a {kernel_h}x{kernel_w} window does not fit {height}x{width}")
     out = resolve_out(out, (batch, channels, out_height, out_width), x)

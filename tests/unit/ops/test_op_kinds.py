@@ -87,7 +87,7 @@ def test_matching_and_the_onnxruntime_reader_know_a_toy_activation() -> None:
     assert families_agree(ACTIVATION, "t_toyact")
     members, _ = node_members("ToyAct_3", "FusedConv")
     assert members == ("Conv", "ToyAct")
-    assert node_members("Tanh_3", "FusedConv")[0] == ("Conv", "Activation")  # no such op here
+    assert node_members("Softplus_3", "FusedConv")[0] == ("Conv", "Activation")  # no such op
 
 
 def _toy_onnx(path) -> None:
