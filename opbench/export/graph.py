@@ -128,15 +128,10 @@ class SeededData:
 
     def input(self, model: ModelSpec, layer: LayerSpec, position: int = 0) -> np.ndarray:
         """The fixed data of the layer's input number `position`: what ModelData gives that
-        layer (one tensor per value it reads, where ModelData follows the graph)."""
+        layer (one tensor per value it reads: its producers' data)."""
         import torch
 
-        data = self._model_data(model)
-        index = model.layers.index(layer)
-        if hasattr(data, "inputs"):
-            x = data.inputs(index)[position]
-        else:  # a ModelData of chains: one input per layer
-            x = data.input(index)
+        x = self._model_data(model).inputs(model.layers.index(layer))[position]
         return (x.to(torch.float32) if x.is_floating_point() else x).numpy()
 
 
