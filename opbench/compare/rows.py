@@ -19,6 +19,7 @@ from opbench.match.groups import Group, ModelGroups
 from opbench.match.suite_layers import SuiteModel
 from opbench.reference.interface import SPIKE_RATIO, Flag
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, TimeKind
+from opbench.reference.prefix_graph import describe
 from opbench.reference.sas_prefix import NOISE_FRACTION
 from opbench.results.model import LayerResult, RunResult
 from opbench.targets import DEFAULT_TARGET_SPEEDUP
@@ -251,7 +252,7 @@ def prefix_noise(
         return None
     source = profile.source
     spread = all(profile.layers[p].noise_ms is not None for p in derived)
-    within = _within(profile, derived)
+    within = "within the noise of the cut timings it combines"
     if spread and reference.lo <= 0:
         return f"{within}: {source} {_pairs(profile, derived)}"
     if not spread and reference.value <= 0:
@@ -284,25 +285,10 @@ def _flagged(row: ReferenceTiming) -> bool:
     return bool({Flag.NEGATIVE, Flag.BELOW_NOISE} & set(row.flags))
 
 
-def _within(profile: ReferenceProfile, positions: Sequence[int]) -> str:
-    if any(profile.layers[p].derived_from for p in positions):  # graph cuts (docs/sas.md)
-        return "within the noise of the cut timings it combines"
-    return "within the noise of the two prefix timings"
-
-
-def _previous_timed(profile: ReferenceProfile, pos: int) -> int | None:
-    return next((p for p in range(pos - 1, -1, -1) if profile.layers[p].time_ms is not None), None)
-
-
 def _subtracted(profile: ReferenceProfile, pos: int) -> list[int]:
-    """The rows whose prefix (cut) time this row's difference subtracts: the timed row before
-    it on a chain; on graph cuts, the rows of the cuts its terms take away (a row of several
-    layers stands for the cut of its last one)."""
-    row = profile.layers[pos]
-    if not row.derived_from:
-        previous = _previous_timed(profile, pos)
-        return [] if previous is None else [previous]
-    taken = {name for name, c in row.derived_from if c < 0}
+    """The rows whose cut time this row's difference subtracts: the rows of the cuts its terms
+    take away (a row of several layers stands for the cut of its last one)."""
+    taken = {name for name, c in profile.layers[pos].derived_from if c < 0}
     return [
         i
         for i, other in enumerate(profile.layers)
@@ -319,15 +305,11 @@ def _pairs(profile: ReferenceProfile, positions: Sequence[int]) -> str:
 
 
 def _prefix_pair(profile: ReferenceProfile, pos: int) -> str:
+    """The row and the cuts its time combines (docs/sas.md)."""
     row = profile.layers[pos]
-    if row.derived_from:  # a graph cut difference: name the cuts it combines
-        from opbench.reference.prefix_graph import describe
-
-        return f"{_named(row)} = {describe(row.derived_from)}"
-    previous = _previous_timed(profile, pos)
-    if previous is None:
+    if not row.derived_from:  # a model input's baseline: its own cut
         return f"row {_named(row)}"
-    return f"rows {_named(profile.layers[previous])} and {_named(row)}"
+    return f"{_named(row)} = {describe(row.derived_from)}"
 
 
 def model_layer_results(run: RunResult, model: str, backend: str) -> list[LayerResult]:

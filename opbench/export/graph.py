@@ -128,15 +128,10 @@ class SeededData:
 
     def input(self, model: ModelSpec, layer: LayerSpec, position: int = 0) -> np.ndarray:
         """The fixed data of the layer's input number `position`: what ModelData gives that
-        layer (one tensor per value it reads, where ModelData follows the graph)."""
+        layer (one tensor per value it reads: its producers' data)."""
         import torch
 
-        data = self._model_data(model)
-        index = model.layers.index(layer)
-        if hasattr(data, "inputs"):
-            x = data.inputs(index)[position]
-        else:  # a ModelData of chains: one input per layer
-            x = data.input(index)
+        x = self._model_data(model).inputs(model.layers.index(layer))[position]
         return (x.to(torch.float32) if x.is_floating_point() else x).numpy()
 
 
@@ -147,57 +142,10 @@ def build_graph(
     import onnx
     from onnx import TensorProto, helper
 
-    nodes: list[Any] = []
-    initializers: list[Any] = []
-    inputs: list[Endpoint] = []
-    outputs: list[Endpoint] = []
-    feeds: dict[str, np.ndarray] = {}
-    owners: dict[str, tuple[str, str]] = {}
-    layer_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
-    opset = BASE_OPSET
+    writer = _Writer(data, naming)
     for part in parts:
-        model = part.model.name
-        names = {layer.name for layer in part.model.layers}
-        tensor_of: dict[str, str] = {}  # value (layer or model input name) -> ONNX tensor
-        read: set[str] = set()
-        graph = part.model.graph
-        for layer in part.layers:
-            xs = []
-            for position, value in enumerate(graph.reads[graph.index(layer.name)]):
-                if value not in tensor_of:  # a model input, or a layer left out of the graph
-                    left_out = value in names
-                    x = naming.graph_input(model, value, layer.name, position, left_out)
-                    inputs.append(Endpoint(x, model, layer.name, _input_shape(layer, position)))
-                    feeds[x] = data.input(part.model, layer, position)
-                    if not left_out:  # a model input is one graph input for all its readers
-                        tensor_of[value] = x
-                    xs.append(x)
-                    continue
-                xs.append(tensor_of[value])
-                read.add(value)
-            layer_op = exporting_op(layer, model)
-            scope = LayerScope(
-                layer.name,
-                lambda op, principal, k, _l=layer.name, _m=model: naming.node(
-                    _m, _l, op, principal, k
-                ),
-                naming.prefix(model),
-                nodes,
-                initializers,
-            )
-            tensor_of[layer.name] = layer_op.to_onnx(
-                scope, layer_op.input_arg(xs), data.weights(part.model, layer), layer
-            )
-            if scope.principal is not None:
-                scope.principal.doc_string = layer_hint(layer)
-            opset = max(opset, scope.opset)
-            layer_nodes[(model, layer.name)] = tuple(scope.node_names)
-            owners.update(dict.fromkeys(scope.node_names, (model, layer.name)))
-        for layer in part.layers:
-            if layer.name not in read:
-                outputs.append(
-                    Endpoint(tensor_of[layer.name], model, layer.name, layer.output_shape)
-                )
+        writer.add(part)
+    feeds = writer.feeds
 
     def value(name: str, shape: tuple[int, ...]):
         integer = name in feeds and feeds[name].dtype == np.int64  # token ids, masks
@@ -205,15 +153,101 @@ def build_graph(
         return helper.make_tensor_value_info(name, kind, list(shape))
 
     graph = helper.make_graph(
-        nodes,
+        writer.nodes,
         graph_name,
-        [value(i.name, i.shape) for i in inputs],
-        [value(o.name, o.shape) for o in outputs],
-        initializers,
+        [value(i.name, i.shape) for i in writer.inputs],
+        [value(o.name, o.shape) for o in writer.outputs],
+        writer.initializers,
     )
-    opsets = [helper.make_opsetid("", opset)]
+    opsets = [helper.make_opsetid("", writer.opset)]
     proto = helper.make_model(graph, opset_imports=opsets, producer_name="opbench")
     # The lowest IR version that carries this opset: older runtimes and importers read it.
     proto.ir_version = helper.find_min_ir_version_for(opsets)
     onnx.checker.check_model(proto)
-    return BuiltGraph(proto, tuple(inputs), tuple(outputs), feeds, owners, layer_nodes, opset)
+    return BuiltGraph(
+        proto, tuple(writer.inputs), tuple(writer.outputs), feeds, writer.owners,
+        writer.layer_nodes, writer.opset,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Outside:
+    """A value the part reads but does not make: a model input, or a layer left out."""
+
+    value: str
+
+
+class _Writer:
+    """The nodes, initializers and endpoints of the graph, part by part: each part's layers
+    walked by `Graph.run`, whose values here are ONNX tensor names."""
+
+    def __init__(self, data: SeededData, naming: Naming) -> None:
+        self.data, self.naming = data, naming
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self.inputs: list[Endpoint] = []
+        self.outputs: list[Endpoint] = []
+        self.feeds: dict[str, np.ndarray] = {}
+        self.owners: dict[str, tuple[str, str]] = {}  # node name -> (model, layer)
+        self.layer_nodes: dict[tuple[str, str], tuple[str, ...]] = {}
+        self.opset = BASE_OPSET
+
+    def add(self, part: Part) -> None:
+        graph = part.model.graph
+        members = [graph.index(layer.name) for layer in part.layers]
+        model_inputs: dict[str, str] = {}  # a model input is one graph input for its readers
+
+        def step(i: int, args: tuple[Any, ...]) -> str:
+            layer = part.model.layers[i]
+            xs = [
+                self._graph_input(part, layer, position, x.value, model_inputs)
+                if isinstance(x, _Outside)
+                else x
+                for position, x in enumerate(args)
+            ]
+            return self._layer(part.model, layer, xs)
+
+        sources = {v: _Outside(v) for v in graph.external_inputs(members)}
+        tensors = graph.run(step, sources, members, keep=members)
+        for i in graph.ends(members):
+            layer = part.model.layers[i]
+            self.outputs.append(
+                Endpoint(tensors[i], part.model.name, layer.name, layer.output_shape)
+            )
+
+    def _graph_input(
+        self, part: Part, layer: LayerSpec, position: int, value: str, model_inputs: dict
+    ) -> str:
+        """The graph input a value made outside the part comes in by: a model input's one
+        graph input, or a graph input of its own for each read of a layer left out."""
+        if value in model_inputs:
+            return model_inputs[value]
+        model = part.model.name
+        left_out = not part.model.graph.is_input(value)
+        x = self.naming.graph_input(model, value, layer.name, position, left_out)
+        self.inputs.append(Endpoint(x, model, layer.name, _input_shape(layer, position)))
+        self.feeds[x] = self.data.input(part.model, layer, position)
+        if not left_out:
+            model_inputs[value] = x
+        return x
+
+    def _layer(self, model: ModelSpec, layer: LayerSpec, xs: list[str]) -> str:
+        """The layer's nodes, reading tensors `xs`: its output tensor."""
+        naming, name = self.naming, model.name
+        layer_op = exporting_op(layer, name)
+        scope = LayerScope(
+            layer.name,
+            lambda op, principal, k: naming.node(name, layer.name, op, principal, k),
+            naming.prefix(name),
+            self.nodes,
+            self.initializers,
+        )
+        out = layer_op.to_onnx(
+            scope, layer_op.input_arg(xs), self.data.weights(model, layer), layer
+        )
+        if scope.principal is not None:
+            scope.principal.doc_string = layer_hint(layer)
+        self.opset = max(self.opset, scope.opset)
+        self.layer_nodes[(name, layer.name)] = tuple(scope.node_names)
+        self.owners.update(dict.fromkeys(scope.node_names, (name, layer.name)))
+        return out

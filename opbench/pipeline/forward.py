@@ -69,92 +69,19 @@ def eager_forward(
     plan_memory: bool = True,
 ):
     """The forward from the groups' bound launches (see the module doc). Runs each group once
-    while it is set up, to learn which outputs are fixed buffers. ValueError when the groups
-    cannot run in any order, or a group has more than one output. plan_memory=False: each
-    group allocates its own buffers (the forward before the plan, for comparison)."""
+    while it is set up (`Graph.run_groups`, the one walker), to learn which outputs are fixed
+    buffers. ValueError when the groups cannot run in any order, or a group has more than one
+    output. plan_memory=False: each group allocates its own buffers (the forward before the
+    plan, for comparison)."""
     graph = model.graph
     order = graph.order_groups(built)
-    dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
-    # The values each group (in `order`) reads for the last time: it may drop them.
-    last_reads = graph.frees(order)
-    outputs = tuple(graph.names[i] for i in graph.outputs)
-    fixed: dict[str, Any] = {}  # values that are the same tensor on every call
-    steps: list[Step] = []
-    buffers: list[Any] = []
     memory = ForwardMemory.of(model, order, built, data.device, plan_memory)
-    scratch = memory.scratch
-    # Groups bound before the scratch block knew its size, to bind again into it:
-    # (step index, bind, group, name, other outputs, frees).
-    rebind: list[tuple[int, Callable[[], Any], Any, str, tuple[str, ...], tuple[str, ...]]] = []
-    env: Env = {}  # one call of the forward, made while setting it up
-    for k, group in enumerate(order):
-        group_built = built[group]
-        made = graph.group_outputs(group)
-        name = graph.names[made[-1]]
-        others = tuple(graph.names[i] for i in made[:-1])  # a fused group's other outputs
-        sources: list[tuple[str, Any, Any]] = []  # (value, fixed tensor or None, dtype)
-        for value in graph.external_inputs(group):
-            reader = next(i for i in group if value in graph.reads[i])
-            want = dtype_of[reader]
-            if graph.is_input(value):
-                x = data.value(value, model.layers[reader].dtype)
-                x = group_built.prepared([x])[0]  # once, before timing, as the layers' runs
-            elif value in fixed:
-                x = fixed[value]
-                if x.dtype != want:
-                    x = _cast_step(x, want, steps, env)
-            else:
-                x = None
-            sources.append((value, x, want))
-        frees = tuple(v for v in last_reads[k] if not graph.is_input(v))
-        if all(x is not None for _, x, _ in sources):
-            xs = tuple(x for _, x, _ in sources)
-            bound, bind, planned = _binder(group_built, xs, memory, name, others)
-            out = bound.launch()
-            if bound.out is not None and out.data_ptr() == bound.out.data_ptr():
-                fixed[name] = out  # only a buffer the backend owns is the same next call
-                if not planned:
-                    buffers.append(bound.out)
-            elif bound.out is None and _views(out, xs):
-                fixed[name] = out  # a view of fixed inputs: the same tensor every call
-            extra = _extra_outputs(group, others, bound.extra)
-            for value, tensor in extra.items():
-                fixed[value] = env[value] = tensor
-                if not planned:
-                    buffers.append(tensor)
-            if planned and scratch.used:
-                rebind.append((len(steps), bind, group, name, others, frees))
-            steps.append(_launch_step(bound.launch, name, frees, extra))
-        elif others:
-            raise ValueError(
-                f"the group {group} has several outputs ({', '.join((*others, name))}) and "
-                "inputs made anew on every call: only a bound group can hand on its others"
-            )
-        else:
-            step = _call_step(group_built.fn, tuple(sources), name, frees)
-            steps.append(step)
-            step(env)
-            out = env[name]
-        env[name] = out
-        for v in frees:
-            env.pop(v, None)
-
-    # The shared scratch block sized to the groups' need, and those groups bound again into
-    # it; again once more if their need shrank (a first bind's tuning asks for every
-    # candidate's scratch, later binds reuse the choice).
-    for _ in range(3):
-        if not (rebind and scratch.fit()):
-            break
-        scratch.need = 0
-        for at, bind, group, name, others, frees in rebind:
-            bound = bind()
-            extra = _extra_outputs(group, others, bound.extra)
-            steps[at] = _launch_step(bound.launch, name, frees, extra)
-    if rebind:
-        # The launches the rebinds replaced may sit in reference cycles (closures, bound
-        # methods); their private scratch stays allocated until Python's cycle collector
-        # happens to run. On an H100 that was 171 MiB of NHWC copies in ResNet-50 b32's peak.
-        gc.collect()
+    setup = _Setup(model, built, data, memory, dict(zip(order, graph.frees(order), strict=True)))
+    # The step draws model inputs itself (in its reader's dtype, prepared by its backend).
+    graph.run_groups(setup.group, dict.fromkeys(graph.inputs), order)
+    setup.bind_into_scratch()
+    steps = setup.steps
+    outputs = tuple(graph.names[i] for i in graph.outputs)
 
     def forward() -> tuple[Any, ...]:
         env: Env = {}
@@ -162,7 +89,108 @@ def eager_forward(
             step(env)
         return tuple(env[o] for o in outputs)
 
-    return Forward(forward, (*memory.buffers, *buffers), memory=memory)
+    return Forward(forward, (*memory.buffers, *setup.buffers), memory=memory)
+
+
+class _Setup:
+    """The forward's steps, made group by group as the walker runs the groups once.
+
+    fixed: the values that are the same tensor on every call; steps: the forward's steps;
+    buffers: tensors groups allocated themselves; rebind: groups bound before the scratch block
+    knew its size, to bind again into it: (step index, bind, group, name, others, frees)."""
+
+    def __init__(self, model, built, data, memory: ForwardMemory, last_reads) -> None:
+        self.model, self.built, self.data, self.memory = model, built, data, memory
+        self.graph = model.graph
+        self.last_reads = last_reads  # group -> the values it reads for the last time
+        self.dtype_of = {i: torch_dtype(layer.dtype) for i, layer in enumerate(model.layers)}
+        self.fixed: dict[str, Any] = {}
+        self.steps: list[Step] = []
+        self.buffers: list[Any] = []
+        self.rebind: list[
+            tuple[int, Callable[[], Any], Any, str, tuple[str, ...], tuple[str, ...]]
+        ] = []
+
+    def group(self, group: tuple[int, ...], args: tuple[Any, ...]) -> dict[int, Any]:
+        """Append the group's step and run it once on `args` (this call's values of its
+        external inputs); its outputs by layer index."""
+        graph = self.graph
+        made = graph.group_outputs(group)
+        name = graph.names[made[-1]]
+        others = tuple(graph.names[i] for i in made[:-1])  # a fused group's other outputs
+        values = graph.external_inputs(group)
+        sources = tuple(self._source(group, v) for v in values)
+        frees = tuple(v for v in self.last_reads[group] if not graph.is_input(v))
+        if all(x is not None for _, x, _ in sources):
+            out, extra = self._bound(group, tuple(x for _, x, _ in sources), name, others, frees)
+        elif others:
+            raise ValueError(
+                f"the group {group} has several outputs ({', '.join((*others, name))}) and "
+                "inputs made anew on every call: only a bound group can hand on its others"
+            )
+        else:
+            step = _call_step(self.built[group].fn, sources, name, frees)
+            self.steps.append(step)
+            env = dict(zip(values, args, strict=True))
+            step(env)
+            out, extra = env[name], {}
+        return {made[-1]: out, **{graph.index(v): t for v, t in extra.items()}}
+
+    def _source(self, group: tuple[int, ...], value: str) -> tuple[str, Any, Any]:
+        """(value, its fixed tensor or None, the dtype its reader in the group wants)."""
+        graph = self.graph
+        reader = next(i for i in group if value in graph.reads[i])
+        want = self.dtype_of[reader]
+        x = None
+        if graph.is_input(value):
+            x = self.data.value(value, self.model.layers[reader].dtype)
+            x = self.built[group].prepared([x])[0]  # once, before timing, as the layers' runs
+        elif value in self.fixed:
+            x = self.fixed[value]
+            if x.dtype != want:
+                x = _cast_step(x, want, self.steps, {})
+        return value, x, want
+
+    def _bound(self, group, xs, name: str, others, frees) -> tuple[Any, dict[str, Any]]:
+        """Bind the group to its fixed inputs `xs`, append its launch step, launch it once:
+        its output and its other outputs' buffers."""
+        bound, bind, planned = _binder(self.built[group], xs, self.memory, name, others)
+        out = bound.launch()
+        if bound.out is not None and out.data_ptr() == bound.out.data_ptr():
+            self.fixed[name] = out  # only a buffer the backend owns is the same next call
+            if not planned:
+                self.buffers.append(bound.out)
+        elif bound.out is None and _views(out, xs):
+            self.fixed[name] = out  # a view of fixed inputs: the same tensor every call
+        extra = _extra_outputs(group, others, bound.extra)
+        for value, tensor in extra.items():
+            self.fixed[value] = tensor
+            if not planned:
+                self.buffers.append(tensor)
+        if planned and self.memory.scratch.used:
+            self.rebind.append((len(self.steps), bind, group, name, others, frees))
+        self.steps.append(_launch_step(bound.launch, name, frees, extra))
+        return out, extra
+
+    def bind_into_scratch(self) -> None:
+        """The shared scratch block sized to the groups' need, and those groups bound again
+        into it; again once more if their need shrank (a first bind's tuning asks for every
+        candidate's scratch, later binds reuse the choice)."""
+        scratch = self.memory.scratch
+        for _ in range(3):
+            if not (self.rebind and scratch.fit()):
+                break
+            scratch.need = 0
+            for at, bind, group, name, others, frees in self.rebind:
+                bound = bind()
+                extra = _extra_outputs(group, others, bound.extra)
+                self.steps[at] = _launch_step(bound.launch, name, frees, extra)
+        if self.rebind:
+            # The launches the rebinds replaced may sit in reference cycles (closures, bound
+            # methods); their private scratch stays allocated until Python's cycle collector
+            # happens to run. On an H100 that was 171 MiB of NHWC copies in ResNet-50 b32's
+            # peak.
+            gc.collect()
 
 
 def _binder(

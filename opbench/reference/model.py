@@ -37,8 +37,7 @@ class ReferenceTiming:
     noise_ms: an estimate of the time's uncertainty where the format implies one
         (e.g. prefix differences), else None.
     derived_from: for a time derived from cumulative (cut) times, the rows it combines and
-        their coefficients, (row name, ±1), in file order; empty where the rows are simply
-        consecutive (a chain of prefixes) or the time was measured.
+        their coefficients, (row name, ±1), in file order; empty where the time was measured.
     """
 
     engine: str

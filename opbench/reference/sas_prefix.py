@@ -1,21 +1,16 @@
 """SAS prefix times: the model cut after each layer, timed whole (format `sas-prefix`).
 
-When an engine cannot time single layers, users time the model cut after layer 1, after
-layer 2, … and write one row per cut: the layer name and the cumulative time of the model up
-to and including it. Two forms:
-
-**Chain** (no `inputs` column): a layer's own time is the difference of consecutive rows,
-
-    t_i = C_i - C_{i-1}        (C_{-1} = 0)
-
-**Graph** (an `inputs` column, as `opbench export sas` writes it): each row is the cut of a
-layer and everything it depends on; the column names what the layer reads (earlier rows, or
-model inputs), and rows of type `input` are each model input's baseline (the input passed
-through). Layer times are solved from the cut times (prefix_graph.py, docs/sas.md); rows
-without a time are cuts that were not timed, and their `status` says why.
+Each row is the cut of a layer and everything it depends on, timed whole: the layer name and
+the cut's time. An `inputs` column (as `opbench export sas` writes it) names what each layer
+reads (earlier rows, or model inputs), and rows of type `input` are each model input's baseline
+(the input passed through). Without that column the rows are a chain, as users write them when
+they time the model cut after layer 1, after layer 2, …: each row reads the row before it (the
+first, the model input). Layer times are solved from the cut times (prefix_graph.py,
+docs/sas.md): on a chain, t_i = C_i - C_{i-1}. Rows without a time are cuts that were not
+timed, and their `status` says why.
 
 Those are DERIVED times, and they are fragile: noisy numbers subtracted. Each layer records
-- noise_ms = √(Σ c² s²) over the cut times it combines (coefficients c = ±1; for a chain
+- noise_ms = √(Σ c² s²) over the cut times it combines (coefficients c = ±1; on a chain
   √(s_i² + s_{i-1}²)), where the file gives a spread s: a std column (the spread of the
   calls of one cut, kept as is: calls made back to back share the server's state, and the
   drift between cuts is larger), or, with a run column (`--rounds` of the SAS script: every
@@ -38,6 +33,7 @@ from opbench.reference.interface import Flag, ReaderOptions
 from opbench.reference.model import ReferenceProfile, ReferenceTiming, RefStatus, TimeKind
 from opbench.reference.prefix_graph import CutRow, solve
 from opbench.reference.sas import fused_members, table_notes
+from opbench.spec.graph import INPUT
 
 NOISE_FRACTION = 0.02  # without a spread: differences below 2% of the prefix are noise-level
 NO_SPREAD = (
@@ -101,10 +97,7 @@ class SasPrefixReader:
 
     def read(self, path: Path, options: ReaderOptions) -> ReferenceProfile:
         table = read_layer_table(path, options, cumulative=True)
-        if table.has_inputs:
-            layers, notes, total = self._graph(path, table)
-        else:
-            layers, notes, total = self._chain(path, table)
+        layers, notes, total = self._graph(path, table)
         if layers and all(layer.noise_ms is None for layer in layers):
             notes.append(NO_SPREAD)
         flagged = sum(bool({Flag.NEGATIVE, Flag.BELOW_NOISE} & set(x.flags)) for x in layers)
@@ -132,45 +125,16 @@ class SasPrefixReader:
             **fields,
         )
 
-    def _chain(
-        self, path: Path, table: LayerTable
-    ) -> tuple[list[ReferenceTiming], list[str], float | None]:
-        layers = []
-        previous_ms = 0.0
-        previous_spread: float | None = 0.0
-        for index, layer in enumerate(table.layers):
-            cumulative, spread, count = _cut_time(layer, table)
-            members, flags = fused_members(layer.raw_type, layer.activation)
-            difference = noise = None
-            if cumulative is not None:
-                difference = cumulative - previous_ms
-                if spread is not None and previous_spread is not None:
-                    noise = math.hypot(spread, previous_spread)
-                flags = (*flags, *_flags(difference, noise, cumulative))
-                previous_ms, previous_spread = cumulative, spread
-            layers.append(
-                self._timing(
-                    path, table, index, name=layer.name, raw_type=layer.raw_type,
-                    members=members, count=count, value=difference, line=layer.line,
-                    noise_ms=noise, flags=flags,
-                    status=RefStatus.INPUT if is_input_layer(layer) else RefStatus.TIMED,
-                )
-            )  # fmt: skip
-        notes = table_notes(table)
-        notes.append("per-layer times are differences of consecutive cumulative prefix times")
-        return layers, notes, previous_ms or None
-
     def _graph(
         self, path: Path, table: LayerTable
     ) -> tuple[list[ReferenceTiming], list[str], float | None]:
         rows = []
         counts: dict[str, int] = {}
-        for layer in table.layers:
+        for index, layer in enumerate(table.layers):
             cumulative, spread, counts[layer.name] = _cut_time(layer, table)
-            reads = tuple((layer.inputs or "").split())
             rows.append(
-                CutRow(layer.name, reads, cumulative, spread, is_input_layer(layer), layer.line,
-                       layer.status)
+                CutRow(layer.name, _reads(table, index), cumulative, spread, is_input_layer(layer),
+                       layer.line, layer.status)
             )  # fmt: skip
         solution = solve(rows, str(path))
         by_name = {layer.name: layer for layer in table.layers}
@@ -188,25 +152,43 @@ class SasPrefixReader:
             if found is None:
                 continue  # not derived, or measured with a later layer: in that row
             types = [by_name[m].raw_type or "" for m in found.members]
+            # A row of one layer may be a SAS layer with its activation fused in (convo, Relu).
+            fused, flags = ((), ())
+            if len(found.members) == 1:
+                fused, flags = fused_members(layer.raw_type, layer.activation)
             layers.append(
                 self._timing(
                     path, table, index, name=" + ".join(found.members),
-                    raw_type=" + ".join(types) or None, count=counts[layer.name],
+                    raw_type=" + ".join(types) or None, members=fused, count=counts[layer.name],
                     value=found.value, line=layer.line, noise_ms=found.noise,
-                    flags=_flags(found.value, found.noise, found.cumulative),
+                    flags=(*flags, *_flags(found.value, found.noise, found.cumulative)),
                     derived_from=found.terms,
                 )
             )  # fmt: skip
         return layers, _graph_notes(table, rows, solution), _whole_model(rows)
 
 
+def _reads(table: LayerTable, index: int) -> tuple[str, ...]:
+    """What row `index` reads: its `inputs` cell; without that column (a chain of prefixes)
+    the row before it, the first row the model input."""
+    if table.has_inputs:
+        return tuple((table.layers[index].inputs or "").split())
+    return (table.layers[index - 1].name,) if index else (INPUT,)
+
+
 def _graph_notes(table: LayerTable, rows: list[CutRow], solution) -> list[str]:
     notes = table_notes(table)
-    notes.append(
-        "per-layer times are solved from the times of cuts (each layer and every layer it "
-        "depends on, from the file's inputs column): a layer's time is its cut's time minus the "
-        "input's baseline and the layers inside it (docs/sas.md)"
-    )
+    if table.has_inputs:
+        notes.append(
+            "per-layer times are solved from the times of cuts (each layer and every layer it "
+            "depends on, from the file's inputs column): a layer's time is its cut's time minus "
+            "the input's baseline and the layers inside it (docs/sas.md)"
+        )
+    else:
+        notes.append(
+            "no inputs column: each row is the model cut after the row before it, so per-layer "
+            "times are differences of consecutive cumulative prefix times"
+        )
     together = [" + ".join(d.members) for d in solution.derived.values() if len(d.members) > 1]
     if together:
         notes.append(f"measured together (a cut inside was not timed): {'; '.join(together)}")

@@ -154,14 +154,33 @@ class Graph:
         in order; each value is dropped after its last reader among `layers`. Returns the
         values of the layers in `keep` (default: the model outputs), by index."""
         order = list(self.walk()) if layers is None else sorted(layers)
-        kept = set(self.outputs if layers is None and not keep else keep)
+        kept = tuple(self.outputs if layers is None and not keep else keep)
+        return self.run_groups(
+            lambda g, args: {g[0]: step(g[0], args)}, sources, [(i,) for i in order], kept
+        )
+
+    def run_groups(
+        self,
+        step: Callable[[tuple[int, ...], tuple[Any, ...]], Mapping[int, Any]],
+        sources: Mapping[str, Any],
+        groups: Sequence[Sequence[int]],
+        keep: Iterable[int] = (),
+    ) -> dict[int, Any]:
+        """`run` for groups of layers computed as one (a fused group; the groups in an order
+        they can run in, `order_groups`): `step(group, args)` gets the values of the group's
+        `external_inputs`, in order, and returns the value of each of its `group_outputs` by
+        layer index; each value is dropped after the last group that reads it. Returns the
+        values of the layers in `keep`, by index."""
+        steps = [tuple(g) for g in groups]
+        kept = set(keep)
         env: dict[str, Any] = dict(sources)
         found: dict[int, Any] = {}
-        for i, drop in zip(order, self.frees([(i,) for i in order]), strict=True):
-            out = step(i, tuple(env[v] for v in self.reads[i]))
-            env[self.names[i]] = out
-            if i in kept:
-                found[i] = out
+        for group, drop in zip(steps, self.frees(steps), strict=True):
+            made = step(group, tuple(env[v] for v in self.external_inputs(group)))
+            for i, out in made.items():
+                env[self.names[i]] = out
+                if i in kept:
+                    found[i] = out
             for value in drop:
                 del env[value]
         return found
@@ -231,6 +250,12 @@ class Graph:
             for i in sorted(members)
             if not self.consumers[i] or any(c not in members for c in self.consumers[i])
         )
+
+    def ends(self, group: Sequence[int]) -> tuple[int, ...]:
+        """The layers of the group that no layer of the group reads (walk order): what a
+        graph of just these layers must output, so that no engine drops one as dead code."""
+        members = set(group)
+        return tuple(i for i in sorted(members) if members.isdisjoint(self.consumers[i]))
 
     def order_groups(self, groups: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
         """The groups (which together cover every layer once) in an order they can run in:

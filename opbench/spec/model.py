@@ -82,8 +82,6 @@ class LayerSpec:
     params: the op's parameters with defaults filled in.
     input_shape / output_shape: full shapes, batch dimension first; input_shape is the first
         input's (input_shapes[0]).
-    starts_chain: True when the layer reads fresh data only: model inputs (the first layer of
-        a chain, or a layer that sets its own `input`), no other layer's output.
     reference_name: the layer's name in a reference engine's export, if it differs.
     line: line of the layer's mapping in the suite file, for messages.
     allow_loose_tolerance: the layer accepts a tolerance above LOOSE_TOLERANCE_LIMIT.
@@ -99,14 +97,14 @@ class LayerSpec:
     timing: TimingSpec
     input_shape: tuple[int, ...]
     output_shape: tuple[int, ...]
-    starts_chain: bool = False
     reference_name: str | None = None
     regression_threshold: float | None = None
     line: int | None = None
     allow_loose_tolerance: bool = False
     #: The values the layer reads, in order: names of earlier layers of the model, or of model
     #: inputs (`input`, a declared input's name, or `<layer>/input` for a layer that sets its
-    #: own `input`). Empty on a LayerSpec made by hand: ModelSpec fills it in as a chain.
+    #: own `input`). The suite loader writes them; a LayerSpec made by hand without them reads
+    #: nothing in the model's graph.
     inputs: tuple[str, ...] = ()
     #: One full shape per input (batch first); empty on a hand-made LayerSpec: (input_shape,).
     input_shapes: tuple[tuple[int, ...], ...] = ()

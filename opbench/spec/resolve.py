@@ -225,7 +225,6 @@ def _resolve_model(
                     timing=_merge_timing(defaults, model, layer),
                     input_shape=in_shapes[0],
                     output_shape=tuple(out_shape),
-                    starts_chain=all(v in wiring.declared or i in wiring.fresh for v in reads),
                     reference_name=layer.reference_name,
                     regression_threshold=_pick("regression_threshold", *levels),
                     line=locate(path).line,

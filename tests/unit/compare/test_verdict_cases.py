@@ -185,8 +185,8 @@ def test_prefix_difference_inside_the_noise_is_uncertain(tmp_path: Path):
         assert ref.lo <= ref.value <= ref.hi and ref.lo < 0 < ref.hi  # never inverted
         assert row.primary.verdict == Verdict.UNCERTAIN
         assert row.primary.reason == (
-            f"within the noise of the two prefix timings: {source} rows "
-            f"{previous!r} (line {line - 1}) and {layer!r} (line {line})"
+            f"within the noise of the cut timings it combines: {source} "
+            f"{layer!r} (line {line}) = −T({previous}) + T({layer})"
         )
     assert rows[("relu_b",)].reference.value == pytest.approx(-0.002)
     assert rows[("fc1",)].primary.verdict == Verdict.PASS  # 0.117 ms, well above its noise

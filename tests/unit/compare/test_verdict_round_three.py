@@ -58,8 +58,8 @@ def test_prefix_rows_within_noise_or_after_a_fallen_prefix_are_uncertain(tmp_pat
     pooling_2 = rows[("Pooling_2",)].primary
     assert pooling_2.verdict == Verdict.UNCERTAIN
     assert pooling_2.reason == (
-        "within the noise of the two prefix timings (under 2% of its prefix time; no spread "
-        f"given): {source} rows 'conv2d_2' (line 7) and 'pooling_2' (line 8)"
+        "within the noise of the cut timings it combines (under 2% of its prefix time; no "
+        f"spread given): {source} 'pooling_2' (line 8) = −T(conv2d_2) + T(pooling_2)"
     )
     # 0.830 - 0.300 was "4.51x PASS": the prefix after pooling_1 fell below conv2d_1's
     conv2d_2 = rows[("Conv2d_2",)].primary

@@ -47,7 +47,7 @@ def test_layers_read_the_layer_before_them_unless_they_name_their_inputs() -> No
     assert add.input_shapes == ((2, 6, 5, 5), (2, 6, 5, 5)) and add.output_shape == (2, 6, 5, 5)
     assert add.input_shape == add.input_shapes[0]
     # Fresh data only: the first layer and the branch reading the model input.
-    assert [layer.starts_chain for layer in model.layers] == [
+    assert [all(p is None for p in ps) for ps in model.graph.producers] == [
         True,
         False,
         False,
@@ -123,7 +123,7 @@ models:
     assert graph.inputs == {"x": (3, 4, 8), "y": (3, 1, 8)}
     assert graph.consumers[0] == (1,), "a layer read twice by one reader is one edge"
     assert graph.external_inputs((0, 1)) == ("x", "y")
-    assert three.layer("sum").starts_chain and not three.layer("cat").starts_chain
+    assert graph.producers[0] == (None, None) and graph.producers[1] == (0, None, 0)
 
 
 def test_a_layer_with_its_own_input_starts_a_piece_of_fresh_data() -> None:

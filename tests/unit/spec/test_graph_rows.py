@@ -71,6 +71,25 @@ def test_group_steps_free_what_the_group_reads_from_outside_last() -> None:
     assert graph.frees([(0,), (1, 2, 3)]) == (("x",), ("a", "y"))
 
 
+def test_the_walker_runs_groups_on_their_outside_inputs_and_hands_on_each_output() -> None:
+    graph = Graph.from_rows(ROWS)
+    seen: dict[tuple[int, ...], tuple[float, ...]] = {}
+
+    def step(group: tuple[int, ...], args: tuple[float, ...]) -> dict[int, float]:
+        seen[group] = args
+        return {i: sum(args) + i for i in graph.group_outputs(group)}
+
+    found = graph.run_groups(step, {"x": 1.0, "y": 10.0}, [(0, 1), (2,), (3,)], keep=[1, 3])
+    # (a, b) reads x and hands on a (c reads it) and b; c reads a and y; add reads b and c.
+    assert seen == {(0, 1): (1.0,), (2,): (1.0, 10.0), (3,): (2.0, 13.0)}
+    assert found == {1: 2.0, 3: 18.0}
+
+
+def test_the_ends_of_a_part_are_the_layers_no_member_reads() -> None:
+    graph = Graph.from_rows(ROWS)
+    assert graph.ends([0, 1, 2]) == (1, 2) and graph.ends([1, 3]) == (3,)
+
+
 def test_an_old_run_json_without_inputs_reads_by_the_suite_default() -> None:
     model = {
         "layers": [

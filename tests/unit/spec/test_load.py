@@ -1,4 +1,4 @@
-"""The suite loader on valid suites: defaults and overrides, sweeps, chains, locations."""
+"""The suite loader on valid suites: defaults and overrides, sweeps, pieces, locations."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_normative_example_loads() -> None:
         assert layer.timing == TimingSpec(25.0, 100.0, 5, True, False)
     assert model.layer("ln1").effective_tolerance == DEFAULT_TOLERANCE["float16"]
     assert qkv.effective_tolerance == INT8_TOLERANCE
-    assert [layer.starts_chain for layer in model.layers] == [True] + [False] * 5
+    assert [all(p is None for p in ps) for ps in model.graph.producers] == [True] + [False] * 5
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "suites").glob("*.yaml")), ids=lambda p: p.name)
@@ -158,10 +158,12 @@ def test_single_element_sweep_is_still_named_as_a_sweep() -> None:
     assert (model.name, model.batch) == ("m[batch=4]", 4)
 
 
-def test_layer_input_starts_a_new_chain() -> None:
+def test_layer_input_starts_a_new_piece() -> None:
     model = load_suite(SUITES / "sweep_chain.yaml").models[0]
-    assert [layer.starts_chain for layer in model.layers] == [True, False, True, False]
-    # The layer after the new chain takes the new chain's output, not the old one's.
+    assert [all(p is None for p in ps) for ps in model.graph.producers] == [
+        True, False, True, False
+    ]  # fmt: skip
+    # The layer after the new piece takes the new piece's output, not the old one's.
     assert model.layer("flat").input_shape == model.layer("side").output_shape
 
 
