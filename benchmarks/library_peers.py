@@ -37,6 +37,7 @@ sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 from peer_models import Missing, peer_for  # noqa: E402
 from whole_models import build_all, eager_layers  # noqa: E402
 
+from opbench.backends.base import Unsupported  # noqa: E402
 from opbench.backends.registry import all_backends  # noqa: E402
 from opbench.measure.check import combine, compare_outputs  # noqa: E402
 from opbench.measure.timer import time_callable  # noqa: E402
@@ -54,8 +55,20 @@ NETWORKS = [
     ("suites/mobilenet_v2.yaml", "mobilenet_v2[batch=32]"),
     ("suites/transformer.yaml", "bert_layer"),
     ("suites/llama.yaml", "llama7b_prefill"),
+    ("suites/llama_quant.yaml", "llama7b_prefill_fp8"),
 ]
 COMPILED = ("torch-compile", "torch-compile-max-autotune")
+# PyTorch's own quantized GEMM of each `quant`: on a quantized model it runs the block as a
+# PyTorch user would, its quantized linears on it and every other layer on torch eager
+# (whole_models.build_all's `rest`), in the row `torch-fp8+torch`. Not a bf16 peer: its own
+# column and ratio, beside × best peer.
+QUANT_PEER = {"fp8": "torch-fp8", "int8": "torch-int8"}
+
+
+def quant_peers(model) -> list[str]:
+    """The quantized-GEMM peers of the model's quantized linears, in QUANT_PEER's order."""
+    quants = {layer.quant for layer in model.layers}
+    return [peer for quant, peer in QUANT_PEER.items() if quant in quants]
 
 
 def tiny_suite():
@@ -72,6 +85,8 @@ def tiny_suite():
                      n.bert_layer(hidden=32, heads=2, ffn=40)),
         n.model_text("llama7b_prefill", {"batch": 1, "input": [9, 32]},
                      n.llama_prefill_block(hidden=32, heads=2, ffn=48)),
+        n.model_text("llama7b_prefill_fp8", {"batch": 1, "input": [9, 32]},
+                     n.llama_prefill_block(hidden=32, heads=2, ffn=48, quant="fp8", rope=False)),
     ]  # fmt: skip
     defaults = {"dtype": "float32", "timing": {"warmup_ms": 1, "rep_ms": 5, "rounds": 2}}
     return load_suite_text(n.suite_text("", "tiny_peers", "tiny", defaults, models), "tiny")
@@ -86,14 +101,20 @@ def suite_rows(model, data, backend_names, options) -> list[dict]:
         if reason:
             rows.append(dict(source="suite", backend=name, mode="-", ms=None, message=reason))
             continue
-        if name in COMPILED:
-            built = eager_layers(model, data, options.device)
-        else:
-            built = build_all(backend, model, data, options.device)[0]
+        rest = backends["torch"] if name in QUANT_PEER.values() else None
+        label = f"{name}+torch" if rest else name
+        try:
+            if name in COMPILED:
+                built = eager_layers(model, data, options.device)
+            else:
+                built = build_all(backend, model, data, options.device, rest)[0]
+        except Unsupported as exc:  # a row that says why; the other backends still run
+            rows.append(dict(source="suite", backend=label, mode="-", ms=None, message=str(exc)))
+            continue
         for row in time_end_to_end(model, name, built, data, options, backend):
             if name in COMPILED and row.mode == "eager":
                 continue  # torch eager's layers stood in: not this backend's figure
-            rows.append(dict(source="suite", backend=name, mode=row.mode, ms=row.stats.median if row.stats else None,
+            rows.append(dict(source="suite", backend=label, mode=row.mode, ms=row.stats.median if row.stats else None,
                              correct=row.correct, message=row.message, timer=row.timer,
                              samples_ms=[list(r) for r in row.samples_ms],
                              correctness=row.correctness and asdict(row.correctness)))  # fmt: skip
@@ -248,16 +269,21 @@ def table(name: str, rows: list[dict]) -> list[str]:
         "library graph": figure(rows, "library", "cuda_graph"),
         "library compile": figure(rows, "library", "compile"),
     }
+    quant = [r["backend"] for r in rows if r["backend"].endswith("+torch")]
+    quant_ms = figure(rows, "suite", "cuda_graph", quant[0]) if quant else None
+    triton = cells["triton graph"]
+    vs_quant = f"{quant_ms / triton:.2f}× ({quant[0]})" if quant_ms and triton else "—"
     run = RunResult(name, "", "", end_to_end=end_to_end_rows(rows))
     graph = [e for e in run.end_to_end if (e.backend, e.mode) == ("triton", "cuda_graph")]
     best = vs_best_peer(run, graph[0]) if graph else None
     ratio = f"{best[1]:.2f}× ({best[0]})" if best else "—"
-    return [name, *(f"{v:.4f}" if v else "—" for v in cells.values()), ratio]
+    figures = (*cells.values(), quant_ms)
+    return [name, *(f"{v:.4f}" if v else "—" for v in figures), vs_quant, ratio]
 
 
 HEADER = ["network", "suite torch eager", "suite torch graph", "suite torch-compile",
           "triton graph", "library eager", "library graph", "library compile",
-          "triton graph × best peer"]  # fmt: skip
+          "quantized peer graph", "triton graph × it", "triton graph × best peer"]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     for suite, name in networks:
         model = suite.model(name)
         data = ModelData(suite, model, device)
-        rows = suite_rows(model, data, backends, options)
+        peers = [] if args.backend else quant_peers(model)
+        rows = suite_rows(model, data, backends + peers, options)
         rows += library_rows(model, data, options, compile_=not args.no_compile)
         for row in rows:
             row["network"] = model.name

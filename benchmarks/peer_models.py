@@ -223,8 +223,11 @@ def _first(call: Callable) -> Callable:
 # A suite layer whose weights the library takes another way (the rotary tables).
 SKIP = object()
 
+# The fp8 block's peer is the same library layer in the suite's bf16: its quantized linears
+# run unquantized there, as on the suite's torch backends.
 PEERS = {"resnet50": resnet50_peer, "mobilenet_v2": mobilenet_v2_peer,
-         "bert_layer": bert_peer, "llama7b_prefill": llama_peer}  # fmt: skip
+         "bert_layer": bert_peer, "llama7b_prefill": llama_peer,
+         "llama7b_prefill_fp8": llama_peer}  # fmt: skip
 
 
 def load_suite_weights(module: Any, model, data, names: dict[str, Any]) -> Any:

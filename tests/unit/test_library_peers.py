@@ -31,9 +31,10 @@ def tiny_rows(tmp_path_factory):
 
 def test_every_library_peer_matches_the_suite_or_says_why_it_is_missing(tiny_rows) -> None:
     """The suite's weights loaded into torchvision's ResNet-50 and MobileNetV2, transformers'
-    BertLayer and LlamaDecoderLayer: the output passes the suite's check against the float64
-    reference and equals the suite's torch forward (same torch calls, float32 CPU)."""
-    networks = ["resnet50", "mobilenet_v2", "bert_layer", "llama7b_prefill"]
+    BertLayer and LlamaDecoderLayer (the fp8 block's peer too: its linears unquantized, as on
+    the suite's torch): the output passes the suite's check against the float64 reference and
+    equals the suite's torch forward (same torch calls, float32 CPU)."""
+    networks = ["resnet50", "mobilenet_v2", "bert_layer", "llama7b_prefill", "llama7b_prefill_fp8"]
     for name in networks:
         rows = [r for r in tiny_rows if r["network"] == name]
         suite = [r for r in rows if r["source"] == "suite" and r["mode"] == "eager"]
@@ -102,6 +103,23 @@ def test_the_speed_up_divides_by_the_fastest_torch_peer_and_names_it() -> None:
     line = library_peers.table("resnet50", rows)
     assert line[-1] == "1.07× (library:torchvision-compile)"
     assert line[1:8] == ["1.0000", "0.9000", "0.6800", "0.4400", "0.9500", "0.9200", "0.4700"]
+
+
+def test_a_quantized_block_is_also_divided_by_its_quantized_gemm_peer() -> None:
+    """The fp8 block's line: the torch-fp8 block (its linears on `_scaled_mm`, the rest on
+    torch) in a column of its own with triton's ratio over it; never among the bf16 peers of
+    × best peer, even when it is the fastest."""
+    passed = dict(rel_l2=1e-3, max_abs=1e-3, nonfinite=0, tolerance=8e-2)
+
+    def row(backend, ms):
+        return dict(source="suite", backend=backend, mode="cuda_graph", ms=ms, correct=True,
+                    network="llama7b_prefill_fp8", samples_ms=[[ms]], timer="cuda-events",
+                    correctness=passed)  # fmt: skip
+
+    rows = [row("torch", 1.44), row("torch-compile", 1.40), row("torch-fp8+torch", 0.96),
+            row("triton", 0.80)]  # fmt: skip
+    line = library_peers.table("llama7b_prefill_fp8", rows)
+    assert line[-3:] == ["0.9600", "1.20× (torch-fp8+torch)", "1.75× (torch-compile)"], line
 
 
 def test_library_rows_join_a_run_and_its_table_divides_by_the_best_peer(
