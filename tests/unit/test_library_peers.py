@@ -131,7 +131,7 @@ def test_library_rows_join_a_run_and_its_table_divides_by_the_best_peer(
     from opbench.results.model import Correctness, EndToEnd, RunResult
 
     passed = Correctness(rel_l2=1e-6, max_abs=1e-6, nonfinite=0, tolerance=1e-4)
-    triton = EndToEnd("resnet50", "triton", "ok", ((1e9,),), "fake", correctness=passed)
+    triton = EndToEnd("resnet50", "triton", "ok", ((1e6,),), "fake", correctness=passed)
     path = tmp_path / "run.json"
     write_run(RunResult("tiny", "2026-11-28T00:00:00Z", "cpu", end_to_end=(triton,)), path)
     library_peers.add_to_run(path, tiny_rows)

@@ -273,8 +273,8 @@ CASES = [
     ),
     Case(
         "ill-typed-choice",
-        suite("[8]", "{name: a, op: linear, out_features: 4, activation: tanh}"),
-        ("activation must be one of", "'tanh'"),
+        suite("[8]", "{name: a, op: linear, out_features: 4, activation: softplus}"),
+        ("activation must be one of", "'softplus'"),
         at(L, "m", "a", "activation"),
     ),
     Case(
